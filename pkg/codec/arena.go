@@ -1,0 +1,80 @@
+package codec
+
+import (
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Records outlive the call that made them (they wait in the sink until Kafka acknowledges them),
+// so their bytes cannot live in the encoder's reusable buffers. Instead of one allocation per key,
+// value and header slice, the encoder copies them into chunks and hands out capacity-limited
+// sub-slices: appending to one of them reallocates instead of overwriting a neighbour.
+const (
+	arenaChunk  = 32 << 10 // bytes per chunk
+	arenaLarge  = 4 << 10  // values larger than this get their own allocation
+	headerChunk = 256      // headers per chunk
+)
+
+// own copies b into the arena and returns the copy.
+func (e *Encoder) own(b []byte) []byte {
+	if len(b) > arenaLarge {
+		return append(make([]byte, 0, len(b)), b...)
+	}
+	if cap(e.arena)-len(e.arena) < len(b) {
+		e.arena = make([]byte, 0, arenaChunk)
+	}
+	s := len(e.arena)
+	e.arena = append(e.arena, b...)
+	return e.arena[s:len(e.arena):len(e.arena)]
+}
+
+// lsnText returns the "X/Y" rendering of l in the arena.
+func (e *Encoder) lsnText(l change.LSN) []byte {
+	var buf [17]byte
+	return e.own(appendLSN(buf[:0], l))
+}
+
+// headers returns the header slice of one record: the LSN and op, plus the old and new key when
+// given.
+func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey []byte) []change.Header {
+	n := 2
+	if oldKey != nil {
+		n = 4
+	}
+	if cap(e.hdrs)-len(e.hdrs) < n {
+		e.hdrs = make([]change.Header, 0, headerChunk)
+	}
+	s := len(e.hdrs)
+	e.hdrs = append(e.hdrs,
+		change.Header{Key: HeaderLSN, Value: lsn},
+		change.Header{Key: HeaderOp, Value: e.own([]byte{byte(op)})},
+	)
+	if oldKey != nil {
+		e.hdrs = append(e.hdrs,
+			change.Header{Key: HeaderOldKey, Value: oldKey},
+			change.Header{Key: HeaderNewKey, Value: newKey},
+		)
+	}
+	return e.hdrs[s:len(e.hdrs):len(e.hdrs)]
+}
+
+// appendLSN appends l as PostgreSQL prints it: "X/Y", upper-case hex without leading zeros.
+func appendLSN(dst []byte, l change.LSN) []byte {
+	dst = appendHexUpper(dst, uint32(l>>32))
+	dst = append(dst, '/')
+	return appendHexUpper(dst, uint32(l))
+}
+
+func appendHexUpper(dst []byte, v uint32) []byte {
+	const digits = "0123456789ABCDEF"
+	var buf [8]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = digits[v&0xf]
+		v >>= 4
+		if v == 0 {
+			break
+		}
+	}
+	return append(dst, buf[i:]...)
+}

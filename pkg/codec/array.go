@@ -1,0 +1,179 @@
+package codec
+
+import (
+	"errors"
+	"fmt"
+)
+
+// maxArrayDepth is PostgreSQL's MAXDIM: no array literal it renders nests deeper.
+const maxArrayDepth = 6
+
+// errArraySyntax is wrapped by every array literal parse error.
+var errArraySyntax = errors.New("malformed array literal")
+
+// arrayParser walks one PostgreSQL array literal (array_out's rendering).
+type arrayParser struct {
+	text    []byte
+	pos     int
+	elem    uint32
+	kind    kind
+	scratch *[]byte
+}
+
+// appendArray appends the JSON array for text, an array literal such as `{1,2,NULL}`,
+// `{{"a b","q\"x"},{c,d}}` or `[0:1]={1,2}`, whose elements have type elem. The dimension
+// decoration (lower bounds other than 1) is dropped: JSON arrays start at index 0 whatever the
+// PostgreSQL bounds were.
+func appendArray(dst []byte, elem uint32, text []byte, scratch *[]byte) ([]byte, error) {
+	p := arrayParser{text: text, elem: elem, kind: kindOf(elem), scratch: scratch}
+	if len(text) > 0 && text[0] == '[' {
+		eq := -1
+		for i, c := range text {
+			if c == '=' {
+				eq = i
+				break
+			}
+		}
+		if eq < 0 {
+			return dst, fmt.Errorf("encode array: %w: dimension decoration without '='", errArraySyntax)
+		}
+		p.pos = eq + 1
+	}
+	out, err := p.level(dst, 1)
+	if err != nil {
+		return dst, fmt.Errorf("encode array: %w", err)
+	}
+	p.skipSpace()
+	if p.pos != len(p.text) {
+		return dst, fmt.Errorf("encode array: %w: junk after closing brace at byte %d", errArraySyntax, p.pos)
+	}
+	return out, nil
+}
+
+func (p *arrayParser) skipSpace() {
+	for p.pos < len(p.text) && isArraySpace(p.text[p.pos]) {
+		p.pos++
+	}
+}
+
+func isArraySpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// level parses one brace-enclosed level starting at p.pos (after optional spaces).
+func (p *arrayParser) level(dst []byte, depth int) ([]byte, error) {
+	if depth > maxArrayDepth {
+		return dst, fmt.Errorf("%w: more than %d dimensions", errArraySyntax, maxArrayDepth)
+	}
+	p.skipSpace()
+	if p.pos >= len(p.text) || p.text[p.pos] != '{' {
+		return dst, fmt.Errorf("%w: want '{' at byte %d", errArraySyntax, p.pos)
+	}
+	p.pos++
+	dst = append(dst, '[')
+	p.skipSpace()
+	if p.pos < len(p.text) && p.text[p.pos] == '}' {
+		p.pos++
+		return append(dst, ']'), nil
+	}
+	for first := true; ; first = false {
+		if !first {
+			dst = append(dst, ',')
+		}
+		p.skipSpace()
+		var err error
+		if p.pos < len(p.text) && p.text[p.pos] == '{' {
+			dst, err = p.level(dst, depth+1)
+		} else {
+			dst, err = p.element(dst)
+		}
+		if err != nil {
+			return dst, err
+		}
+		p.skipSpace()
+		if p.pos >= len(p.text) {
+			return dst, fmt.Errorf("%w: unexpected end", errArraySyntax)
+		}
+		switch p.text[p.pos] {
+		case ',':
+			p.pos++
+		case '}':
+			p.pos++
+			return append(dst, ']'), nil
+		default:
+			return dst, fmt.Errorf("%w: unexpected %q at byte %d", errArraySyntax, p.text[p.pos], p.pos)
+		}
+	}
+}
+
+// element parses one quoted or unquoted element and appends its JSON value.
+func (p *arrayParser) element(dst []byte) ([]byte, error) {
+	var val []byte
+	if p.pos < len(p.text) && p.text[p.pos] == '"' {
+		p.pos++
+		start := p.pos
+		escaped := false
+		for ; p.pos < len(p.text) && p.text[p.pos] != '"'; p.pos++ {
+			if p.text[p.pos] == '\\' {
+				escaped = true
+				p.pos++
+			}
+		}
+		if p.pos >= len(p.text) {
+			return dst, fmt.Errorf("%w: unterminated quoted element", errArraySyntax)
+		}
+		val = p.text[start:p.pos:p.pos]
+		p.pos++ // closing quote
+		if escaped {
+			val = p.unescape(val)
+		}
+	} else {
+		start := p.pos
+		escaped := false
+		for ; p.pos < len(p.text); p.pos++ {
+			c := p.text[p.pos]
+			if c == '\\' {
+				escaped = true
+				p.pos++
+				continue
+			}
+			if c == ',' || c == '}' || c == '{' || c == '"' {
+				break
+			}
+		}
+		if p.pos > len(p.text) {
+			return dst, fmt.Errorf("%w: trailing backslash", errArraySyntax)
+		}
+		end := p.pos
+		for end > start && isArraySpace(p.text[end-1]) && (end-2 < start || p.text[end-2] != '\\') {
+			end--
+		}
+		val = p.text[start:end:end]
+		if len(val) == 0 {
+			return dst, fmt.Errorf("%w: empty unquoted element at byte %d", errArraySyntax, start)
+		}
+		if escaped {
+			val = p.unescape(val)
+		} else if isNullWord(val) {
+			return append(dst, "null"...), nil
+		}
+	}
+	return appendValue(dst, p.kind, p.elem, val, p.scratch)
+}
+
+// unescape removes backslash escapes (a backslash quotes the next byte) into the scratch buffer.
+func (p *arrayParser) unescape(s []byte) []byte {
+	b := append((*p.scratch)[:0], 0)[:0] // non-nil even when empty
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b = append(b, s[i])
+	}
+	*p.scratch = b
+	return b
+}
+
+func isNullWord(b []byte) bool {
+	return len(b) == 4 && (b[0]|0x20) == 'n' && (b[1]|0x20) == 'u' && (b[2]|0x20) == 'l' && (b[3]|0x20) == 'l'
+}

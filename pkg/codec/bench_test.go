@@ -1,0 +1,127 @@
+package codec
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// benchTable is a typical 6-column row of about 100 bytes of text.
+func benchTable() *change.Table {
+	return &change.Table{
+		Export: change.ExportID{Schema: "public", Table: "customers"},
+		Columns: []change.Column{
+			{Name: "id", TypeOID: pgtype.Int8OID, Key: true},
+			{Name: "name", TypeOID: pgtype.TextOID},
+			{Name: "email", TypeOID: pgtype.VarcharOID},
+			{Name: "balance", TypeOID: pgtype.NumericOID},
+			{Name: "active", TypeOID: pgtype.BoolOID},
+			{Name: "created_at", TypeOID: pgtype.TimestamptzOID},
+		},
+	}
+}
+
+const benchLine = "1234567\tAda Lovelace\tada.lovelace@example.com\t1234.56\tt\t2024-01-31 12:34:56.123456+00"
+
+func benchEncoder(b *testing.B) *Encoder {
+	b.Helper()
+	e, err := NewEncoder(Config{Database: "shop", TopicPrefix: "tm", Tombstones: true}, benchTable())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
+}
+
+func reportRows(b *testing.B, rows int) {
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkRead encodes one snapshot row per iteration from already split fields.
+func BenchmarkRead(b *testing.B) {
+	e := benchEncoder(b)
+	row, err := SplitCopyText([]byte(benchLine), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := Source{LSN: 0x1_0000_0000, Time: time.Now(), Snapshot: true, Attempt: 1}
+	recs := make([]change.Record, 0, 1)
+	b.SetBytes(int64(len(benchLine)))
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		src.Seq++
+		if recs, err = e.Read(recs[:0], src, row); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportRows(b, n)
+}
+
+// BenchmarkCopyLineToRecord is the whole per-row snapshot path: split a COPY line, encode it.
+func BenchmarkCopyLineToRecord(b *testing.B) {
+	e := benchEncoder(b)
+	src := Source{LSN: 0x1_0000_0000, Time: time.Now(), Snapshot: true, Attempt: 1}
+	line := make([]byte, len(benchLine))
+	var fields [][]byte
+	recs := make([]change.Record, 0, 1)
+	b.SetBytes(int64(len(benchLine)))
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		copy(line, benchLine) // SplitCopyText decodes in place
+		var err error
+		if fields, err = SplitCopyText(line, fields); err != nil {
+			b.Fatal(err)
+		}
+		if recs, err = e.Read(recs[:0], src, fields); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportRows(b, n)
+}
+
+func BenchmarkSplitCopyText(b *testing.B) {
+	line := make([]byte, len(benchLine))
+	var fields [][]byte
+	b.SetBytes(int64(len(benchLine)))
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(line, benchLine)
+		var err error
+		if fields, err = SplitCopyText(line, fields); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppendValue(b *testing.B) {
+	cases := []struct {
+		name string
+		oid  uint32
+		text string
+	}{
+		{"int8", pgtype.Int8OID, "9223372036854775807"},
+		{"text", pgtype.TextOID, "The quick brown fox jumps over the lazy dog"},
+		{"timestamptz", pgtype.TimestamptzOID, "2024-01-31 12:34:56.123456+00"},
+		{"bytea", pgtype.ByteaOID, `\x000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f`},
+		{"int4 array", pgtype.Int4ArrayOID, "{1,2,3,4,5,6,7,8,9,10}"},
+		{"text array", pgtype.TextArrayOID, `{"a b","q\"x",plain,NULL}`},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			text := []byte(c.text)
+			dst := make([]byte, 0, 256)
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if dst, err = AppendValue(dst[:0], c.oid, text); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,92 @@
+// Package codec turns row changes into Kafka records: the one encoder used by both the snapshot
+// stage (COPY in text format, split with SplitCopyText) and the replication stage (pgoutput in
+// text format). Both hand it PostgreSQL's text rendering of each value, produced under the same
+// pinned session settings (DateStyle=ISO, IntervalStyle=postgres, TimeZone=UTC,
+// extra_float_digits=3), so one value yields the same bytes whichever stage read it.
+//
+// # Records
+//
+// An Encoder is built per export schema version (a change.Table). Each of Read (op r), Insert (c),
+// Update (u), Delete (d) and Truncate (t) appends the records of one change:
+//
+//   - Topic change.TopicName(prefix, export); Partition change.AnyPartition, except a truncate,
+//     which is change.AllPartitions with a null key.
+//   - Key: a JSON object of the key columns (change.Column.Key) in column order, e.g. {"id":1};
+//     nil for a table without key columns.
+//   - Value: a Debezium-compatible envelope in compact JSON with a fixed field order:
+//     {"before":{..}|null,"after":{..}|null,"source":{"version":"tidemark-1","connector":"tidemark",
+//     "name":<prefix>,"db":..,"schema":..,"table":..,"lsn":<commit LSN as a number>,
+//     "lsn_text":"X/Y","txId":<xid>,"sequence":<n>,"snapshot":true|false,"attempt":<n, snapshot
+//     rows only>,"ts_ms":<commit time, ms>},"op":"c","ts_ms":<encoding time, ms>}.
+//   - Headers: tidemark.lsn ("X/Y") and tidemark.op (c, u, d, r, t; a tombstone carries d).
+//
+// A delete carries the old tuple as PostgreSQL sent it (under REPLICA IDENTITY DEFAULT only the
+// key columns; the others are null) and, when Config.Tombstones is set and the table has a key,
+// is followed by a tombstone (same key, nil value). Keyless tables get no tombstones: their topics
+// are not compacted.
+//
+// An update whose old key differs from its new key is published as Debezium does: a delete of the
+// old key (before = old tuple), its tombstone, and a create (op c) of the new key. All three carry
+// the headers tidemark.old_key and tidemark.new_key with both key objects. Any other update is one
+// record with op u, whose before is the old tuple when PostgreSQL sent one and null otherwise.
+//
+// Unchanged TOAST: pgoutput does not send a large out-of-line value that an update left unchanged.
+// Such a column takes its value from the old tuple when that has it (REPLICA IDENTITY FULL), and is
+// otherwise written as the JSON string "__tidemark_unavailable_value" (Unavailable), whatever its
+// type, like Debezium's "__debezium_unavailable_value". Consumers that need the full row should
+// keep the last value of such a column, or set REPLICA IDENTITY FULL on the table.
+//
+// # Value mapping
+//
+// By type OID (a nil value, SQL NULL, is always null):
+//
+//	| PostgreSQL type                         | JSON                                                   |
+//	|-----------------------------------------|--------------------------------------------------------|
+//	| int2, int4, int8, oid                   | number, as rendered: 42, -7                            |
+//	| numeric                                 | string, exactly as rendered: "1.50", "NaN", "Infinity" |
+//	| float4, float8                          | number as rendered (1.5, -0, 1e+100); NaN, Infinity    |
+//	|                                         | and -Infinity as the strings "NaN", "Infinity",        |
+//	|                                         | "-Infinity"                                            |
+//	| bool                                    | true / false                                           |
+//	| text, varchar, bpchar (padded), name,   | string; control characters, quotes and backslashes     |
+//	| "char", citext and other unknown types  | escaped; invalid UTF-8 bytes become \ufffd             |
+//	| bytea                                   | string, base64 (standard alphabet, padded)             |
+//	| uuid                                    | string: "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"         |
+//	| date                                    | string as rendered: "2024-01-31", "infinity",          |
+//	|                                         | "0044-03-15 BC"                                        |
+//	| time, timetz                            | string as rendered: "12:34:56.5", "12:34:56.5+05:30"   |
+//	| timestamp                               | string, ISO-8601: "2024-01-31T12:34:56.123456";        |
+//	|                                         | "infinity", "-infinity" kept; " BC" suffix kept        |
+//	| timestamptz                             | string, ISO-8601 UTC: "2024-01-31T12:34:56.123Z";      |
+//	|                                         | "0044-03-15T12:00:00Z BC"; infinities kept             |
+//	| interval                                | string, postgres style: "1 year 2 mons -3 days         |
+//	|                                         | +04:05:06.7"                                           |
+//	| json, jsonb                             | the JSON value itself, embedded (surrounding           |
+//	|                                         | whitespace trimmed; jsonb's spacing kept)              |
+//	| arrays of all of the above              | JSON arrays (nested for multi-dimensional ones) whose  |
+//	| (int4[], text[], jsonb[], ...)          | elements follow the element type's mapping; NULL       |
+//	|                                         | elements are null; lower bounds ([0:1]={...}) are      |
+//	|                                         | dropped                                                |
+//	| everything else: enums, domains, money, | string of the text rendering                           |
+//	| inet, cidr, macaddr, ranges, geometric, |                                                        |
+//	| bit strings, xml, tsvector, arrays of   |                                                        |
+//	| these, composite types, ...             |                                                        |
+//
+// A json or jsonb value that is the JSON literal null is written as null, like SQL NULL; the two
+// cannot be told apart in the envelope (nor inside a json[] array).
+//
+// A domain arrives with its own OID, not its base type's, so it is written as a string even when
+// its base type is a number. An array of a type outside the table (enum[], inet[], ...) is one
+// string: "{a,b}".
+//
+// AppendValue returns an error, never invalid JSON, when a text does not parse as its type (an
+// integer that is not digits, a bool other than t or f, invalid json, a malformed array literal or
+// bytea). PostgreSQL does not render such values; an error means the type OID and the value do not
+// belong together.
+//
+// # Performance
+//
+// The per-row path uses no reflection and no encoding/json: an Encoder appends into reusable
+// buffers and copies each finished key and value into a chunked arena, so a row costs a small,
+// constant number of allocations. SplitCopyText decodes escapes in place.
+package codec

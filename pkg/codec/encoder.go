@@ -1,0 +1,417 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Header keys written on every record.
+const (
+	HeaderLSN    = "tidemark.lsn"     // commit LSN, "X/Y"
+	HeaderOp     = "tidemark.op"      // c, u, d, r or t (a tombstone carries d)
+	HeaderOldKey = "tidemark.old_key" // key-changing update: the old key JSON
+	HeaderNewKey = "tidemark.new_key" // key-changing update: the new key JSON
+)
+
+// Version is source.version in every envelope.
+const Version = "tidemark-1"
+
+// Config for encoders. The zero value is usable (empty prefix and database, no tombstones,
+// wall clock).
+type Config struct {
+	Database    string // source.db
+	TopicPrefix string // topic = change.TopicName(TopicPrefix, export); source.name = TopicPrefix
+	// Tombstones makes a delete (of a table with a key) be followed by a tombstone: the same key
+	// with a nil value. True in production, where topics are compacted.
+	Tombstones bool
+	// Now gives the envelope's ts_ms; nil means time.Now.
+	Now func() time.Time
+}
+
+// Source is the per-change metadata.
+type Source struct {
+	LSN      change.LSN // commit LSN of the transaction (snapshot rows: consistent point - 1)
+	Xid      uint32
+	Seq      int64     // sequence of the change inside its transaction (snapshot: row number)
+	Time     time.Time // commit time (snapshot: snapshot start); zero renders 0
+	Snapshot bool
+	Attempt  int // snapshot attempt (written only when Snapshot)
+}
+
+// ErrRowShape is wrapped when a row does not have one value per column.
+var ErrRowShape = errors.New("row does not match table columns")
+
+// column is the precomputed encoding state of one column.
+type column struct {
+	name []byte // `"name":`, JSON-escaped
+	oid  uint32
+	kind kind
+}
+
+// Encoder turns the changes of one export schema version into Kafka records. It is not safe for
+// concurrent use; Clone gives each worker its own.
+//
+// Record byte slices (Key, Value, header values) are carved from chunks the encoder allocates and
+// never writes again once handed out: they are the caller's, read-only, and stay valid for as long
+// as the caller keeps them. A chunk is freed when no record refers to it any more.
+type Encoder struct {
+	cfg     Config
+	table   *change.Table
+	topic   string
+	cols    []column
+	keyIdx  []int
+	srcHead []byte // `"source":{..."table":"t","lsn":`
+	now     func() time.Time
+
+	// Reusable buffers.
+	val     []byte   // envelope under construction
+	key     []byte   // key under construction
+	oldKey  []byte   // old key (updates)
+	spans   []int    // value offsets in val of the current row, 2 per column
+	scratch []byte   // array element unescaping
+	merged  [][]byte // after with unchanged columns resolved
+	unavail []bool   // columns of merged that stay unknown
+	arena   []byte
+	hdrs    []change.Header
+}
+
+// NewEncoder prepares an encoder for t. It returns an error for a nil table, a table with no
+// columns, or column names that are empty or repeated.
+func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
+	if t == nil {
+		return nil, errors.New("new encoder: nil table")
+	}
+	if len(t.Columns) == 0 {
+		return nil, fmt.Errorf("new encoder for %s: table has no columns", t.Export)
+	}
+	seen := make(map[string]bool, len(t.Columns))
+	cols := make([]column, len(t.Columns))
+	for i, c := range t.Columns {
+		if c.Name == "" {
+			return nil, fmt.Errorf("new encoder for %s: column %d has no name", t.Export, i+1)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("new encoder for %s: column %q appears twice", t.Export, c.Name)
+		}
+		seen[c.Name] = true
+		name := appendString(nil, []byte(c.Name))
+		cols[i] = column{name: append(name, ':'), oid: c.TypeOID, kind: kindOf(c.TypeOID)}
+	}
+	var h []byte
+	h = append(h, `"source":{"version":"`+Version+`","connector":"tidemark","name":`...)
+	h = appendString(h, []byte(cfg.TopicPrefix))
+	h = append(h, `,"db":`...)
+	h = appendString(h, []byte(cfg.Database))
+	h = append(h, `,"schema":`...)
+	h = appendString(h, []byte(t.Export.Schema))
+	h = append(h, `,"table":`...)
+	h = appendString(h, []byte(t.Export.Table))
+	h = append(h, `,"lsn":`...)
+	e := &Encoder{
+		cfg:     cfg,
+		table:   t,
+		topic:   change.TopicName(cfg.TopicPrefix, t.Export),
+		cols:    cols,
+		keyIdx:  t.KeyColumns(),
+		srcHead: h,
+		now:     cfg.Now,
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	return e, nil
+}
+
+// Clone returns an encoder sharing e's immutable state with buffers of its own.
+func (e *Encoder) Clone() *Encoder {
+	return &Encoder{
+		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
+		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now,
+	}
+}
+
+// Topic is the Kafka topic of the encoder's export.
+func (e *Encoder) Topic() string { return e.topic }
+
+// Table is the schema the encoder was built for.
+func (e *Encoder) Table() *change.Table { return e.table }
+
+// Read appends the record of one snapshot row (op r).
+func (e *Encoder) Read(dst []change.Record, src Source, row [][]byte) ([]change.Record, error) {
+	return e.simple(dst, src, change.OpRead, nil, row, nil)
+}
+
+// Insert appends the record of an insert (op c).
+func (e *Encoder) Insert(dst []change.Record, src Source, after [][]byte) ([]change.Record, error) {
+	return e.simple(dst, src, change.OpCreate, nil, after, nil)
+}
+
+// Update appends the records of an update. before is the old tuple when PostgreSQL sent one (key
+// columns only, others nil, or the full row under REPLICA IDENTITY FULL), else nil. unchanged
+// marks the columns of after that were not sent (unchanged TOAST); such a column takes its value
+// from before when before has it, else the string Unavailable.
+//
+// When before's key differs from after's, the update is published as Debezium does: a delete of
+// the old key (followed by its tombstone when tombstones are on) and a create of the new one, all
+// carrying the headers HeaderOldKey and HeaderNewKey. Otherwise it is one record with op u.
+func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte, unchanged []bool) ([]change.Record, error) {
+	if err := e.checkRow("update new tuple", after); err != nil {
+		return dst, err
+	}
+	if before != nil {
+		if err := e.checkRow("update old tuple", before); err != nil {
+			return dst, err
+		}
+	}
+	if unchanged != nil && len(unchanged) != len(e.cols) {
+		return dst, fmt.Errorf("encode update of %s: %w: %d unchanged flags for %d columns", e.table.Export, ErrRowShape, len(unchanged), len(e.cols))
+	}
+	resolved, unavail := e.resolve(before, after, unchanged)
+	if before == nil || len(e.keyIdx) == 0 {
+		return e.simple(dst, src, change.OpUpdate, before, resolved, unavail)
+	}
+	var err error
+	if e.oldKey, err = e.appendKey(e.oldKey[:0], before, nil); err != nil {
+		return dst, err
+	}
+	if e.key, err = e.appendKey(e.key[:0], resolved, unavail); err != nil {
+		return dst, err
+	}
+	if bytes.Equal(e.oldKey, e.key) {
+		return e.simple(dst, src, change.OpUpdate, before, resolved, unavail)
+	}
+	oldKey, newKey := e.own(e.oldKey), e.own(e.key)
+	lsn := e.lsnText(src.LSN)
+	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpDelete, before, nil, nil); err != nil {
+		return dst, err
+	}
+	dst = append(dst, change.Record{
+		Topic: e.topic, Partition: change.AnyPartition, Key: oldKey, Value: e.own(e.val),
+		Headers: e.headers(lsn, change.OpDelete, oldKey, newKey),
+	})
+	if e.cfg.Tombstones {
+		dst = append(dst, change.Record{
+			Topic: e.topic, Partition: change.AnyPartition, Key: oldKey,
+			Headers: e.headers(lsn, change.OpDelete, oldKey, newKey),
+		})
+	}
+	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpCreate, nil, resolved, unavail); err != nil {
+		return dst, err
+	}
+	return append(dst, change.Record{
+		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: e.own(e.val),
+		Headers: e.headers(lsn, change.OpCreate, oldKey, newKey),
+	}), nil
+}
+
+// Delete appends the record of a delete (op d) whose old tuple is before (key columns only, the
+// others nil, unless the table has REPLICA IDENTITY FULL), followed by a tombstone when
+// tombstones are on and the table has a key.
+func (e *Encoder) Delete(dst []change.Record, src Source, before [][]byte) ([]change.Record, error) {
+	if before == nil {
+		return dst, fmt.Errorf("encode delete of %s: no old tuple", e.table.Export)
+	}
+	n := len(dst)
+	dst, err := e.simple(dst, src, change.OpDelete, before, nil, nil)
+	if err != nil || !e.cfg.Tombstones || len(e.keyIdx) == 0 {
+		return dst, err
+	}
+	r := dst[n]
+	return append(dst, change.Record{
+		Topic: e.topic, Partition: change.AnyPartition, Key: r.Key,
+		Headers: e.headers(r.Headers[0].Value, change.OpDelete, nil, nil),
+	}), nil
+}
+
+// Truncate appends the one record of a truncate (op t): a null key, before and after null, and
+// Partition change.AllPartitions so the sink writes it to every partition.
+func (e *Encoder) Truncate(dst []change.Record, src Source) ([]change.Record, error) {
+	var err error
+	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpTruncate, nil, nil, nil); err != nil {
+		return dst, err
+	}
+	return append(dst, change.Record{
+		Topic: e.topic, Partition: change.AllPartitions, Value: e.own(e.val),
+		Headers: e.headers(e.lsnText(src.LSN), change.OpTruncate, nil, nil),
+	}), nil
+}
+
+// simple appends one record with the given op; the key comes from after, or from before when
+// after is nil. unavail marks columns of after written as Unavailable.
+func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, after [][]byte, unavail []bool) ([]change.Record, error) {
+	if before != nil {
+		if err := e.checkRow("old tuple", before); err != nil {
+			return dst, err
+		}
+	}
+	if after != nil {
+		if err := e.checkRow("new tuple", after); err != nil {
+			return dst, err
+		}
+	} else if before == nil {
+		return dst, fmt.Errorf("encode %c of %s: no tuple", op, e.table.Export)
+	}
+	var err error
+	if e.val, err = e.appendEnvelope(e.val[:0], src, op, before, after, unavail); err != nil {
+		return dst, err
+	}
+	// e.spans now holds the value offsets of the last row encoded: after, or before when
+	// after is nil. The key reuses those bytes.
+	var key []byte
+	if len(e.keyIdx) > 0 {
+		e.key = append(e.key[:0], '{')
+		for i, c := range e.keyIdx {
+			if i > 0 {
+				e.key = append(e.key, ',')
+			}
+			e.key = append(e.key, e.cols[c].name...)
+			e.key = append(e.key, e.val[e.spans[2*c]:e.spans[2*c+1]]...)
+		}
+		e.key = append(e.key, '}')
+		key = e.own(e.key)
+	}
+	return append(dst, change.Record{
+		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: e.own(e.val),
+		Headers: e.headers(e.lsnText(src.LSN), op, nil, nil),
+	}), nil
+}
+
+func (e *Encoder) checkRow(what string, row [][]byte) error {
+	if len(row) != len(e.cols) {
+		return fmt.Errorf("encode %s of %s: %w: %d values for %d columns", what, e.table.Export, ErrRowShape, len(row), len(e.cols))
+	}
+	return nil
+}
+
+// resolve returns after with its unchanged columns filled in from before, and the columns that
+// stay unknown (nil when none).
+func (e *Encoder) resolve(before, after [][]byte, unchanged []bool) ([][]byte, []bool) {
+	if unchanged == nil {
+		return after, nil
+	}
+	e.merged = append(e.merged[:0], after...)
+	e.unavail = append(e.unavail[:0], unchanged...)
+	missing := false
+	for i, u := range unchanged {
+		if !u {
+			continue
+		}
+		if before != nil && before[i] != nil {
+			e.merged[i] = before[i]
+			e.unavail[i] = false
+		} else {
+			missing = true
+		}
+	}
+	if !missing {
+		return e.merged, nil
+	}
+	return e.merged, e.unavail
+}
+
+// appendKey appends the key object of row.
+func (e *Encoder) appendKey(dst []byte, row [][]byte, unavail []bool) ([]byte, error) {
+	dst = append(dst, '{')
+	for i, c := range e.keyIdx {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, e.cols[c].name...)
+		var err error
+		if dst, err = e.appendColumn(dst, c, row, unavail); err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, '}'), nil
+}
+
+// appendColumn appends the JSON value of column i of row.
+func (e *Encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) ([]byte, error) {
+	if unavail != nil && unavail[i] {
+		return append(dst, `"`+Unavailable+`"`...), nil
+	}
+	c := &e.cols[i]
+	out, err := appendValue(dst, c.kind, c.oid, row[i], &e.scratch)
+	if err != nil {
+		return dst, fmt.Errorf("encode column %q of %s: %w", e.table.Columns[i].Name, e.table.Export, err)
+	}
+	return out, nil
+}
+
+// appendEnvelope appends the Debezium envelope.
+func (e *Encoder) appendEnvelope(dst []byte, src Source, op change.Op, before, after [][]byte, unavail []bool) ([]byte, error) {
+	var err error
+	dst = append(dst, `{"before":`...)
+	if before == nil {
+		dst = append(dst, "null"...)
+	} else if dst, err = e.appendRow(dst, before, nil); err != nil {
+		return dst, err
+	}
+	dst = append(dst, `,"after":`...)
+	if after == nil {
+		dst = append(dst, "null"...)
+	} else if dst, err = e.appendRow(dst, after, unavail); err != nil {
+		return dst, err
+	}
+	return e.appendTail(dst, src, op), nil
+}
+
+// appendTail appends what follows before and after: the source block, op and ts_ms.
+func (e *Encoder) appendTail(dst []byte, src Source, op change.Op) []byte {
+	dst = append(dst, ',')
+	dst = append(dst, e.srcHead...)
+	dst = strconv.AppendUint(dst, uint64(src.LSN), 10)
+	dst = append(dst, `,"lsn_text":"`...)
+	dst = appendLSN(dst, src.LSN)
+	dst = append(dst, `","txId":`...)
+	dst = strconv.AppendUint(dst, uint64(src.Xid), 10)
+	dst = append(dst, `,"sequence":`...)
+	dst = strconv.AppendInt(dst, src.Seq, 10)
+	if src.Snapshot {
+		dst = append(dst, `,"snapshot":true,"attempt":`...)
+		dst = strconv.AppendInt(dst, int64(src.Attempt), 10)
+	} else {
+		dst = append(dst, `,"snapshot":false`...)
+	}
+	dst = append(dst, `,"ts_ms":`...)
+	dst = strconv.AppendInt(dst, unixMilli(src.Time), 10)
+	dst = append(dst, `},"op":"`...)
+	dst = append(dst, byte(op))
+	dst = append(dst, `","ts_ms":`...)
+	dst = strconv.AppendInt(dst, unixMilli(e.now()), 10)
+	return append(dst, '}')
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// appendRow appends a row as a JSON object and records each value's span in e.spans.
+func (e *Encoder) appendRow(dst []byte, row [][]byte, unavail []bool) ([]byte, error) {
+	if cap(e.spans) < 2*len(e.cols) {
+		e.spans = make([]int, 2*len(e.cols))
+	}
+	e.spans = e.spans[:2*len(e.cols)]
+	dst = append(dst, '{')
+	for i := range e.cols {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, e.cols[i].name...)
+		e.spans[2*i] = len(dst)
+		var err error
+		if dst, err = e.appendColumn(dst, i, row, unavail); err != nil {
+			return dst, err
+		}
+		e.spans[2*i+1] = len(dst)
+	}
+	return append(dst, '}'), nil
+}
