@@ -1,0 +1,155 @@
+package watermark
+
+import (
+	"maps"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Due returns the records to publish now, at most one per export:
+//
+//   - at once for every state transition since the export's last record (snapshot start,
+//     snapshot copied, hydrated, removed, failed);
+//   - for a live export whose watermark or own position moved since its last record, unless its
+//     last record is younger than Interval/4 (coalescing);
+//   - a heartbeat for a live export whose last record is at least Interval old.
+//
+// A removed or failed export gets its final record and then none until it is hydrated again.
+// offsets(topic) returns the current end offset per partition of topic: what a record's
+// Offsets says its watermark covers. It is called once per topic; nil offsets is allowed.
+//
+// The records are in flight from now on: Published reports them durable. Their watermarks count
+// as published at once (a later record never carries less).
+func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64) []Record {
+	g := t.global()
+	var out []Record
+	topicOffsets := make(map[string]map[int32]int64)
+	for _, x := range t.order {
+		if x.restored {
+			continue
+		}
+		w := t.watermark(x, g)
+		pos, _ := t.position(x)
+		if !t.due(x, w, pos, now) {
+			continue
+		}
+		offs, ok := topicOffsets[x.topic]
+		if !ok {
+			if offsets != nil && x.topic != "" {
+				offs = maps.Clone(offsets(x.topic))
+			}
+			topicOffsets[x.topic] = offs
+		}
+		r := Record{
+			Version:      Version,
+			Export:       x.id,
+			Topic:        x.topic,
+			State:        x.state,
+			Mode:         t.mode,
+			Watermark:    cloneLSN(w),
+			WatermarkLSN: lsnNumber(w),
+			Position:     pos,
+			Offsets:      maps.Clone(offs),
+			Snapshot:     x.snap.clone(),
+			Time:         now.UTC(),
+		}
+		if x.state == StateFailed {
+			r.Error = x.err
+		}
+		out = append(out, r)
+
+		x.published = cloneLSN(w)
+		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(w), pos, now
+		x.owed = false
+		if !x.hasPending {
+			t.pending = append(t.pending, x)
+		}
+		x.hasPending, x.pendingState, x.pendingPos = true, x.state, pos
+		if x.state == StateHydrated && (!x.hasPendingHyd || pos < x.pendingHydMin) {
+			x.hasPendingHyd, x.pendingHydMin = true, pos
+		}
+	}
+	return out
+}
+
+// due decides whether x gets a record now, given its watermark w and position pos.
+func (t *Tracker) due(x *export, w *change.LSN, pos change.LSN, now time.Time) bool {
+	if x.owed {
+		return true
+	}
+	if !x.state.live() {
+		return false
+	}
+	if !x.hasRecord {
+		return true
+	}
+	age := now.Sub(x.lastAt)
+	if age < 0 || age >= t.interval {
+		return true // heartbeat (or a clock that went back: do not go silent)
+	}
+	moved := !equalLSN(w, x.lastW) || pos != x.lastPos
+	return moved && age >= t.interval/4
+}
+
+// Published reports that every record returned by Due so far is durable in Kafka. Only now do
+// their own positions count for Confirmable.
+func (t *Tracker) Published() {
+	for _, x := range t.pending {
+		x.durable, x.durableState, x.durablePos = true, x.pendingState, x.pendingPos
+		x.hasPending, x.hasPendingHyd = false, false
+	}
+	t.pending = t.pending[:0]
+}
+
+// watermark computes what x's record says now: the mode's value, but never less than x
+// published before (nil: no watermark).
+func (t *Tracker) watermark(x *export, g *change.LSN) *change.LSN {
+	var w *change.LSN
+	pos, hasPos := t.position(x)
+	switch {
+	case x.state == StateHydrating:
+		// No watermark while hydrating, in either mode: its topic is not complete up to
+		// anything yet (an earlier one is kept below, never regressing).
+	case t.mode == ModeGlobal && x.state.live():
+		w = g
+	case t.mode == ModeGlobal:
+		// A removed or failed export no longer counts for the global watermark; its final
+		// record may still advance to it, but not past its own position.
+		if g != nil && hasPos {
+			v := min(*g, pos)
+			w = &v
+		}
+	case hasPos:
+		w = &pos
+	}
+	return maxLSN(x.published, w)
+}
+
+// global computes the global watermark (global mode; nil otherwise or while unknown): the lowest
+// own position over the live exports, where a hydrating export counts as lowest of all, so the
+// watermark stays where it was while any export hydrates. It never moves backwards.
+func (t *Tracker) global() *change.LSN {
+	if t.mode != ModeGlobal {
+		return nil
+	}
+	var lowest change.LSN
+	hydrated := false
+	for _, x := range t.order {
+		if x.restored {
+			continue
+		}
+		switch x.state {
+		case StateHydrating:
+			return t.globalW
+		case StateHydrated:
+			if p, _ := t.position(x); !hydrated || p < lowest {
+				lowest, hydrated = p, true
+			}
+		}
+	}
+	if hydrated {
+		t.globalW = maxLSN(t.globalW, &lowest)
+	}
+	return t.globalW
+}

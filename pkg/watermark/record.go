@@ -1,0 +1,136 @@
+package watermark
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Version is the version of the record format that Encode writes and Decode accepts.
+const Version = 1
+
+// ErrUnsupportedVersion is returned by Decode for a record written by a newer format version.
+var ErrUnsupportedVersion = errors.New("unsupported watermark record version")
+
+// Record is one watermark record: the value of the watermark topic, keyed by export. See the
+// package documentation for the meaning of each field and an example.
+type Record struct {
+	Version int             `json:"version"`
+	Export  change.ExportID `json:"export"`
+	Topic   string          `json:"topic"`
+	State   State           `json:"state"`
+	Mode    Mode            `json:"mode"`
+	// Watermark is W(e) as "X/Y", or null while the export has none.
+	Watermark *change.LSN `json:"watermark"`
+	// WatermarkLSN is Watermark as a number, to compare with a change's source.lsn.
+	WatermarkLSN *uint64 `json:"watermark_lsn"`
+	// Position is the export's own position P(e); 0/0 while it has none (hydrating).
+	Position change.LSN `json:"position"`
+	// Offsets are the end offsets, per partition of Topic, that the watermark covers.
+	Offsets  map[int32]int64 `json:"offsets"`
+	Snapshot *SnapshotInfo   `json:"snapshot,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Time     time.Time       `json:"ts"`
+}
+
+// SnapshotInfo describes the export's current (or, once hydrated, last) snapshot attempt.
+type SnapshotInfo struct {
+	Attempt         int        `json:"attempt"`
+	ConsistentPoint change.LSN `json:"consistent_point"`
+	RowsCopied      int64      `json:"rows_copied"`
+	RowsEstimated   int64      `json:"rows_estimated"`
+	StartedAt       time.Time  `json:"started_at"`
+	// FinishedAt is when the whole copy was durable; absent while copying.
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	// StartOffsets are the end offsets of Topic, per partition, when this attempt began.
+	StartOffsets map[int32]int64 `json:"start_offsets"`
+	// ReconcileFrom are the offsets, per partition of Topic, from which the rows of earlier
+	// attempts must be reconciled before the export may be hydrated: the start offsets of the
+	// earliest attempt not followed by a hydrated state. A partition not listed is read from its
+	// earliest offset (an export removed and added again is reconciled from the beginning).
+	ReconcileFrom map[int32]int64 `json:"reconcile_from,omitempty"`
+}
+
+// clone returns a deep copy (nil for nil).
+func (s *SnapshotInfo) clone() *SnapshotInfo {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	if s.FinishedAt != nil {
+		f := *s.FinishedAt
+		c.FinishedAt = &f
+	}
+	c.StartOffsets = maps.Clone(s.StartOffsets)
+	c.ReconcileFrom = maps.Clone(s.ReconcileFrom)
+	return &c
+}
+
+// Key is the record's key in the compacted watermark topic: the export's name.
+func (r Record) Key() []byte { return []byte(r.Export.String()) }
+
+// Encode renders r as JSON. A zero Version is written as the current Version, and
+// WatermarkLSN is always derived from Watermark so the two cannot disagree.
+func Encode(r Record) ([]byte, error) {
+	if r.Version == 0 {
+		r.Version = Version
+	}
+	if r.Version != Version {
+		return nil, fmt.Errorf("encode watermark record of %s: version %d: %w", r.Export, r.Version, ErrUnsupportedVersion)
+	}
+	if !r.State.valid() {
+		return nil, fmt.Errorf("encode watermark record of %s: invalid state %q", r.Export, r.State)
+	}
+	r.WatermarkLSN = lsnNumber(r.Watermark)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode watermark record of %s: %w", r.Export, err)
+	}
+	return b, nil
+}
+
+// Decode parses a record written by Encode. It rejects records of a newer version (wrapping
+// ErrUnsupportedVersion), records without a version, an export or a known state, and
+// records whose watermark and watermark_lsn disagree. A record carrying only watermark_lsn
+// gets Watermark filled in.
+func Decode(b []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, fmt.Errorf("decode watermark record: %w", err)
+	}
+	switch {
+	case r.Version > Version:
+		return Record{}, fmt.Errorf("decode watermark record of %s: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+			r.Export, r.Version, Version, ErrUnsupportedVersion)
+	case r.Version < 1:
+		return Record{}, fmt.Errorf("decode watermark record: missing or invalid version %d", r.Version)
+	case r.Export.Table == "":
+		return Record{}, errors.New("decode watermark record: missing export")
+	case !r.State.valid():
+		return Record{}, fmt.Errorf("decode watermark record of %s: unknown state %q", r.Export, r.State)
+	}
+	switch {
+	case r.Watermark == nil && r.WatermarkLSN != nil:
+		w := change.LSN(*r.WatermarkLSN)
+		r.Watermark = &w
+	case r.Watermark != nil && r.WatermarkLSN == nil:
+		r.WatermarkLSN = lsnNumber(r.Watermark)
+	case r.Watermark != nil && uint64(*r.Watermark) != *r.WatermarkLSN:
+		return Record{}, fmt.Errorf("decode watermark record of %s: watermark %s and watermark_lsn %d disagree",
+			r.Export, r.Watermark, *r.WatermarkLSN)
+	}
+	return r, nil
+}
+
+// lsnNumber returns w as a *uint64 (nil for nil).
+func lsnNumber(w *change.LSN) *uint64 {
+	if w == nil {
+		return nil
+	}
+	n := uint64(*w)
+	return &n
+}

@@ -1,0 +1,69 @@
+package watermark
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// ExportStatus is the tracker's view of one export, for `cdc watermarks`, metrics and tests.
+type ExportStatus struct {
+	Export change.ExportID
+	Topic  string
+	State  State
+	// Restored: known only from the watermark topic and not hydrated; waits for a new snapshot.
+	Restored bool
+	// Watermark is the last published watermark (0/0 unless HasWatermark).
+	Watermark    change.LSN
+	HasWatermark bool
+	// Position is the own position P(e) (0/0 unless HasPosition).
+	Position    change.LSN
+	HasPosition bool
+	// DurablePosition is the position of the export's last durable record.
+	DurablePosition change.LSN
+	// Snapshot attempt (0 before the first), its progress, consistent point and times (zero
+	// while unknown).
+	Attempt          int
+	RowsCopied       int64
+	RowsEstimated    int64
+	C                change.LSN
+	SnapshotStarted  time.Time
+	SnapshotFinished time.Time
+	Err              string
+}
+
+// Status returns one entry per known export, sorted by export name.
+func (t *Tracker) Status() []ExportStatus {
+	out := make([]ExportStatus, 0, len(t.order))
+	for _, x := range t.order {
+		s := ExportStatus{
+			Export:          x.id,
+			Topic:           x.topic,
+			State:           x.state,
+			Restored:        x.restored,
+			DurablePosition: x.durablePos,
+			Err:             x.err,
+		}
+		if x.published != nil {
+			s.Watermark, s.HasWatermark = *x.published, true
+		}
+		s.Position, s.HasPosition = t.position(x)
+		if x.snap != nil {
+			s.Attempt = x.snap.Attempt
+			s.RowsCopied = x.snap.RowsCopied
+			s.RowsEstimated = x.snap.RowsEstimated
+			s.C = x.snap.ConsistentPoint
+			s.SnapshotStarted = x.snap.StartedAt
+			if x.snap.FinishedAt != nil {
+				s.SnapshotFinished = *x.snap.FinishedAt
+			}
+		}
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b ExportStatus) int {
+		return strings.Compare(a.Export.String(), b.Export.String())
+	})
+	return out
+}

@@ -1,0 +1,392 @@
+package watermark
+
+import (
+	"maps"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// DefaultInterval is the heartbeat interval when Options.Interval is not set.
+const DefaultInterval = time.Second
+
+// Options configures a Tracker. The zero value is independent mode with DefaultInterval.
+type Options struct {
+	// Mode is ModeIndependent (also for "") or ModeGlobal; any other value means independent,
+	// so validate it with ParseMode first.
+	Mode Mode
+	// Interval is CDC_WATERMARK_INTERVAL: every live export gets a record at least this often,
+	// and at most one record per Interval/4 for a moving watermark. Default 1s.
+	Interval time.Duration
+}
+
+// Tracker keeps the frontier of every export and decides what each watermark record says and
+// what the replication slot may confirm. It is synchronous and not safe for concurrent use:
+// the pipeline wraps it in a mutex.
+type Tracker struct {
+	mode     Mode
+	interval time.Duration
+
+	exports map[change.ExportID]*export
+	order   []*export // in order of first appearance: Due and Status are deterministic
+
+	// sd is the durable stream position S_d: every change of every hydrated export with commit
+	// LSN below it is durable. A hydrated export's own position is max(its pos, sd).
+	sd    change.LSN
+	hasSD bool
+
+	// globalW is the last global watermark (global mode): it only moves when no live export is
+	// hydrating, and never backwards.
+	globalW *change.LSN
+
+	// confirmed is the highest value Confirmable returned: it never returns less.
+	confirmed    change.LSN
+	hasConfirmed bool
+
+	// pending are the exports with records returned by Due and not yet Published.
+	pending []*export
+}
+
+// export is the tracker's state of one export.
+type export struct {
+	id    change.ExportID
+	topic string
+	state State
+	// restored: known only from the watermark topic, not hydrated. Such an export gets no
+	// records and does not count anywhere until it is hydrated again (or removed or failed).
+	restored bool
+
+	// pos is the own position P(e) when hasPos: set when hydrated (and frozen by removal or
+	// failure). While hydrated the effective position is max(pos, Tracker.sd).
+	pos    change.LSN
+	hasPos bool
+
+	snap *SnapshotInfo // the current or last attempt; nil before the first
+	err  string
+
+	// Publication: what the records returned by Due said.
+	published *change.LSN // the highest watermark ever published (never regresses)
+	hasRecord bool        // a record was returned (or restored)
+	lastW     *change.LSN // watermark of the last record
+	lastPos   change.LSN  // position of the last record
+	lastAt    time.Time   // time of the last record
+	owed      bool        // a state transition waits for its record
+
+	// Durability: the last record known durable, and the records in flight.
+	durable       bool
+	durableState  State
+	durablePos    change.LSN
+	hasPending    bool // a record is in flight (returned by Due, not yet Published)
+	pendingState  State
+	pendingPos    change.LSN
+	hasPendingHyd bool
+	pendingHydMin change.LSN // lowest position of an in-flight hydrated record
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(opts Options) *Tracker {
+	mode := ModeIndependent
+	if opts.Mode == ModeGlobal {
+		mode = ModeGlobal
+	}
+	interval := opts.Interval
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	return &Tracker{mode: mode, interval: interval, exports: make(map[change.ExportID]*export)}
+}
+
+// Mode returns the tracker's watermark mode.
+func (t *Tracker) Mode() Mode { return t.mode }
+
+// get returns e's state, creating it if unknown.
+func (t *Tracker) get(e change.ExportID) *export {
+	x, ok := t.exports[e]
+	if !ok {
+		x = &export{id: e}
+		t.exports[e] = x
+		t.order = append(t.order, x)
+	}
+	return x
+}
+
+// position returns x's own position P(e), if it has one.
+func (t *Tracker) position(x *export) (change.LSN, bool) {
+	if !x.hasPos {
+		return 0, false
+	}
+	if x.state == StateHydrated && t.hasSD {
+		return max(x.pos, t.sd), true
+	}
+	return x.pos, true
+}
+
+// freeze pins x's own position at its current effective value (x leaves the hydrated state).
+func (t *Tracker) freeze(x *export) {
+	x.pos, x.hasPos = t.position(x)
+}
+
+// Restore loads the watermark records read from the watermark topic at start-up, in any order
+// and possibly several per export: the last one of each export in slice order counts. Call it
+// once, before anything else. A hydrated export resumes hydrated with P(e) = its Position and
+// its Watermark as last published. Any other export is remembered only for its attempt number,
+// topic and last watermark (which it will never publish less than): it gets no records and
+// counts nowhere until StartHydration (or Removed, or Failed) is called for it.
+func (t *Tracker) Restore(recs []Record) {
+	last := make(map[change.ExportID]int, len(recs))
+	for i, r := range recs {
+		last[r.Export] = i
+	}
+	var minW *change.LSN // lowest watermark of a restored hydrated export
+	allHaveW := true
+	for i, r := range recs {
+		if last[r.Export] != i {
+			continue
+		}
+		x := t.get(r.Export)
+		x.topic = r.Topic
+		x.state = r.State
+		x.restored = r.State != StateHydrated
+		x.snap = r.Snapshot.clone()
+		x.err = r.Error
+		x.published = maxLSN(x.published, r.Watermark)
+		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(r.Watermark), r.Position, r.Time
+		x.durable, x.durableState, x.durablePos = true, r.State, r.Position
+		x.owed = false
+		// A removed or failed export keeps the position it had when it stopped (0/0 if it was
+		// never hydrated); a hydrating one has none.
+		x.pos, x.hasPos = r.Position, r.State == StateHydrated || (r.State != StateHydrating && r.Position != 0)
+		if r.State == StateHydrated {
+			if r.Watermark == nil {
+				allHaveW = false
+			} else if minW == nil || *r.Watermark < *minW {
+				minW = cloneLSN(r.Watermark)
+			}
+		}
+	}
+	// The last global watermark: the lowest one of the hydrated exports (in global mode they all
+	// published it, unless one holds a higher value from earlier).
+	if allHaveW {
+		t.globalW = maxLSN(t.globalW, minW)
+	}
+}
+
+// Resume returns each hydrated export with its own position: the replay filter of the
+// replication stage (changes in transactions ending at or below it are not published again).
+// Right after Restore these are the restored hydrated exports.
+func (t *Tracker) Resume() map[change.ExportID]change.LSN {
+	out := make(map[change.ExportID]change.LSN)
+	for _, x := range t.order {
+		if x.state == StateHydrated {
+			p, _ := t.position(x)
+			out[x.id] = p
+		}
+	}
+	return out
+}
+
+// StartHydration records the start of snapshot attempt of e with consistent point c, whatever
+// state e was in, and returns the attempt number (the previous attempt's plus one, from 1).
+// topic is e's topic, estimatedRows the expected row count, startOffsets the end offsets of
+// topic per partition at the start of the attempt. e is hydrating from now on: it has no own
+// position and, in independent mode, publishes no new watermark until Hydrated.
+func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
+	x := t.get(e)
+	attempt := 1
+	var reconcile map[int32]int64
+	switch {
+	case x.snap != nil && (x.state == StateHydrating || (x.state == StateFailed && !x.hasPos)):
+		// The previous attempt never finished: its rows (and those of attempts before it) are
+		// still to be reconciled.
+		reconcile = maps.Clone(x.snap.ReconcileFrom)
+	case x.state == StateRemoved:
+		reconcile = map[int32]int64{} // added again: everything from the beginning
+	default:
+		reconcile = maps.Clone(startOffsets)
+	}
+	if x.snap != nil {
+		attempt = x.snap.Attempt + 1
+	}
+	x.topic = topic
+	x.state = StateHydrating
+	x.restored = false
+	x.pos, x.hasPos = 0, false
+	x.err = ""
+	x.snap = &SnapshotInfo{
+		Attempt:         attempt,
+		ConsistentPoint: c,
+		RowsEstimated:   estimatedRows,
+		StartedAt:       now.UTC(),
+		StartOffsets:    maps.Clone(startOffsets),
+		ReconcileFrom:   reconcile,
+	}
+	x.owed = true
+	return attempt
+}
+
+// hydrating returns e's state if e is hydrating (and not merely restored).
+func (t *Tracker) hydrating(e change.ExportID) *export {
+	x, ok := t.exports[e]
+	if !ok || x.state != StateHydrating || x.restored {
+		return nil
+	}
+	return x
+}
+
+// SnapshotRows adds rows made durable by e's current attempt. Ignored unless e is hydrating.
+func (t *Tracker) SnapshotRows(e change.ExportID, rows int64) {
+	if x := t.hydrating(e); x != nil {
+		x.snap.RowsCopied += rows
+	}
+}
+
+// SnapshotCopied records that e's whole copy is durable. Ignored unless e is hydrating.
+func (t *Tracker) SnapshotCopied(e change.ExportID, now time.Time) {
+	if x := t.hydrating(e); x != nil && x.snap.FinishedAt == nil {
+		f := now.UTC()
+		x.snap.FinishedAt = &f
+		x.owed = true
+	}
+}
+
+// Hydrated records that e's copy and held changes are durable and that e's changes flow
+// directly from stream position at on: e is hydrated with P(e) = max(P(e), at). For a hydrated
+// export it only raises P(e); otherwise it is ignored.
+//
+// at is at or above e's consistent point, which is a WAL position taken after everything the
+// slot was ever confirmed to: so a new hydrated export never lowers what Confirmable returned.
+func (t *Tracker) Hydrated(e change.ExportID, at change.LSN) {
+	x, ok := t.exports[e]
+	if !ok || x.restored {
+		return
+	}
+	switch x.state {
+	case StateHydrating:
+		x.state = StateHydrated
+		x.pos, x.hasPos = at, true
+		x.owed = true
+	case StateHydrated:
+		x.pos = max(x.pos, at)
+	}
+}
+
+// Advance moves the durable stream position S_d to durable: every change of every hydrated
+// export with commit LSN below it is durable, so their own positions follow it. S_d never
+// moves backwards; a lower value is ignored.
+func (t *Tracker) Advance(durable change.LSN) {
+	if !t.hasSD || durable > t.sd {
+		t.sd, t.hasSD = durable, true
+	}
+}
+
+// Removed records that e left the publication and that the stream passed at, the position at
+// which that was noticed: a hydrated e ends with P(e) = max(P(e), at). e gets one final record
+// with state removed and then none until it is hydrated again. Ignored if e is already removed.
+func (t *Tracker) Removed(e change.ExportID, at change.LSN) {
+	x := t.get(e)
+	if x.state == StateRemoved {
+		return
+	}
+	if x.state == StateHydrated && !x.restored {
+		t.freeze(x)
+		x.pos = max(x.pos, at)
+	}
+	x.state = StateRemoved
+	x.restored = false
+	x.owed = true
+}
+
+// Failed records that e stopped on a permanent error. A hydrated e keeps the own position it
+// reached. e gets one final record with state failed and reason, then none until it is
+// hydrated again. Ignored if e is removed or already failed.
+func (t *Tracker) Failed(e change.ExportID, reason string) {
+	x := t.get(e)
+	if (x.state == StateFailed && !x.restored) || x.state == StateRemoved {
+		return
+	}
+	if x.state == StateHydrated && !x.restored {
+		t.freeze(x)
+	}
+	x.state = StateFailed
+	x.restored = false
+	x.err = reason
+	x.owed = true
+}
+
+// Confirmable returns the LSN up to which the replication slot may be confirmed: the lowest own
+// position over the hydrated exports, counting for each the lowest of its durable (published)
+// hydrated record, its in-flight hydrated records and its current position, so that an export
+// that might be found hydrated after a crash always pins its WAL. An export whose last durable
+// record is hydrated pins WAL even after it left that state in memory. A hydrating export pins
+// nothing. With no such export it is the durable stream position. It never returns less than
+// it returned before, and ok is false while nothing is known (no Advance, nothing restored).
+func (t *Tracker) Confirmable() (lsn change.LSN, ok bool) {
+	var c change.LSN
+	have := false
+	for _, x := range t.order {
+		if p, pinned := t.pin(x); pinned && (!have || p < c) {
+			c, have = p, true
+		}
+	}
+	switch {
+	case have:
+	case t.hasSD:
+		c = t.sd
+	case t.hasConfirmed:
+		c = t.confirmed
+	default:
+		return 0, false
+	}
+	if t.hasConfirmed && c < t.confirmed {
+		c = t.confirmed
+	}
+	t.confirmed, t.hasConfirmed = c, true
+	return c, true
+}
+
+// pin returns the position below which x needs the WAL kept, if any.
+func (t *Tracker) pin(x *export) (change.LSN, bool) {
+	var p change.LSN
+	have := false
+	lower := func(v change.LSN) {
+		if !have || v < p {
+			p, have = v, true
+		}
+	}
+	if x.durable && x.durableState == StateHydrated {
+		lower(x.durablePos)
+	}
+	if x.hasPendingHyd {
+		lower(x.pendingHydMin)
+	}
+	if x.state == StateHydrated && !x.restored {
+		if pos, ok := t.position(x); ok {
+			lower(pos)
+		}
+	}
+	return p, have
+}
+
+// maxLSN returns the higher of a and b, nil counting as lowest; the result is a fresh pointer.
+func maxLSN(a, b *change.LSN) *change.LSN {
+	switch {
+	case a == nil:
+		return cloneLSN(b)
+	case b == nil || *a >= *b:
+		return cloneLSN(a)
+	default:
+		return cloneLSN(b)
+	}
+}
+
+func cloneLSN(l *change.LSN) *change.LSN {
+	if l == nil {
+		return nil
+	}
+	v := *l
+	return &v
+}
+
+func equalLSN(a, b *change.LSN) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
