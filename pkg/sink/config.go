@@ -1,0 +1,138 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Delivery is the Kafka delivery guarantee of a Sink.
+type Delivery string
+
+// Delivery modes.
+const (
+	// ExactlyOnce produces every batch inside one Kafka transaction (the default).
+	ExactlyOnce Delivery = "exactly-once"
+	// AtLeastOnce produces with the idempotent producer only; watermarks follow acknowledgements.
+	AtLeastOnce Delivery = "at-least-once"
+)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultClientID           = "tidemark"
+	DefaultMaxBatchBytes      = 16 << 20
+	DefaultLinger             = 100 * time.Millisecond
+	DefaultTick               = 200 * time.Millisecond
+	DefaultTransactionTimeout = 60 * time.Second
+
+	// MaxRecordBytes is the largest Kafka record (key, value and headers, plus the record
+	// batch's framing) the sink can produce. The producer builds record batches of up to this
+	// size and EnsureTopics creates topics with max.message.bytes set to it, so one row of a
+	// few MiB (a large text or bytea) round-trips. A larger record fails with
+	// MESSAGE_TOO_LARGE; callers that want to fail only the row's export should compare the
+	// encoded size with this limit before handing the unit to Run.
+	MaxRecordBytes = 16 << 20
+	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
+	producerLinger = 5 * time.Millisecond
+)
+
+// Config configures a Sink. The zero value of every field but Brokers is usable.
+type Config struct {
+	Brokers  []string
+	ClientID string // default "tidemark"
+	// Delivery defaults to ExactlyOnce.
+	Delivery Delivery
+	// TransactionalID is required in exactly-once mode, e.g. "tidemark-<slot>". A second
+	// instance with the same id fences the first.
+	TransactionalID string
+	// Partitions and ReplicationFactor apply to topics EnsureTopics creates; zero means the
+	// broker's default.
+	Partitions        int32
+	ReplicationFactor int16
+	// WatermarkTopic is created (compacted, one partition) by EnsureTopics and read by
+	// ReadWatermarks.
+	WatermarkTopic string
+	// MaxBatchBytes bounds the units of one batch (one Kafka transaction in exactly-once mode),
+	// as estimated by change.Unit.Bytes. A single larger unit still forms a batch of its own:
+	// units are never split. Default 16 MiB.
+	MaxBatchBytes int
+	// Linger is the longest a batch stays open collecting units. Default 100ms.
+	Linger time.Duration
+	// Tick is how often Progress.Durable is called while no unit arrives. Default 200ms.
+	Tick time.Duration
+	// TransactionTimeout is the Kafka transaction timeout (exactly-once). Default 60s.
+	TransactionTimeout time.Duration
+	Logger             *slog.Logger
+	// Registerer receives the sink's metrics; nil disables them.
+	Registerer prometheus.Registerer
+}
+
+// withDefaults returns cfg with zero fields set to their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.ClientID == "" {
+		cfg.ClientID = DefaultClientID
+	}
+	if cfg.Delivery == "" {
+		cfg.Delivery = ExactlyOnce
+	}
+	if cfg.MaxBatchBytes == 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = DefaultLinger
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = DefaultTick
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg
+}
+
+// validate reports every problem of a defaulted Config at once.
+func (cfg *Config) validate() error {
+	var errs []error
+	if len(cfg.Brokers) == 0 {
+		errs = append(errs, errors.New("no Kafka brokers configured"))
+	}
+	for _, b := range cfg.Brokers {
+		if b == "" {
+			errs = append(errs, errors.New("empty Kafka broker address"))
+		}
+	}
+	switch cfg.Delivery {
+	case ExactlyOnce:
+		if cfg.TransactionalID == "" {
+			errs = append(errs, errors.New("exactly-once delivery needs a transactional id"))
+		}
+	case AtLeastOnce:
+	default:
+		errs = append(errs, fmt.Errorf("unknown delivery mode %q (want %q or %q)", cfg.Delivery, ExactlyOnce, AtLeastOnce))
+	}
+	if cfg.WatermarkTopic == "" {
+		errs = append(errs, errors.New("no watermark topic configured"))
+	}
+	if cfg.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("topic partitions %d: must not be negative", cfg.Partitions))
+	}
+	if cfg.ReplicationFactor < 0 {
+		errs = append(errs, fmt.Errorf("replication factor %d: must not be negative", cfg.ReplicationFactor))
+	}
+	if cfg.MaxBatchBytes < 0 {
+		errs = append(errs, fmt.Errorf("max batch bytes %d: must not be negative", cfg.MaxBatchBytes))
+	}
+	if cfg.Linger < 0 || cfg.Tick < 0 {
+		errs = append(errs, errors.New("linger and tick must not be negative"))
+	}
+	if cfg.Delivery == ExactlyOnce && cfg.TransactionTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("transaction timeout %s: must be at least 1s", cfg.TransactionTimeout))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,54 @@
+// Package sink is Tidemark's Kafka stage: topic creation, producing units (idempotent or
+// transactional), acknowledgements back to the watermark tracker, and reading the watermark
+// topic at start-up. It uses franz-go (kgo, kadm).
+//
+// Inputs: *change.Unit values from a channel (Run), in the order the pipeline wants them
+// published, and a Progress (the watermark tracker) that learns which units are durable and
+// returns the watermark records that cover them. Outputs: Kafka records, one per change.Record
+// (a record with Partition AllPartitions becomes one copy per partition of its topic), and
+// calls to Progress.
+//
+// Run gathers units into batches: a batch opens with the first unit after an idle spell and
+// stays open for at most Config.Linger or until it holds Config.MaxBatchBytes. Records are
+// produced as the units arrive; when the batch closes the producer is flushed, every record's
+// outcome is checked, and Progress.Durable receives the batch's units in order together with
+// the next offset of every partition produced to so far. The records Durable returns are
+// produced in the same batch, flushed, and then Progress.Committed is called. While no unit
+// arrives, Durable is called every Config.Tick with no units, so heartbeats flow.
+//
+// Guarantees:
+//   - The producer is idempotent with acks=all; per partition, records land in the order the
+//     units carried them. A keyed record with AnyPartition goes where Kafka's Java client
+//     would put it (murmur2 of the key), so consumers in any language agree; a keyless one
+//     sticks to a partition until that partition's batch fills.
+//   - At-least-once: Durable is called only after every record of its units is acknowledged,
+//     so a watermark produced from it never covers a record Kafka does not hold. A restart may
+//     produce some records again.
+//   - Exactly-once (the default): each batch is one Kafka transaction holding whole units and
+//     the records Durable returned for them (watermarks and position checkpoints). Durable is
+//     called after Flush, while the transaction is still open; Committed after it commits. A
+//     read-committed consumer sees all of a batch or none of it. Any produce, flush or commit
+//     error aborts the transaction and ends Run. A second instance with the same
+//     transactional id fences this one: Run then fails with an error matching ErrFenced.
+//   - Units are never split across batches. A unit larger than MaxBatchBytes forms a batch of
+//     its own.
+//
+// Known limitation: a PostgreSQL transaction is one unit and therefore lies in one Kafka
+// transaction. A PostgreSQL transaction so large that producing it outlasts the Kafka
+// transaction timeout (Config.TransactionTimeout, bounded by the broker's
+// transaction.max.timeout.ms) is not split across several Kafka transactions yet: the broker
+// aborts the transaction and Run fails. Raise the timeout for such workloads.
+//
+// Record size: one record (one row change: key, value and headers) may be up to MaxRecordBytes
+// (16 MiB). The producer builds record batches of up to that size, and EnsureTopics creates every
+// topic with max.message.bytes=MaxRecordBytes, overriding the broker's default of 1 MiB. A topic
+// that already existed keeps its own max.message.bytes (EnsureTopics logs a warning when it is
+// smaller); raise it with kafka-configs.sh --alter --add-config max.message.bytes=16777216.
+// Consumers need nothing special: fetch limits are not absolute, a broker always returns at
+// least one whole batch. A record larger than MaxRecordBytes fails with MESSAGE_TOO_LARGE and
+// ends Run like any produce error; the caller must keep such a record out (see MaxRecordBytes).
+//
+// Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound)
+// beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
+// buffered bytes, which backpressures the input channel.
+package sink

@@ -1,0 +1,287 @@
+package sink
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// testEnv is a Kafka cluster for one test: kfake, or a real broker (CDC_TEST_KAFKA_BROKERS)
+// shared with other tests, hence unique topic and transactional-id names.
+type testEnv struct {
+	brokers []string
+	real    bool
+	prefix  string // unique per test
+}
+
+// newFakeEnv starts an in-process kfake cluster that lives as long as the test.
+func newFakeEnv(t testing.TB) *testEnv {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatalf("start kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return &testEnv{brokers: c.ListenAddrs(), prefix: uniquePrefix(t)}
+}
+
+// newRealEnv uses the brokers in CDC_TEST_KAFKA_BROKERS, or skips the test.
+func newRealEnv(t testing.TB) *testEnv {
+	t.Helper()
+	v := os.Getenv("CDC_TEST_KAFKA_BROKERS")
+	if v == "" {
+		t.Skip("CDC_TEST_KAFKA_BROKERS not set: no real Kafka to test against")
+	}
+	return &testEnv{brokers: strings.Split(v, ","), real: true, prefix: uniquePrefix(t)}
+}
+
+func uniquePrefix(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return change.SanitizeTopic("t." + t.Name() + "." + hex.EncodeToString(b[:]))
+}
+
+// topic returns a topic name unique to this test.
+func (e *testEnv) topic(name string) string { return e.prefix + "." + name }
+
+// config returns a Sink config for this env with short timings.
+func (e *testEnv) config(t testing.TB, d Delivery) Config {
+	return Config{
+		Brokers:            e.brokers,
+		Delivery:           d,
+		TransactionalID:    e.prefix + ".txn",
+		Partitions:         3,
+		ReplicationFactor:  1,
+		WatermarkTopic:     e.topic("__watermarks"),
+		Linger:             20 * time.Millisecond,
+		Tick:               50 * time.Millisecond,
+		TransactionTimeout: 30 * time.Second,
+		Logger:             testLogger(t),
+	}
+}
+
+func (e *testEnv) newSink(t testing.TB, cfg Config) *Sink {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (e *testEnv) admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatalf("admin client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+// consume reads every record of topic up to its current end offsets. With committed set it
+// reads read-committed (up to the last stable offsets). Control records are dropped.
+func (e *testEnv) consume(t testing.TB, topic string, committed bool) []*kgo.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := e.admin(t)
+	var ends kadm.ListedOffsets
+	var err error
+	if committed {
+		ends, err = adm.ListCommittedOffsets(ctx, topic)
+	} else {
+		ends, err = adm.ListEndOffsets(ctx, topic)
+	}
+	if err != nil {
+		t.Fatalf("list end offsets of %s: %v", topic, err)
+	}
+	want := map[int32]int64{}
+	for p, lo := range ends[topic] {
+		if lo.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", topic, p, lo.Err)
+		}
+		if lo.Offset > 0 {
+			want[p] = lo.Offset - 1
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(e.brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(iso),
+		kgo.KeepControlRecords(),
+	)
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consume %s: timed out; still waiting for %v", topic, want)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+			if last, ok := want[r.Partition]; ok && r.Offset >= last {
+				delete(want, r.Partition)
+			}
+		})
+	}
+	return out
+}
+
+// fakeProgress records the calls Run makes. respond, when set, returns the records for a
+// Durable call (n counts calls from 1).
+type fakeProgress struct {
+	respond func(n int, units []*change.Unit) []change.Record
+
+	mu      sync.Mutex
+	events  []string // "D" and "C" in call order
+	durable []durableCall
+	signal  chan struct{} // receives after every Committed (never blocks)
+}
+
+type durableCall struct {
+	units   []*change.Unit
+	offsets Offsets
+}
+
+func newFakeProgress(respond func(int, []*change.Unit) []change.Record) *fakeProgress {
+	return &fakeProgress{respond: respond, signal: make(chan struct{}, 1)}
+}
+
+func (p *fakeProgress) Durable(units []*change.Unit, offsets Offsets) []change.Record {
+	p.mu.Lock()
+	p.events = append(p.events, "D")
+	p.durable = append(p.durable, durableCall{units: slices.Clone(units), offsets: offsets})
+	n := len(p.durable)
+	p.mu.Unlock()
+	if p.respond == nil {
+		return nil
+	}
+	return p.respond(n, units)
+}
+
+func (p *fakeProgress) Committed() {
+	p.mu.Lock()
+	p.events = append(p.events, "C")
+	p.mu.Unlock()
+	select {
+	case p.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (p *fakeProgress) calls() ([]string, []durableCall) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events), slices.Clone(p.durable)
+}
+
+// waitCommittedUnits waits until Durable calls already committed carried at least n units.
+func (p *fakeProgress) waitCommittedUnits(t testing.TB, n int) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		p.mu.Lock()
+		units, committed := 0, 0
+		for _, ev := range p.events {
+			if ev == "C" {
+				committed++
+			}
+		}
+		for i, d := range p.durable {
+			if i < committed {
+				units += len(d.units)
+			}
+		}
+		p.mu.Unlock()
+		if units >= n {
+			return
+		}
+		select {
+		case <-p.signal:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d committed units (have %d)", n, units)
+		}
+	}
+}
+
+// runSink starts s.Run in a goroutine and returns a function waiting for its result.
+func runSink(t testing.TB, s *Sink, in <-chan *change.Unit, p Progress) func() error {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, in, p) }()
+	var once sync.Once
+	var res error
+	wait := func() error {
+		once.Do(func() {
+			select {
+			case res = <-done:
+			case <-time.After(60 * time.Second):
+				cancel()
+				res = fmt.Errorf("Run did not return within 60s: %w", <-done)
+			}
+			cancel()
+		})
+		return res
+	}
+	t.Cleanup(func() { cancel(); _ = wait() })
+	return wait
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// dataUnit builds a transaction unit with one record per key for topic.
+func dataUnit(topic string, end change.LSN, keys ...string) *change.Unit {
+	u := &change.Unit{Kind: change.KindTxn, Commit: end - 1, End: end}
+	for i, k := range keys {
+		u.Records = append(u.Records, change.Record{
+			Topic:     topic,
+			Partition: change.AnyPartition,
+			Key:       []byte(k),
+			Value:     fmt.Appendf(nil, "%s@%d#%d", k, end, i),
+			Headers: []change.Header{
+				{Key: "lsn", Value: []byte(end.String())},
+				{Key: "op", Value: []byte("c")},
+			},
+		})
+	}
+	return u
+}

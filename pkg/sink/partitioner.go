@@ -1,0 +1,58 @@
+package sink
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partitioner is the producer's kgo.Partitioner. A record whose Context is the sink's
+// explicit-partition marker keeps the Partition it was given (AllPartitions copies, explicit
+// partitions); every other record goes through kgo's StickyKeyPartitioner with Kafka's own
+// murmur2 hasher: a keyed record lands where the Java client's default partitioner puts it, a
+// keyless one sticks to a partition until that partition's batch rolls over.
+type partitioner struct {
+	explicit context.Context // marker; compared by identity
+	inner    kgo.Partitioner
+}
+
+// explicitKey makes the marker context distinct from any context a caller could pass.
+type explicitKey struct{}
+
+func newPartitioner() *partitioner {
+	return &partitioner{
+		explicit: context.WithValue(context.Background(), explicitKey{}, true),
+		inner:    kgo.StickyKeyPartitioner(nil),
+	}
+}
+
+func (p *partitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	return &topicPartitioner{explicit: p.explicit, inner: p.inner.ForTopic(topic)}
+}
+
+type topicPartitioner struct {
+	explicit context.Context
+	inner    kgo.TopicPartitioner
+}
+
+func (t *topicPartitioner) isExplicit(r *kgo.Record) bool { return r.Context == t.explicit }
+
+func (t *topicPartitioner) RequiresConsistency(r *kgo.Record) bool {
+	return t.isExplicit(r) || t.inner.RequiresConsistency(r)
+}
+
+// Partition returns the record's own partition when it is explicit. An explicit partition
+// outside [0, n) is returned as is, and kgo fails the record with an "invalid record
+// partitioning choice" error rather than moving it silently.
+func (t *topicPartitioner) Partition(r *kgo.Record, n int) int {
+	if t.isExplicit(r) {
+		return int(r.Partition)
+	}
+	return t.inner.Partition(r, n)
+}
+
+func (t *topicPartitioner) OnNewBatch() {
+	if nb, ok := t.inner.(kgo.TopicPartitionerOnNewBatch); ok {
+		nb.OnNewBatch()
+	}
+}

@@ -1,0 +1,280 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Progress is implemented by the pipeline (the watermark tracker behind a mutex). Run calls it
+// on its own goroutine; every Durable is followed by exactly one Committed unless Run fails in
+// between.
+type Progress interface {
+	// Durable is called after every record of units has been acknowledged by Kafka (in
+	// exactly-once mode: while their transaction is still open, after Flush). units may be
+	// empty (a tick with nothing new). offsets are the next offsets per topic and partition
+	// (a copy the callee may keep). It returns records, typically watermarks, to produce in the
+	// same batch or transaction; they may target any topic.
+	Durable(units []*change.Unit, offsets Offsets) []change.Record
+	// Committed is called once the records returned by the previous Durable are durable too
+	// (acknowledged, or the transaction committed). It is also called when Durable returned
+	// nothing.
+	Committed()
+}
+
+// batch is the state of one batch (one transaction in exactly-once mode).
+type batch struct {
+	start    time.Time
+	units    []*change.Unit
+	bytes    int // estimated bytes of units
+	records  int // records produced, AllPartitions copies counted
+	recBytes int
+	txn      bool // a Kafka transaction is open
+}
+
+// Run consumes units until in is closed (it then finishes the open batch and returns nil) or
+// ctx ends (it returns ctx's error; in exactly-once mode the open transaction is aborted).
+// Any produce or transaction error ends Run with that error.
+func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) error {
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	linger := time.NewTimer(s.cfg.Linger)
+	linger.Stop()
+	defer linger.Stop()
+
+	for {
+		var first *change.Unit
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case u, ok := <-in:
+			if !ok {
+				return nil
+			}
+			if u == nil {
+				continue
+			}
+			first = u
+		case <-tick.C:
+		}
+		closed, err := s.runBatch(ctx, first, in, linger, p)
+		if err != nil {
+			s.metrics.errors.Inc()
+			return err // logged by the caller, which handles it
+		}
+		if closed {
+			return nil
+		}
+		tick.Reset(s.cfg.Tick)
+	}
+}
+
+// runBatch produces first and whatever else arrives within Linger and MaxBatchBytes, hands
+// the acknowledged units to p, produces what p returns and makes it all durable. With first
+// nil it is a tick: only p's records are produced. It reports whether in was closed.
+func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, p Progress) (closed bool, err error) {
+	b := &batch{start: time.Now()}
+	s.resetBatchErr()
+	defer func() {
+		if err != nil && b.txn {
+			// A produce that failed with INVALID_PRODUCER_EPOCH only learns at the abort
+			// whether another instance took over.
+			if aerr := s.abort(ctx); errors.Is(aerr, kerr.ProducerFenced) && !errors.Is(err, ErrFenced) {
+				err = &fencedError{id: s.cfg.TransactionalID, err: err}
+			}
+		}
+	}()
+
+	if first != nil {
+		if err := s.begin(b); err != nil {
+			return false, err
+		}
+		if err := s.produceUnit(ctx, b, first); err != nil {
+			return false, err
+		}
+		if closed, err = s.collect(ctx, b, in, linger); err != nil {
+			return closed, err
+		}
+		if err := s.flush(ctx); err != nil {
+			return closed, err
+		}
+	}
+
+	recs := p.Durable(b.units, s.offsets.snapshot())
+	if len(recs) > 0 {
+		if err := s.begin(b); err != nil {
+			return closed, err
+		}
+		for i := range recs {
+			if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
+				return closed, err
+			}
+		}
+		if err := s.flush(ctx); err != nil {
+			return closed, err
+		}
+	}
+	if b.txn {
+		if err := s.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			return closed, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
+		}
+		b.txn = false
+	}
+	p.Committed()
+
+	if len(b.units) > 0 || b.records > 0 {
+		elapsed := time.Since(b.start)
+		s.metrics.records.Add(float64(b.records))
+		s.metrics.bytes.Add(float64(b.recBytes))
+		s.metrics.batches.Inc()
+		s.metrics.batchDuration.Observe(elapsed.Seconds())
+		s.log.Debug("batch durable", "units", len(b.units), "records", b.records, "bytes", b.recBytes, "duration", elapsed)
+	}
+	return closed, nil
+}
+
+// collect adds units to b until Linger passes, b holds MaxBatchBytes, or in is closed.
+func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, linger *time.Timer) (closed bool, err error) {
+	linger.Reset(s.cfg.Linger)
+	defer linger.Stop()
+	for b.bytes < s.cfg.MaxBatchBytes {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-linger.C:
+			return false, nil
+		case u, ok := <-in:
+			if !ok {
+				return true, nil
+			}
+			if u == nil {
+				continue
+			}
+			if err := s.produceUnit(ctx, b, u); err != nil {
+				return false, err
+			}
+		}
+	}
+	return false, nil
+}
+
+// begin opens a transaction for b in exactly-once mode, unless one is open.
+func (s *Sink) begin(b *batch) error {
+	if s.cfg.Delivery != ExactlyOnce || b.txn {
+		return nil
+	}
+	if err := s.prod.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
+	}
+	b.txn = true
+	return nil
+}
+
+// flush waits until every produced record is acknowledged, then reports the batch's first
+// produce error.
+func (s *Sink) flush(ctx context.Context) error {
+	if err := s.prod.Flush(ctx); err != nil {
+		return fmt.Errorf("flush records to kafka: %w", err)
+	}
+	if err := s.takeBatchErr(); err != nil {
+		return fmt.Errorf("produce to kafka: %w", s.classify(err))
+	}
+	return nil
+}
+
+// abort drops buffered records and aborts the open transaction, with a fresh deadline so
+// that a cancelled ctx still ends the transaction cleanly. A failure is logged and returned
+// for classification only: the broker aborts the transaction at its timeout, and the next
+// instance fences it anyway.
+func (s *Sink) abort(ctx context.Context) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := s.prod.AbortBufferedRecords(actx)
+	if err == nil {
+		err = s.prod.EndTransaction(actx, kgo.TryAbort)
+	}
+	if err != nil && !errors.Is(err, kerr.ProducerFenced) {
+		s.log.Warn("abort kafka transaction", "error", err)
+	}
+	return err
+}
+
+func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error {
+	b.units = append(b.units, u)
+	b.bytes += u.Bytes()
+	for i := range u.Records {
+		if err := s.produceRecord(ctx, b, &u.Records[i]); err != nil {
+			return fmt.Errorf("%s unit ending at %s: %w", u.Kind, u.End, err)
+		}
+	}
+	return nil
+}
+
+// produceRecord hands r to the producer asynchronously; its outcome reaches onProduced.
+// Produce blocks while the client buffers its maximum, which is the sink's backpressure.
+func (s *Sink) produceRecord(ctx context.Context, b *batch, r *change.Record) error {
+	switch {
+	case r.Partition == change.AllPartitions:
+		n, err := s.partitionCount(ctx, r.Topic)
+		if err != nil {
+			return err
+		}
+		for p := range n {
+			s.produce(ctx, b, r, p)
+		}
+	case r.Partition == change.AnyPartition || r.Partition >= 0:
+		s.produce(ctx, b, r, r.Partition)
+	default:
+		return fmt.Errorf("record for topic %s has invalid partition %d", r.Topic, r.Partition)
+	}
+	return nil
+}
+
+func (s *Sink) produce(ctx context.Context, b *batch, r *change.Record, partition int32) {
+	kr := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Partition: partition}
+	if partition >= 0 {
+		kr.Context = s.part.explicit
+	}
+	if len(r.Headers) > 0 {
+		kr.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		for i, h := range r.Headers {
+			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	b.records++
+	b.recBytes += r.Size()
+	s.prod.Produce(ctx, kr, s.promise)
+}
+
+// onProduced is the promise of every record. It only records: the offset of a success, the
+// first error of the batch.
+func (s *Sink) onProduced(r *kgo.Record, err error) {
+	if err != nil {
+		s.errMu.Lock()
+		if s.batchErr == nil {
+			s.batchErr = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
+		}
+		s.errMu.Unlock()
+		return
+	}
+	s.offsets.advance(r.Topic, r.Partition, r.Offset)
+}
+
+func (s *Sink) resetBatchErr() {
+	s.errMu.Lock()
+	s.batchErr = nil
+	s.errMu.Unlock()
+}
+
+func (s *Sink) takeBatchErr() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	err := s.batchErr
+	s.batchErr = nil
+	return err
+}

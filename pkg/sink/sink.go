@@ -1,0 +1,185 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrFenced is matched (errors.Is) by the errors of a Sink that another instance with the same
+// transactional id has fenced. It is permanent: this process must stop producing.
+var ErrFenced = errors.New("producer fenced")
+
+// producer is the part of *kgo.Client that Run uses; tests may swap it.
+type producer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+	BeginTransaction() error
+	EndTransaction(ctx context.Context, commit kgo.TransactionEndTry) error
+	AbortBufferedRecords(ctx context.Context) error
+}
+
+// Sink produces units to Kafka. Make one with New; it is used by one Run at a time. After Run
+// returns an error, Close the Sink and make a new one.
+type Sink struct {
+	cfg     Config
+	log     *slog.Logger
+	client  *kgo.Client
+	prod    producer
+	admin   *kadm.Client
+	part    *partitioner
+	offsets *offsetTracker
+	metrics *metrics
+
+	mu         sync.Mutex
+	partitions map[string]int32 // real partition counts of known topics
+
+	// errMu guards batchErr, the first produce error of the current batch.
+	errMu    sync.Mutex
+	batchErr error
+	// promise is s.onProduced, bound once so that producing allocates no closure per record.
+	promise func(*kgo.Record, error)
+}
+
+// New validates cfg and builds the Kafka client. It does not connect; see Ping.
+func New(cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("configure kafka sink: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("register sink metrics: %w", err)
+	}
+	s := &Sink{
+		cfg:        cfg,
+		log:        cfg.Logger.With("stage", "sink"),
+		part:       newPartitioner(),
+		offsets:    newOffsetTracker(),
+		metrics:    m,
+		partitions: make(map[string]int32),
+	}
+	s.promise = s.onProduced
+	client, err := kgo.NewClient(s.clientOpts()...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	s.client = client
+	s.prod = client
+	s.admin = kadm.NewClient(client)
+	return s, nil
+}
+
+// clientOpts are the producer client's options.
+func (s *Sink) clientOpts() []kgo.Opt {
+	maxBuffered := max(s.cfg.MaxBatchBytes, 2*MaxRecordBytes)
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.ClientID(s.cfg.ClientID),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordPartitioner(s.part),
+		kgo.ProducerBatchMaxBytes(MaxRecordBytes),
+		kgo.ProducerLinger(producerLinger),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedBytes(maxBuffered),
+		kgo.WithLogger(kgoLogger{s.log}),
+	}
+	if s.cfg.Delivery == ExactlyOnce {
+		opts = append(opts,
+			kgo.TransactionalID(s.cfg.TransactionalID),
+			kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+		)
+	}
+	return opts
+}
+
+// Ping checks that a broker answers.
+func (s *Sink) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx); err != nil {
+		return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
+	}
+	return nil
+}
+
+// Init initialises the producer: it loads the producer id, which in exactly-once mode fences
+// any previous instance with the same transactional id and completes or aborts its last
+// transaction. ReadWatermarks calls it; calling it again is cheap.
+func (s *Sink) Init(ctx context.Context) error {
+	if _, _, err := s.client.ProducerID(ctx); err != nil {
+		return s.classify(fmt.Errorf("initialise kafka producer: %w", err))
+	}
+	return nil
+}
+
+// Partitions returns the partition count of a topic EnsureTopics saw or Run looked up, or 0.
+func (s *Sink) Partitions(topic string) int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.partitions[topic]
+}
+
+// EndOffsets returns a copy of the next offsets known for topic: the end offsets seeded by
+// EnsureTopics, raised by every acknowledged record.
+func (s *Sink) EndOffsets(topic string) map[int32]int64 {
+	return s.offsets.topic(topic)
+}
+
+// Close closes the client. In exactly-once mode an open transaction is left for the broker
+// to abort (or for the next instance to fence).
+func (s *Sink) Close() {
+	s.client.Close()
+}
+
+// partitionCount returns topic's partition count, asking the cluster when it is not known yet.
+func (s *Sink) partitionCount(ctx context.Context, topic string) (int32, error) {
+	if n := s.Partitions(topic); n > 0 {
+		return n, nil
+	}
+	metas, err := s.describeTopics(ctx, []string{topic})
+	if err != nil {
+		return 0, err
+	}
+	m := metas[topic]
+	if m.err != nil {
+		return 0, fmt.Errorf("describe topic %s: %w", topic, m.err)
+	}
+	n := m.partitions
+	s.setPartitions(topic, n)
+	return n, nil
+}
+
+func (s *Sink) setPartitions(topic string, n int32) {
+	s.mu.Lock()
+	s.partitions[topic] = n
+	s.mu.Unlock()
+}
+
+// fencedError says that another instance took over the transactional id.
+type fencedError struct {
+	id  string
+	err error
+}
+
+func (e *fencedError) Error() string {
+	return fmt.Sprintf("another instance with transactional id %q took over: %v", e.id, e.err)
+}
+
+func (e *fencedError) Unwrap() []error { return []error{ErrFenced, e.err} }
+
+// classify turns a fencing error into a fencedError; other errors are returned as they are.
+func (s *Sink) classify(err error) error {
+	if err == nil || s.cfg.Delivery != ExactlyOnce {
+		return err
+	}
+	if errors.Is(err, kerr.ProducerFenced) {
+		return &fencedError{id: s.cfg.TransactionalID, err: err}
+	}
+	return err
+}

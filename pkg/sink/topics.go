@@ -1,0 +1,225 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// TopicSpec describes a data topic. Topics of keyless tables must not be compacted: a compacted
+// topic refuses records without a key.
+type TopicSpec struct {
+	Name    string
+	Compact bool
+}
+
+// topicWant is what EnsureTopics creates when a topic is missing.
+type topicWant struct {
+	compact    bool
+	partitions int32 // -1: the broker's default
+}
+
+// EnsureTopics creates the missing topics of specs and the watermark topic, with the
+// configured partitions and replication factor (cleanup.policy=compact where Compact; the
+// watermark topic is compacted with one partition) and max.message.bytes=MaxRecordBytes. Existing topics are accepted as they are
+// and their real partition counts remembered, except that an existing topic of a keyless table
+// that is compacted is an error. Finally the next offsets of every topic are seeded with the
+// topic's current end offsets.
+func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
+	wants, err := s.topicWants(specs)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(wants))
+	for name := range wants {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	metas, err := s.describeTopics(ctx, names)
+	if err != nil {
+		return err
+	}
+	var missing, existing []string
+	for _, name := range names {
+		switch m := metas[name]; {
+		case errors.Is(m.err, kerr.UnknownTopicOrPartition):
+			missing = append(missing, name)
+		case m.err != nil && !kerr.IsRetriable(m.err):
+			return fmt.Errorf("describe topic %s: %w", name, m.err)
+		default:
+			existing = append(existing, name)
+		}
+	}
+	if err := s.createTopics(ctx, missing, wants); err != nil {
+		return err
+	}
+	if err := s.checkExisting(ctx, existing, wants); err != nil {
+		return err
+	}
+	if err := s.loadPartitions(ctx, names); err != nil {
+		return err
+	}
+	ends, err := s.admin.ListEndOffsets(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("list end offsets: %w", err)
+	}
+	if err := ends.Error(); err != nil {
+		return fmt.Errorf("list end offsets: %w", err)
+	}
+	for topic, parts := range ends {
+		m := make(map[int32]int64, len(parts))
+		for p, lo := range parts {
+			m[p] = lo.Offset
+		}
+		s.offsets.seed(topic, m)
+	}
+	return nil
+}
+
+// topicWants merges specs with the watermark topic, refusing contradictions.
+func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
+	partitions := s.cfg.Partitions
+	if partitions == 0 {
+		partitions = -1
+	}
+	wants := map[string]topicWant{s.cfg.WatermarkTopic: {compact: true, partitions: 1}}
+	var errs []error
+	for _, spec := range specs {
+		if spec.Name == "" {
+			errs = append(errs, errors.New("topic spec without a name"))
+			continue
+		}
+		w := topicWant{compact: spec.Compact, partitions: partitions}
+		if prev, ok := wants[spec.Name]; ok && prev != w {
+			if spec.Name == s.cfg.WatermarkTopic {
+				errs = append(errs, fmt.Errorf("topic %s is both a data topic and the watermark topic", spec.Name))
+			} else {
+				errs = append(errs, fmt.Errorf("topic %s is listed twice, compacted and not compacted", spec.Name))
+			}
+			continue
+		}
+		wants[spec.Name] = w
+	}
+	return wants, errors.Join(errs...)
+}
+
+// createTopics creates the missing topics, one request per kind. A topic that appeared in the
+// meantime (TOPIC_ALREADY_EXISTS) is fine.
+func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant) error {
+	groups := make(map[topicWant][]string)
+	for _, name := range missing {
+		groups[wants[name]] = append(groups[wants[name]], name)
+	}
+	rf := s.cfg.ReplicationFactor
+	if rf == 0 {
+		rf = -1
+	}
+	var errs []error
+	for w, topics := range groups {
+		configs := map[string]*string{"max.message.bytes": new(strconv.Itoa(MaxRecordBytes))}
+		if w.compact {
+			configs["cleanup.policy"] = new("compact")
+		}
+		resps, err := s.admin.CreateTopics(ctx, w.partitions, rf, configs, topics...)
+		if err != nil {
+			return fmt.Errorf("create topics %s: %w", strings.Join(topics, ", "), err)
+		}
+		for _, name := range topics {
+			r, ok := resps[name]
+			switch {
+			case !ok:
+				errs = append(errs, fmt.Errorf("create topic %s: no answer from the broker", name))
+			case r.Err == nil:
+				s.log.Info("created topic", "topic", name, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor, "compacted", w.compact)
+			case errors.Is(r.Err, kerr.TopicAlreadyExists):
+			default:
+				msg := ""
+				if r.ErrMessage != "" {
+					msg = " (" + r.ErrMessage + ")"
+				}
+				errs = append(errs, fmt.Errorf("create topic %s: %w%s", name, r.Err, msg))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkExisting compares existing topics' cleanup policy with what is wanted.
+func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[string]topicWant) error {
+	if len(existing) == 0 {
+		return nil
+	}
+	rcs, err := s.admin.DescribeTopicConfigs(ctx, existing...)
+	if err != nil {
+		return fmt.Errorf("describe topic configs: %w", err)
+	}
+	var errs []error
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return fmt.Errorf("describe config of topic %s: %w", rc.Name, rc.Err)
+		}
+		compacted := false
+		for _, c := range rc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				compacted = true
+			}
+			if c.Key == "max.message.bytes" && c.Value != nil {
+				if n, err := strconv.Atoi(*c.Value); err == nil && n < MaxRecordBytes {
+					s.log.Warn("existing topic accepts smaller records than the sink may produce: rows whose record exceeds it fail with MESSAGE_TOO_LARGE; raise max.message.bytes on the topic",
+						"topic", rc.Name, "max_message_bytes", n, "want", MaxRecordBytes)
+				}
+			}
+		}
+		want := wants[rc.Name]
+		switch {
+		case compacted == want.compact:
+		case compacted:
+			errs = append(errs, fmt.Errorf("topic %s is compacted but its table has no key (a compacted topic refuses null keys): set cleanup.policy=delete on it or delete the topic", rc.Name))
+		default:
+			s.log.Warn("existing topic is not compacted: old versions of a key stay until retention removes them", "topic", rc.Name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// loadPartitions remembers the real partition count of every topic. Right after a create the
+// metadata may not list a topic yet, so this retries briefly.
+func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
+	const attempts = 50
+	pending := names
+	for attempt := 1; ; attempt++ {
+		metas, err := s.describeTopics(ctx, pending)
+		if err != nil {
+			return err
+		}
+		var next []string
+		var lastErr error
+		for _, name := range pending {
+			if m := metas[name]; m.err != nil {
+				next = append(next, name)
+				lastErr = fmt.Errorf("topic %s: %w", name, m.err)
+				continue
+			}
+			s.setPartitions(name, metas[name].partitions)
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		if attempt == attempts {
+			return fmt.Errorf("wait for topic metadata: %w", lastErr)
+		}
+		pending = next
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for topic metadata: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
