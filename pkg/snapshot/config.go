@@ -1,0 +1,158 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidemark/cdc/pkg/codec"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultWorkers          = 4
+	DefaultSlotPrefix       = "tidemark"
+	DefaultBatchRows        = 2000
+	DefaultBatchBytes       = 1 << 20
+	DefaultRangeBlocks      = 2048 // 16 MiB of 8 KiB blocks
+	DefaultProgressInterval = 10 * time.Second
+	DefaultSlotWaitTimeout  = 5 * time.Minute
+)
+
+// maxSlotPrefix leaves room for "_snap_" and a ten-digit backend PID in PostgreSQL's 63-byte names.
+const maxSlotPrefix = 63 - len("_snap_") - 10
+
+// Config configures the snapshot stage. The zero value of every field but ConnString is usable.
+type Config struct {
+	// ConnString is a PostgreSQL URL or keyword/value DSN. Workers use ordinary connections; the
+	// slot connection adds replication=database.
+	ConnString string
+	// Workers is the number of parallel COPY connections (CDC_SNAPSHOT_WORKERS); default 4.
+	Workers int
+	// SlotPrefix names the temporary slots: <SlotPrefix>_snap_<backend pid>. Lower-case letters,
+	// digits and underscores; default "tidemark".
+	SlotPrefix string
+	// Codec configures the row encoder.
+	Codec codec.Config
+	// BatchRows bounds the rows of one KindSnapshot unit; default 2000.
+	BatchRows int
+	// BatchBytes bounds the encoded bytes of one KindSnapshot unit; default 1 MiB.
+	BatchBytes int
+	// RangeBlocks is the target number of blocks per ctid range; default 2048 (16 MiB).
+	RangeBlocks int
+	// ProgressInterval is the least time between two progress logs of one table; default 10s.
+	ProgressInterval time.Duration
+	// SlotWaitTimeout bounds the wait of slot creation for open transactions; default 5m.
+	SlotWaitTimeout time.Duration
+	// Logger receives the stage's logs; default slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the stage's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// SessionParams returns the session settings pinned on every connection of the stage (ordinary
+// and replication ones), so text renderings of values do not depend on database defaults.
+func SessionParams() map[string]string {
+	return map[string]string{
+		"DateStyle":          "ISO",
+		"IntervalStyle":      "postgres",
+		"TimeZone":           "UTC",
+		"extra_float_digits": "3",
+	}
+}
+
+// withDefaults fills zero values and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers
+	}
+	if c.SlotPrefix == "" {
+		c.SlotPrefix = DefaultSlotPrefix
+	}
+	if c.BatchRows <= 0 {
+		c.BatchRows = DefaultBatchRows
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = DefaultBatchBytes
+	}
+	if c.RangeBlocks <= 0 {
+		c.RangeBlocks = DefaultRangeBlocks
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = DefaultProgressInterval
+	}
+	if c.SlotWaitTimeout <= 0 {
+		c.SlotWaitTimeout = DefaultSlotWaitTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	var problems []error
+	if c.ConnString == "" {
+		problems = append(problems, errors.New("connection string is empty"))
+	}
+	if len(c.SlotPrefix) > maxSlotPrefix {
+		problems = append(problems, fmt.Errorf("slot prefix %q is longer than %d bytes", c.SlotPrefix, maxSlotPrefix))
+	}
+	for _, r := range c.SlotPrefix {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			problems = append(problems, fmt.Errorf("slot prefix %q: only lower-case letters, digits and underscores are allowed", c.SlotPrefix))
+			break
+		}
+	}
+	return c, errors.Join(problems...)
+}
+
+// parseConnConfig parses the connection string once. Its error never repeats the string, which may
+// hold a password.
+func parseConnConfig(s string) (*pgx.ConnConfig, error) {
+	cc, err := pgx.ParseConfig(s)
+	if err != nil {
+		return nil, errors.New("parse connection string: invalid (details omitted because they may contain a password)")
+	}
+	return cc, nil
+}
+
+// workerConfig is a copy of base with the session settings pinned.
+func workerConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
+	cc := base.Copy()
+	cc.RuntimeParams = mergeParams(cc.RuntimeParams, nil)
+	cc.BuildContextWatcherHandler = cancelOnServer
+	return cc
+}
+
+// replicationConfig is a copy of base's pgconn config for a logical replication connection.
+func replicationConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
+	cc := base.Copy()
+	cc.RuntimeParams = mergeParams(cc.RuntimeParams, map[string]string{"replication": "database"})
+	cc.BuildContextWatcherHandler = cancelOnServer
+	return cc
+}
+
+// cancelOnServer makes a cancelled context also cancel the running statement on the server (a
+// slot creation waiting for old transactions, a COPY), instead of only dropping the socket, which
+// a backend waiting on a lock would not notice: a temporary slot would appear after its session
+// was given up and hold a WAL sender until the blocking transaction ended.
+func cancelOnServer(c *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
+}
+
+func mergeParams(base, extra map[string]string) map[string]string {
+	m := make(map[string]string, len(base)+len(extra)+4)
+	for k, v := range base {
+		m[k] = v
+	}
+	for k, v := range SessionParams() {
+		m[k] = v
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}

@@ -1,0 +1,45 @@
+// Package snapshot is the snapshot stage of Tidemark (strategy "copy"): it copies the current
+// rows of tables that are being added to the pipeline ("hydrating" exports) from one consistent
+// PostgreSQL snapshot, in parallel, and hands them to the sink as change.Units.
+//
+// Input: Requests, each a set of exports to hydrate together, served one at a time by Run.
+//
+// Per request the stage opens a replication connection, starts a REPEATABLE READ transaction,
+// creates a temporary logical slot with USE_SNAPSHOT (its consistent point is C) and exports that
+// snapshot. Ordinary worker connections (at most Config.Workers, no more than there are ranges)
+// import it; the table schemas (LoadTable), row estimates and sizes are read under it. As soon as
+// every worker holds the snapshot the exporting transaction is committed, which drops the
+// temporary slot: an imported snapshot stays valid in the importing transaction, while a slot held
+// for the whole copy would pin WAL. Then Hooks.Begin learns C and the tables and assigns the
+// attempt numbers, and the copy starts.
+//
+// Each table is split into ctid block ranges (SplitRanges); the ranges of all tables form one
+// queue, largest tables first (BuildQueue). A worker COPYs one range at a time in text format
+// (SELECT ... FROM ONLY the table: inheritance children are other tables) and encodes every row
+// with the codec package as a snapshot read (op "r") with source LSN C-1, the last commit LSN the
+// snapshot contains. A partitioned table is read through its root as one range, and rewrites of
+// its partitions are not detected.
+//
+// Output, on the out channel: change.KindSnapshot units (Export, Attempt, Rows, Records; at most
+// Config.BatchRows rows or about Config.BatchBytes bytes each) and, once every range of an export
+// has been sent by every worker, exactly one change.KindSnapshotDone unit for that export. Units of
+// different exports interleave; a KindSnapshotDone unit always follows every unit of its export.
+//
+// Table rewrites: each range runs in a savepoint. After its COPY, still holding the range's lock,
+// the worker compares the relfilenode the snapshot sees in pg_class with pg_relation_filenode();
+// a difference means a rewrite committed after C, so the export is abandoned in this request (no
+// KindSnapshotDone) and Hooks.Restart is called. The savepoint is then rolled back, which releases
+// the table lock while keeping the transaction's snapshot, so user DDL is never blocked for longer
+// than one range.
+//
+// Errors: a table that is missing, dropped, renamed or unreadable (privilege), or whose rows the
+// codec refuses, fails that export alone (Hooks.Failed); the others go on. When no replication slot
+// or WAL sender is free, or slot creation waits longer than Config.SlotWaitTimeout for open
+// transactions, every export of the request fails with ErrNoReplicationCapacity or a
+// *SlotWaitError. Anything else (lost connections, unexpected server errors) ends Run with the
+// error; the caller restarts the stage and requests the unfinished exports again. Connection
+// strings and passwords never appear in errors or logs.
+//
+// Every connection pins the session settings of SessionParams, so text renderings of values never
+// depend on database defaults.
+package snapshot
