@@ -1,0 +1,31 @@
+// Package replication is the replication stage: it reads the main logical replication slot with
+// the pgoutput plugin, decodes every message, routes each change to its export and hands the
+// sink one change.Unit per committed PostgreSQL transaction.
+//
+// Inputs: a replication connection (replication=database) on the main slot, starting at the
+// slot's confirmed position; control calls from the pipeline (Detect, SetConsistentPoint,
+// CopyDone, Remove, Fail) that change how exports are routed.
+//
+// Outputs: units on one channel, in stream order:
+//
+//   - KindTxn for each committed transaction holding changes of hydrated exports,
+//   - KindProgress at yield points (nothing waiting on the socket) when the stream position moved
+//     without anything to publish, including keepalives while no transaction is open,
+//   - KindHeld and then KindHydrated when a hydrating export's copy is durable: its hold buffer is
+//     released in commit order, after which its changes flow directly,
+//   - KindRemoved when the stream passes the position at which an export left the publication.
+//
+// Guarantees:
+//
+//   - A change of a hydrated export is dropped only when its transaction was already published
+//     before a restart (commit LSN below the export's restored own position).
+//   - A change of a hydrating export is dropped only when its commit LSN is below the export's
+//     consistent point C; every later one is held, as a whole transaction, and released after
+//     the copy, in order. Hold buffers are bounded in memory and spill to files beyond that.
+//   - Standby status updates go out on their own timer and whenever the server asks, also while
+//     the stage is blocked on a full output channel. Write, flush and apply all carry the LSN the
+//     pipeline reports as confirmable (Kafka has everything below it); they never move backwards
+//     and never carry a received position.
+//   - Relation messages are applied whenever they arrive, also for tables that are not routed,
+//     and keep their order relative to the changes that follow them.
+package replication

@@ -1,0 +1,335 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+)
+
+// Config configures the replication stage.
+type Config struct {
+	// ConnString is the PostgreSQL URL or DSN; the stage adds replication=database.
+	ConnString  string
+	Slot        string
+	Publication string
+	// SessionParams are set on the connection (pinned DateStyle, TimeZone, ...).
+	SessionParams map[string]string
+	// StatusInterval is how often standby status updates are sent; it is capped at half of the
+	// server's wal_sender_timeout. Default 10s.
+	StatusInterval time.Duration
+	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest.
+	HoldMemory int64
+	SpillDir   string
+	Codec      codec.Config
+	Logger     *slog.Logger
+}
+
+// Hooks is what the stage needs from the pipeline.
+type Hooks interface {
+	// Confirmable is the LSN the slot may confirm: Kafka holds everything below it.
+	Confirmable() (change.LSN, bool)
+	// KeyColumns returns the names of e's key columns when pgoutput cannot tell them (replica
+	// identity FULL marks every column).
+	KeyColumns(ctx context.Context, e change.ExportID) ([]string, error)
+	// UnknownRelation reports a Relation message for a table that is not an export.
+	UnknownRelation(e change.ExportID)
+}
+
+// Stage is the replication stage. Create it with New, give it the exports to resume with
+// Resume, then Run it; the control methods may be called from any goroutine while it runs.
+type Stage struct {
+	cfg   Config
+	hooks Hooks
+	log   *slog.Logger
+
+	ctrl chan func(*streamState)
+
+	statusMu  sync.Mutex
+	lastFlush change.LSN
+	conn      *pgconn.PgConn
+
+	state *streamState
+}
+
+// New returns a stage; nothing is connected until Run.
+func New(cfg Config, hooks Hooks) *Stage {
+	if cfg.StatusInterval <= 0 {
+		cfg.StatusInterval = 10 * time.Second
+	}
+	if cfg.HoldMemory <= 0 {
+		cfg.HoldMemory = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Stage{
+		cfg:   cfg,
+		hooks: hooks,
+		log:   cfg.Logger.With("stage", "replication"),
+		ctrl:  make(chan func(*streamState), 64),
+	}
+	s.state = newStreamState(s)
+	return s
+}
+
+// Resume registers exports that were hydrated before a restart: their changes flow directly,
+// except transactions that committed below their own position (already published).
+// Call it before Run.
+func (s *Stage) Resume(positions map[change.ExportID]change.LSN) {
+	for e, p := range positions {
+		s.state.routes[e] = &route{state: routeHydrated, replayBelow: p}
+	}
+}
+
+// Detect starts holding e's changes, before its snapshot exists. It returns once the stream
+// goroutine applied it, so a snapshot started afterwards sees every change it does not hold.
+func (s *Stage) Detect(ctx context.Context, exports []change.ExportID) error {
+	return s.call(ctx, func(st *streamState) { st.detect(exports) })
+}
+
+// SetConsistentPoint records the consistent point of exports' snapshot: held changes below it
+// are dropped, later ones kept.
+func (s *Stage) SetConsistentPoint(ctx context.Context, exports []change.ExportID, c change.LSN) error {
+	return s.call(ctx, func(st *streamState) { st.setConsistentPoint(exports, c) })
+}
+
+// CopyDone says e's copy is durable in Kafka: its hold buffer is released once the stream has
+// passed its consistent point, followed by a KindHydrated unit. It does not block.
+func (s *Stage) CopyDone(e change.ExportID) {
+	s.post(func(st *streamState) { st.copyDone(e) })
+}
+
+// Remove says e left the publication when the server's WAL was at 'at': its changes are still
+// routed until the stream passes 'at', then a KindRemoved unit is emitted. It does not block.
+func (s *Stage) Remove(e change.ExportID, at change.LSN) {
+	s.post(func(st *streamState) { st.remove(e, at) })
+}
+
+// Fail stops routing e (a permanent error of that export alone). It does not block.
+func (s *Stage) Fail(e change.ExportID) {
+	s.post(func(st *streamState) { st.fail(e) })
+}
+
+// Restart drops e's held changes and holds it again (its snapshot restarts). It does not block.
+func (s *Stage) Restart(e change.ExportID) {
+	s.post(func(st *streamState) { st.restartHold(e) })
+}
+
+func (s *Stage) call(ctx context.Context, fn func(*streamState)) error {
+	done := make(chan struct{})
+	select {
+	case s.ctrl <- func(st *streamState) { fn(st); close(done) }:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// post queues a control function without blocking the caller (sink callbacks must not block).
+func (s *Stage) post(fn func(*streamState)) {
+	select {
+	case s.ctrl <- fn:
+	default:
+		go func() { s.ctrl <- fn }()
+	}
+}
+
+// Run streams from the slot until ctx ends or an error occurs. Units go to out in stream order.
+func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
+	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
+	if err != nil {
+		return fmt.Errorf("replication connection config: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "tidemark-replication"
+	for k, v := range s.cfg.SessionParams {
+		cfg.RuntimeParams[k] = v
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replication connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	s.conn = conn
+
+	start, interval, protoArgs, err := s.prepare(ctx, conn)
+	if err != nil {
+		return err
+	}
+	s.lastFlush = start
+	s.state.pos = start
+	s.log.Info("starting replication", "slot", s.cfg.Slot, "start_lsn", start.String(), "publication", s.cfg.Publication)
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{PluginArgs: protoArgs})
+	if err != nil {
+		return fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
+	}
+
+	msgs := make(chan []byte, 1024)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.receive(gctx, conn, msgs) })
+	g.Go(func() error { return s.statusLoop(gctx, interval) })
+	g.Go(func() error { return s.state.loop(gctx, msgs, out) })
+	err = g.Wait()
+	s.state.close()
+	if ctx.Err() != nil {
+		// Orderly stop. The pipeline confirms the final position once the sink has drained
+		// (pg_replication_slot_advance), after this connection is gone.
+		return nil
+	}
+	return err
+}
+
+// prepare reads the slot's confirmed position and the server settings that shape the stream.
+func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, time.Duration, []string, error) {
+	res, err := conn.Exec(ctx, fmt.Sprintf(
+		"SELECT confirmed_flush_lsn, coalesce(wal_status, ''), current_setting('server_version_num'), current_setting('wal_sender_timeout') FROM pg_replication_slots WHERE slot_name = '%s'",
+		s.cfg.Slot)).ReadAll()
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("read slot %s: %w", s.cfg.Slot, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return 0, 0, nil, fmt.Errorf("replication slot %q does not exist: %w", s.cfg.Slot, ErrSlotLost)
+	}
+	row := res[0].Rows[0]
+	if string(row[1]) == "lost" {
+		return 0, 0, nil, fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): %w", s.cfg.Slot, ErrSlotLost)
+	}
+	start, err := change.ParseLSN(string(row[0]))
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("slot %s confirmed_flush_lsn: %w", s.cfg.Slot, err)
+	}
+	version, _ := strconv.Atoi(string(row[2]))
+	interval := s.cfg.StatusInterval
+	if t, err := parsePGDuration(string(row[3])); err == nil && t > 0 && t/2 < interval {
+		interval = t / 2
+	}
+	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", escapeLiteral(s.cfg.Publication))}
+	if version >= 140000 {
+		args = append(args, "streaming 'off'")
+	}
+	return start, interval, args, nil
+}
+
+// ErrSlotLost means changes may have been lost: the slot is missing or invalidated.
+var ErrSlotLost = errors.New("replication slot lost")
+
+// receive reads messages from the server and forwards XLogData and keepalives; it answers
+// keepalives that request a reply at once, whatever the stream goroutine is doing.
+func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []byte) error {
+	defer close(msgs)
+	for {
+		raw, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("receive replication message: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			if m.Data[0] == pglogrepl.PrimaryKeepaliveMessageByteID {
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				if ka.ReplyRequested {
+					if err := s.sendStatus(ctx, false); err != nil {
+						return err
+					}
+				}
+			}
+			data := make([]byte, len(m.Data))
+			copy(data, m.Data)
+			select {
+			case msgs <- data:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("replication stream ended by the server")
+		}
+	}
+}
+
+func (s *Stage) statusLoop(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if err := s.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// sendStatus sends write = flush = apply = the confirmable LSN, never moving backwards.
+func (s *Stage) sendStatus(ctx context.Context, reply bool) error {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	if lsn, ok := s.hooks.Confirmable(); ok && lsn > s.lastFlush {
+		s.lastFlush = lsn
+	}
+	p := pglogrepl.LSN(s.lastFlush)
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: p, WALFlushPosition: p, WALApplyPosition: p,
+		ClientTime: time.Now(), ReplyRequested: reply,
+	})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
+	}
+	return nil
+}
+
+func escapeLiteral(s string) string {
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\'' {
+			out = append(out, '\'')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}
+
+// parsePGDuration parses a GUC time value as current_setting renders it ("60s", "1min", "0").
+func parsePGDuration(s string) (time.Duration, error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, err := strconv.Atoi(s[:i])
+	if err != nil {
+		return 0, err
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "ms": time.Millisecond, "s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[s[i:]]
+	if unit == 0 {
+		return 0, fmt.Errorf("unknown unit in %q", s)
+	}
+	return time.Duration(n) * unit, nil
+}

@@ -1,0 +1,447 @@
+package replication
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+)
+
+type routeState uint8
+
+const (
+	routeHydrated  routeState = iota + 1
+	routeHolding              // hydrating: changes go to the hold buffer
+	routeReleasing            // copy durable; release once the stream passes C
+	routeRemoving             // left the publication; routed until the stream passes removeAt
+	routeGone                 // removed or failed: dropped
+)
+
+type route struct {
+	state routeState
+	// replayBelow: a hydrated export drops transactions with commit LSN below it (replay
+	// after a restart).
+	replayBelow change.LSN
+	// c is the consistent point of the export's snapshot; hasC once it is known.
+	c    change.LSN
+	hasC bool
+	hold *holdBuffer
+	// removeAt is the server WAL position at which the removal was noticed.
+	removeAt change.LSN
+}
+
+type relation struct {
+	export change.ExportID
+	enc    *codec.Encoder
+	ncols  int
+}
+
+// txn is the transaction being decoded.
+type txn struct {
+	open    bool
+	commit  change.LSN
+	xid     uint32
+	seq     int64
+	src     codec.Source
+	records []change.Record
+	held    map[change.ExportID]*change.Unit
+}
+
+// streamState is owned by the stream goroutine.
+type streamState struct {
+	s      *Stage
+	log    *slog.Logger
+	routes map[change.ExportID]*route
+	rels   map[uint32]*relation
+	tx     txn
+	// pos is the stream position S; emitted is the last position handed to the sink.
+	pos     change.LSN
+	emitted change.LSN
+	out     chan<- *change.Unit
+	ctx     context.Context
+}
+
+func newStreamState(s *Stage) *streamState {
+	return &streamState{
+		s:      s,
+		log:    s.log,
+		routes: make(map[change.ExportID]*route),
+		rels:   make(map[uint32]*relation),
+	}
+}
+
+func (st *streamState) close() {
+	for _, r := range st.routes {
+		if r.hold != nil {
+			r.hold.Close()
+		}
+	}
+}
+
+func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
+	st.ctx, st.out = ctx, out
+	st.emitted = st.pos
+	for {
+		// Yield point: nothing waiting. Publish progress and do pending releases.
+		select {
+		case data, ok := <-msgs:
+			if !ok {
+				return ctx.Err()
+			}
+			if err := st.handle(data); err != nil {
+				return err
+			}
+			continue
+		case fn := <-st.s.ctrl:
+			fn(st)
+			continue
+		default:
+		}
+		if err := st.yield(); err != nil {
+			return err
+		}
+		select {
+		case data, ok := <-msgs:
+			if !ok {
+				return ctx.Err()
+			}
+			if err := st.handle(data); err != nil {
+				return err
+			}
+		case fn := <-st.s.ctrl:
+			fn(st)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// emit sends a unit to the sink, applying control calls while it waits (they only change
+// routing state; releases happen at yield points).
+func (st *streamState) emit(u *change.Unit) error {
+	for {
+		select {
+		case st.out <- u:
+			if u.Kind == change.KindTxn || u.Kind == change.KindProgress {
+				st.emitted = max(st.emitted, u.End)
+			}
+			return nil
+		case fn := <-st.s.ctrl:
+			fn(st)
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+}
+
+func (st *streamState) yield() error {
+	if st.tx.open {
+		return nil
+	}
+	for e, r := range st.routes {
+		switch {
+		case r.state == routeReleasing && st.pos >= r.c:
+			if err := st.release(e, r); err != nil {
+				return err
+			}
+		case r.state == routeRemoving && st.pos >= r.removeAt:
+			r.state = routeGone
+			if err := st.emit(&change.Unit{Kind: change.KindRemoved, Export: e, End: st.pos}); err != nil {
+				return err
+			}
+		}
+	}
+	if st.pos > st.emitted {
+		return st.emit(&change.Unit{Kind: change.KindProgress, End: st.pos})
+	}
+	return nil
+}
+
+func (st *streamState) release(e change.ExportID, r *route) error {
+	n := r.hold.Len()
+	err := r.hold.Drain(func(u *change.Unit) error { return st.emit(u) })
+	if err != nil {
+		return fmt.Errorf("release hold buffer of %s: %w", e, err)
+	}
+	r.hold = nil
+	r.state = routeHydrated
+	st.log.Info("export hydrated", "export", e.String(), "held_transactions", n, "stream_lsn", st.pos.String())
+	return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
+}
+
+func (st *streamState) handle(data []byte) error {
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		// Idle progress: only while no transaction is open.
+		if !st.tx.open {
+			st.pos = max(st.pos, change.LSN(ka.ServerWALEnd))
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse xlogdata: %w", err)
+		}
+		msg, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("parse pgoutput message: %w", err)
+		}
+		return st.message(msg)
+	}
+	return nil
+}
+
+func (st *streamState) message(msg pglogrepl.Message) error {
+	switch m := msg.(type) {
+	case *pglogrepl.BeginMessage:
+		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held}
+		clear(st.tx.held)
+		st.tx.src = codec.Source{LSN: change.LSN(m.FinalLSN), Xid: m.Xid, Time: m.CommitTime}
+	case *pglogrepl.CommitMessage:
+		return st.commit(m)
+	case *pglogrepl.RelationMessage:
+		return st.relation(m)
+	case *pglogrepl.InsertMessage:
+		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+			after, _, err := tupleValues(m.Tuple, n)
+			if err != nil {
+				return dst, err
+			}
+			return enc.Insert(dst, src, after)
+		})
+	case *pglogrepl.UpdateMessage:
+		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+			var before [][]byte
+			if m.OldTuple != nil {
+				var err error
+				if before, _, err = tupleValues(m.OldTuple, n); err != nil {
+					return dst, err
+				}
+			}
+			after, unchanged, err := tupleValues(m.NewTuple, n)
+			if err != nil {
+				return dst, err
+			}
+			return enc.Update(dst, src, before, after, unchanged)
+		})
+	case *pglogrepl.DeleteMessage:
+		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+			before, _, err := tupleValues(m.OldTuple, n)
+			if err != nil {
+				return dst, err
+			}
+			return enc.Delete(dst, src, before)
+		})
+	case *pglogrepl.TruncateMessage:
+		for _, id := range m.RelationIDs {
+			err := st.change(id, func(enc *codec.Encoder, dst []change.Record, src codec.Source, _ int) ([]change.Record, error) {
+				return enc.Truncate(dst, src)
+			})
+			if err != nil {
+				return err
+			}
+		}
+	}
+	// Type and Origin messages need nothing: values arrive as text.
+	return nil
+}
+
+func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
+	e := change.ExportID{Schema: m.Namespace, Table: m.RelationName}
+	t := &change.Table{Export: e, OID: m.RelationID}
+	for _, c := range m.Columns {
+		t.Columns = append(t.Columns, change.Column{Name: c.Name, TypeOID: c.DataType, TypeMod: c.TypeModifier, Key: c.Flags&1 == 1})
+	}
+	switch m.ReplicaIdentity {
+	case 'n':
+		for i := range t.Columns {
+			t.Columns[i].Key = false
+		}
+	case 'f':
+		// FULL marks every column; the record key is the primary key, as in the snapshot.
+		keys, err := st.s.hooks.KeyColumns(st.ctx, e)
+		if err != nil {
+			return fmt.Errorf("key columns of %s: %w", e, err)
+		}
+		for i := range t.Columns {
+			t.Columns[i].Key = false
+			for _, k := range keys {
+				if t.Columns[i].Name == k {
+					t.Columns[i].Key = true
+				}
+			}
+		}
+	}
+	enc, err := codec.NewEncoder(st.s.cfg.Codec, t)
+	if err != nil {
+		return fmt.Errorf("encoder for %s: %w", e, err)
+	}
+	st.rels[m.RelationID] = &relation{export: e, enc: enc, ncols: len(t.Columns)}
+	if _, ok := st.routes[e]; !ok {
+		st.s.hooks.UnknownRelation(e)
+	}
+	return nil
+}
+
+type encodeFunc func(enc *codec.Encoder, dst []change.Record, src codec.Source, ncols int) ([]change.Record, error)
+
+// change routes one row change of the open transaction.
+func (st *streamState) change(relID uint32, encode encodeFunc) error {
+	rel, ok := st.rels[relID]
+	if !ok {
+		return fmt.Errorf("change for relation %d before its Relation message", relID)
+	}
+	r, ok := st.routes[rel.export]
+	if !ok {
+		return nil
+	}
+	st.tx.seq++
+	src := st.tx.src
+	src.Seq = st.tx.seq
+	var err error
+	switch r.state {
+	case routeHydrated, routeRemoving:
+		if st.tx.commit < r.replayBelow {
+			return nil
+		}
+		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
+	case routeHolding, routeReleasing:
+		if r.hasC && st.tx.commit < r.c {
+			return nil
+		}
+		if st.tx.held == nil {
+			st.tx.held = make(map[change.ExportID]*change.Unit)
+		}
+		u := st.tx.held[rel.export]
+		if u == nil {
+			u = &change.Unit{Kind: change.KindHeld, Export: rel.export, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time}
+			st.tx.held[rel.export] = u
+		}
+		u.Records, err = encode(rel.enc, u.Records, src, rel.ncols)
+	}
+	if err != nil {
+		return fmt.Errorf("encode change of %s at %s: %w", rel.export, st.tx.commit, err)
+	}
+	return nil
+}
+
+func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
+	end := change.LSN(m.TransactionEndLSN)
+	for e, u := range st.tx.held {
+		u.End = end
+		r := st.routes[e]
+		if r == nil || r.hold == nil || (r.hasC && u.Commit < r.c) {
+			continue
+		}
+		if err := r.hold.Add(u); err != nil {
+			return fmt.Errorf("hold change of %s: %w", e, err)
+		}
+	}
+	clear(st.tx.held)
+	recs, xid := st.tx.records, st.tx.xid
+	st.tx = txn{held: st.tx.held}
+	// Register the transaction's records with the sink before the position passes its end.
+	if len(recs) > 0 {
+		if err := st.emit(&change.Unit{
+			Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,
+			Xid: xid, Time: m.CommitTime, Records: recs,
+		}); err != nil {
+			return err
+		}
+	}
+	st.pos = max(st.pos, end)
+	return nil
+}
+
+// tupleValues returns the text values of a tuple (nil = NULL) and which ones pgoutput sent as
+// unchanged TOAST.
+func tupleValues(t *pglogrepl.TupleData, ncols int) ([][]byte, []bool, error) {
+	if t == nil {
+		return nil, nil, nil
+	}
+	if len(t.Columns) != ncols {
+		return nil, nil, fmt.Errorf("tuple has %d columns, relation has %d", len(t.Columns), ncols)
+	}
+	vals := make([][]byte, ncols)
+	var unchanged []bool
+	for i, c := range t.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeBinary:
+			vals[i] = c.Data
+		case pglogrepl.TupleDataTypeToast:
+			if unchanged == nil {
+				unchanged = make([]bool, ncols)
+			}
+			unchanged[i] = true
+		}
+	}
+	return vals, unchanged, nil
+}
+
+// Control functions, run on the stream goroutine.
+
+func (st *streamState) detect(exports []change.ExportID) {
+	for _, e := range exports {
+		if r, ok := st.routes[e]; ok && r.hold != nil {
+			r.hold.Close()
+		}
+		st.routes[e] = &route{state: routeHolding, hold: newHoldBuffer(st.s.cfg.HoldMemory, st.s.cfg.SpillDir)}
+	}
+}
+
+func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LSN) {
+	for _, e := range exports {
+		r, ok := st.routes[e]
+		if !ok || r.hold == nil {
+			continue
+		}
+		r.c, r.hasC = c, true
+		if err := r.hold.DropBelow(c); err != nil {
+			st.log.Error("drop held changes below consistent point", "export", e.String(), "err", err)
+		}
+	}
+}
+
+func (st *streamState) copyDone(e change.ExportID) {
+	if r, ok := st.routes[e]; ok && r.state == routeHolding && r.hasC {
+		r.state = routeReleasing
+	}
+}
+
+func (st *streamState) remove(e change.ExportID, at change.LSN) {
+	r, ok := st.routes[e]
+	if !ok {
+		return
+	}
+	if r.state != routeHydrated {
+		// Never hydrated: nothing of it was published directly; drop what it held.
+		r.replayBelow = ^change.LSN(0)
+	}
+	if r.hold != nil {
+		r.hold.Close()
+		r.hold = nil
+	}
+	r.state, r.removeAt = routeRemoving, at
+}
+
+func (st *streamState) fail(e change.ExportID) {
+	if r, ok := st.routes[e]; ok {
+		if r.hold != nil {
+			r.hold.Close()
+			r.hold = nil
+		}
+		r.state = routeGone
+	}
+}
+
+func (st *streamState) restartHold(e change.ExportID) {
+	st.detect([]change.ExportID{e})
+}
