@@ -1,0 +1,548 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pipeline"
+)
+
+// Env is the service's whole configuration surface: one field per environment variable. Tags:
+// env (name, and ",required"), envDefault (applied by caarlos0/env), desc (the meaning shown by
+// `cdc help` and in the README) and helpDefault (what help shows as the default when envDefault
+// does not say it, e.g. a computed default).
+//
+// Every field is a string on purpose: LoadConfig parses and range-checks each one itself so that a
+// bad value is reported with the variable's name and what is allowed, together with every other
+// problem.
+type Env struct {
+	PGURL        string `env:"CDC_PG_URL" helpDefault:"(PG* variables)" desc:"PostgreSQL connection: URL (postgres://user:pass@host:5432/db) or key=value DSN; required unless PG* variables such as PGHOST are set"`
+	KafkaBrokers string `env:"CDC_KAFKA_BROKERS,required" helpDefault:"(required)" desc:"Kafka bootstrap brokers, comma-separated host:port"`
+	Publication  string `env:"CDC_PUBLICATION" envDefault:"tidemark" desc:"PostgreSQL publication whose tables are exported"`
+	Tables       string `env:"CDC_TABLES" helpDefault:"(none)" desc:"comma-separated schema.table list; when set, the service creates the publication or adds these tables to it; when empty the publication must exist"`
+	Slot         string `env:"CDC_SLOT" envDefault:"tidemark" desc:"logical replication slot name (a-z, 0-9, _; at most 63)"`
+
+	TopicPrefix       string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"prefix of every topic: <prefix>.<schema>.<table>"`
+	TopicPartitions   string `env:"CDC_TOPIC_PARTITIONS" envDefault:"1" desc:"partitions of each created topic (1 to 10000)"`
+	ReplicationFactor string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
+	WatermarkTopic    string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
+	Delivery          string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
+
+	SnapshotWorkers string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY workers per snapshot (1 to 64)"`
+
+	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
+	WatermarkInterval       string `env:"CDC_WATERMARK_INTERVAL" envDefault:"1s" desc:"how often watermark records are written (at least 10ms)"`
+	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
+	HoldMemory              string `env:"CDC_HOLD_MEMORY" envDefault:"64MiB" desc:"memory per hydrating table for changes held back during its snapshot; beyond it they spill to disk (at least 1MiB; suffixes KiB, MiB, GiB, KB, MB, GB)"`
+	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
+	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
+
+	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(disabled)" desc:"host:port serving Prometheus metrics on /metrics, e.g. 127.0.0.1:9187"`
+	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
+	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
+}
+
+// Settings is the validated configuration: the pipeline's (without its Logger) and the logger's.
+type Settings struct {
+	Pipeline  pipeline.Config
+	LogLevel  slog.Level
+	LogFormat string // "json" or "text"
+}
+
+// LogValue logs the settings with the PostgreSQL password redacted.
+func (s Settings) LogValue() slog.Value {
+	p := s.Pipeline
+	return slog.GroupValue(
+		slog.String("pg_url", redactDSN(p.PGURL)),
+		slog.String("publication", p.Publication),
+		slog.Any("tables", p.Tables),
+		slog.String("slot", p.Slot),
+		slog.Any("brokers", p.Brokers),
+		slog.String("topic_prefix", p.TopicPrefix),
+		slog.String("watermark_topic", p.WatermarkTopic),
+		slog.String("delivery", string(p.Delivery)),
+		slog.String("watermark_mode", string(p.WatermarkMode)),
+		slog.Int("snapshot_workers", p.SnapshotWorkers),
+	)
+}
+
+// ConfigError lists every configuration problem; main exits with code 2 on it. Each problem names
+// its variable. Error prints one problem per line.
+type ConfigError struct {
+	Problems []error
+}
+
+func (e *ConfigError) Error() string   { return errors.Join(e.Problems...).Error() }
+func (e *ConfigError) Unwrap() []error { return e.Problems }
+
+// varError is one problem with one variable. Value is shown quoted when not empty; it must already
+// be redacted.
+type varError struct {
+	Name  string
+	Value string
+	Msg   string
+}
+
+func (e *varError) Error() string {
+	if e.Value == "" {
+		return e.Name + ": " + e.Msg
+	}
+	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
+}
+
+// LoadConfig reads and validates the environment through getenv. environ (os.Environ() in main; nil
+// skips the check) is used only to find unknown CDC_* variables, which are problems too: a
+// misspelt variable silently ignored is worse than a refusal to start. On any problem it returns a
+// *ConfigError listing all of them.
+func LoadConfig(getenv func(string) string, environ []string) (Settings, error) {
+	var c checker
+	c.unknownVars(environ)
+	e := c.parseEnv(getenv)
+
+	prefix := c.topic("CDC_TOPIC_PREFIX", e.TopicPrefix, 200)
+	watermarkTopic := e.WatermarkTopic
+	if watermarkTopic == "" {
+		watermarkTopic = prefix + ".__watermarks"
+	}
+	spillDir := e.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(os.TempDir(), "tidemark-spill")
+	}
+	s := Settings{
+		Pipeline: pipeline.Config{
+			PGURL:                   c.pgURL(e.PGURL, getenv),
+			Publication:             c.identifier("CDC_PUBLICATION", e.Publication),
+			Tables:                  c.tables(e.Tables, prefix),
+			Slot:                    c.slot(e.Slot),
+			Brokers:                 c.brokers(e.KafkaBrokers),
+			TopicPrefix:             prefix,
+			TopicPartitions:         int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
+			ReplicationFactor:       int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
+			WatermarkTopic:          c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
+			Delivery:                oneOf(&c, "CDC_DELIVERY", e.Delivery, pipeline.ExactlyOnce, pipeline.AtLeastOnce),
+			SnapshotWorkers:         int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
+			WatermarkMode:           oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
+			WatermarkInterval:       c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
+			PublicationPollInterval: c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
+			HoldMemory:              c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
+			SpillDir:                spillDir,
+			SlotWaitTimeout:         c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
+			MetricsAddr:             c.metricsAddr(e.MetricsAddr),
+		},
+		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
+	}
+	switch oneOf(&c, "CDC_LOG_LEVEL", e.LogLevel, "debug", "info", "warn", "error") {
+	case "debug":
+		s.LogLevel = slog.LevelDebug
+	case "warn":
+		s.LogLevel = slog.LevelWarn
+	case "error":
+		s.LogLevel = slog.LevelError
+	default:
+		s.LogLevel = slog.LevelInfo
+	}
+	if len(c.problems) > 0 {
+		return Settings{}, &ConfigError{Problems: c.problems}
+	}
+	return s, nil
+}
+
+// envVar describes one variable of Env, read from its struct tags.
+type envVar struct {
+	Name     string
+	Default  string // envDefault
+	Shown    string // the default as help shows it
+	Required bool
+	Desc     string
+}
+
+// envVars lists the variables of Env in declaration order.
+func envVars() []envVar {
+	var vars []envVar
+	for f := range reflect.TypeFor[Env]().Fields() {
+		name, opts, _ := strings.Cut(f.Tag.Get("env"), ",")
+		v := envVar{
+			Name:     name,
+			Default:  f.Tag.Get("envDefault"),
+			Shown:    f.Tag.Get("helpDefault"),
+			Required: slices.Contains(strings.Split(opts, ","), "required"),
+			Desc:     f.Tag.Get("desc"),
+		}
+		if v.Shown == "" {
+			v.Shown = v.Default
+		}
+		vars = append(vars, v)
+	}
+	return vars
+}
+
+// checker collects problems; each method validates one kind of value, records what is wrong and
+// returns the zero value when something is.
+type checker struct {
+	problems []error
+}
+
+func (c *checker) add(name, value, format string, args ...any) {
+	c.problems = append(c.problems, &varError{Name: name, Value: value, Msg: fmt.Sprintf(format, args...)})
+}
+
+// parseEnv fills Env from getenv with caarlos0/env, which applies the defaults. Only Env's own
+// variables are looked up, so nothing else of the process environment is read.
+func (c *checker) parseEnv(getenv func(string) string) Env {
+	vars := make(map[string]string) // never nil: a nil map makes env read os.Environ
+	for _, v := range envVars() {
+		if val := strings.TrimSpace(getenv(v.Name)); val != "" {
+			vars[v.Name] = val
+		}
+	}
+	var e Env
+	err := env.ParseWithOptions(&e, env.Options{Environment: vars})
+	for _, err := range unwrapAll(err) {
+		if notSet, ok := errors.AsType[env.VarIsNotSetError](err); ok {
+			c.add(notSet.Key, "", "required but not set; want %s", describe(notSet.Key))
+			continue
+		}
+		c.problems = append(c.problems, fmt.Errorf("read environment: %w", err))
+	}
+	return e
+}
+
+// describe returns the help text of a variable.
+func describe(name string) string {
+	for _, v := range envVars() {
+		if v.Name == name {
+			return v.Desc
+		}
+	}
+	return "see `cdc help`"
+}
+
+func unwrapAll(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		return multi.Unwrap()
+	}
+	return []error{err}
+}
+
+// unknownVars reports CDC_* variables that Env does not declare, with the closest known names.
+func (c *checker) unknownVars(environ []string) {
+	var known []string
+	for _, v := range envVars() {
+		known = append(known, v.Name)
+	}
+	seen := make(map[string]bool)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "CDC_") || slices.Contains(known, name) || seen[name] {
+			continue
+		}
+		seen[name] = true
+		// The value is never shown: a misspelt variable may well hold a password.
+		if near := closest(name, known); len(near) > 0 {
+			c.add(name, "", "unknown variable; did you mean %s?", strings.Join(near, " or "))
+		} else {
+			c.add(name, "", "unknown variable; run `cdc help` for the list")
+		}
+	}
+}
+
+// closest returns up to three known names near name: within an edit distance of 3, or containing
+// its words (CDC_BROKERS -> CDC_KAFKA_BROKERS), nearest first.
+func closest(name string, known []string) []string {
+	type cand struct {
+		name string
+		dist int
+	}
+	var cands []cand
+	stem := strings.TrimPrefix(name, "CDC_")
+	for _, k := range known {
+		d := editDistance(name, k)
+		if d <= 3 || len(stem) >= 4 && strings.Contains(k, stem) {
+			cands = append(cands, cand{k, d})
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b cand) int { return a.dist - b.dist })
+	var out []string
+	for _, c := range cands[:min(3, len(cands))] {
+		out = append(out, c.name)
+	}
+	return out
+}
+
+// editDistance is the Levenshtein distance of two ASCII strings.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// pgURL checks that a connection is configured and that CDC_PG_URL parses. Without CDC_PG_URL,
+// pgx builds the connection from libpq's PG* variables alone; ParseConfig("") is not called here
+// because it would read the process environment rather than getenv.
+func (c *checker) pgURL(s string, getenv func(string) string) string {
+	if s == "" {
+		for _, v := range []string{"PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE"} {
+			if getenv(v) != "" {
+				return ""
+			}
+		}
+		c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
+		return ""
+	}
+	if _, err := pgconn.ParseConfig(s); err != nil {
+		c.add("CDC_PG_URL", redactDSN(s), "%s; want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)", pgParseReason(err))
+		return ""
+	}
+	return s
+}
+
+// pgParseReason is pgconn's reason for rejecting a connection string, without the connection
+// string itself: pgconn's redaction is best effort, and net/url errors quote the URL unredacted.
+func pgParseReason(err error) string {
+	pe, ok := errors.AsType[*pgconn.ParseConfigError](err)
+	if !ok {
+		return "cannot parse"
+	}
+	text := pe.Error() // "cannot parse `<conn>`: <msg>" or "... (<inner>)"
+	inner := pe.Unwrap()
+	if inner != nil {
+		text = strings.TrimSuffix(text, " ("+inner.Error()+")")
+	}
+	reason := "cannot parse"
+	if i := strings.LastIndex(text, "`: "); i >= 0 {
+		reason = text[i+len("`: "):]
+	}
+	if urlErr, ok := errors.AsType[*url.Error](inner); ok {
+		inner = urlErr.Err
+	}
+	if inner != nil {
+		reason += ": " + inner.Error()
+	}
+	return reason
+}
+
+var (
+	identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+	slotRE  = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+)
+
+func (c *checker) identifier(name, s string) string {
+	if !identRE.MatchString(s) {
+		c.add(name, s, "want a PostgreSQL identifier: letters, digits, _ and $, not starting with a digit or $, at most 63 characters")
+		return ""
+	}
+	return s
+}
+
+func (c *checker) slot(s string) string {
+	if !slotRE.MatchString(s) {
+		c.add("CDC_SLOT", s, "want 1 to 63 characters from a-z, 0-9 and _ (PostgreSQL's rule for replication slot names)")
+		return ""
+	}
+	return s
+}
+
+func (c *checker) topic(name, s string, maxLen int) string {
+	if !topicRE.MatchString(s) || len(s) > maxLen || s == "." || s == ".." {
+		c.add(name, s, "want 1 to %d characters from A-Z, a-z, 0-9, '.', '_' and '-' (Kafka's rule for topic names)", maxLen)
+		return ""
+	}
+	return s
+}
+
+// tables parses CDC_TABLES; prefix ("" when invalid) is used to check that no two tables map to
+// the same topic.
+func (c *checker) tables(s, prefix string) []change.ExportID {
+	if s == "" {
+		return nil
+	}
+	var ids []change.ExportID
+	ok := true
+	for entry := range strings.SplitSeq(s, ",") {
+		entry = strings.TrimSpace(entry)
+		id, err := change.ParseExportID(entry)
+		switch {
+		case entry == "":
+			c.add("CDC_TABLES", s, "empty entry; want comma-separated schema.table names")
+			ok = false
+		case err != nil:
+			c.add("CDC_TABLES", s, "%v (entries are comma-separated schema.table names)", err)
+			ok = false
+		case slices.Contains(ids, id):
+			c.add("CDC_TABLES", s, "%s is listed twice", id)
+			ok = false
+		default:
+			ids = append(ids, id)
+		}
+	}
+	if !ok {
+		return nil
+	}
+	if prefix != "" {
+		if err := change.CheckTopicCollisions(prefix, ids); err != nil {
+			c.add("CDC_TABLES", s, "%v", err)
+			return nil
+		}
+	}
+	return ids
+}
+
+func (c *checker) brokers(s string) []string {
+	if s == "" {
+		return nil // reported by parseEnv: the variable is required
+	}
+	var out []string
+	for b := range strings.SplitSeq(s, ",") {
+		b = strings.TrimSpace(b)
+		if !validHostPort(b, false) {
+			c.add("CDC_KAFKA_BROKERS", s, "broker %q: want host:port with a port from 1 to 65535, brokers separated by commas", b)
+			continue
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+func (c *checker) metricsAddr(s string) string {
+	if s != "" && !validHostPort(s, true) {
+		c.add("CDC_METRICS_ADDR", s, "want host:port (or :port for every interface) with a port from 1 to 65535")
+		return ""
+	}
+	return s
+}
+
+func validHostPort(s string, emptyHostOK bool) bool {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil || host == "" && !emptyHostOK || strings.ContainsAny(host, " /") {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= 1 && n <= 65535
+}
+
+// integer parses an integer in [lo, hi], or equal to alt when alt is not empty.
+func (c *checker) integer(name, s string, lo, hi int64, alt string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err == nil && (n >= lo && n <= hi || alt != "" && s == alt) {
+		return n
+	}
+	if alt != "" {
+		c.add(name, s, "want an integer from %d to %d, or %s for the broker default", lo, hi, alt)
+	} else {
+		c.add(name, s, "want an integer from %d to %d", lo, hi)
+	}
+	return 0
+}
+
+func (c *checker) duration(name, s string, least time.Duration) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < least {
+		c.add(name, s, "want a duration of at least %v, such as 500ms, 10s or 2m", least)
+		return 0
+	}
+	return d
+}
+
+// byteUnits are the size suffixes CDC_HOLD_MEMORY accepts, longest first.
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
+}
+
+func (c *checker) bytes(name, s string, least int64) int64 {
+	num, mult := s, int64(1)
+	for _, u := range byteUnits {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = strings.TrimSpace(rest), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least {
+		c.add(name, s, "want a size of at least 1MiB: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB")
+		return 0
+	}
+	return n * mult
+}
+
+func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
+	if slices.Contains(allowed, T(s)) {
+		return T(s)
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	c.add(name, s, "want one of %s", strings.Join(names, ", "))
+	return ""
+}
+
+var (
+	kvPasswordRE    = regexp.MustCompile(`(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*|'.*)`)
+	queryPasswordRE = regexp.MustCompile(`((?:^|&)(?:ssl)?password=)[^&]*`)
+)
+
+// redactDSN returns the connection string with every password (the URL's userinfo password, and
+// password or sslpassword values in a URL query or a key=value DSN) replaced by "xxxxx". It is for
+// error text and logs.
+func redactDSN(s string) string {
+	const mask = "xxxxx"
+	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
+		return kvPasswordRE.ReplaceAllString(s, "${1}"+mask)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		// Unparseable: the userinfo cannot be told apart reliably, so mask all of it and the
+		// query.
+		scheme, rest, _ := strings.Cut(s, "://")
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			rest = mask + rest[i:]
+		}
+		if i := strings.Index(rest, "?"); i >= 0 {
+			rest = rest[:i+1] + mask
+		}
+		return scheme + "://" + rest
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), mask)
+	}
+	u.RawQuery = queryPasswordRE.ReplaceAllString(u.RawQuery, "${1}"+mask)
+	return u.String()
+}

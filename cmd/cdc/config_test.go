@@ -1,0 +1,408 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pipeline"
+)
+
+const testPassword = "s3cr3t-pw"
+
+// validEnv is the smallest valid environment.
+func validEnv() map[string]string {
+	return map[string]string{
+		"CDC_PG_URL":        "postgres://cdc:" + testPassword + "@db.example:5432/app",
+		"CDC_KAFKA_BROKERS": "kafka-1:9092, kafka-2:9092",
+	}
+}
+
+// with returns base with the overrides applied; an empty value removes the variable.
+func with(base, overrides map[string]string) map[string]string {
+	m := maps.Clone(base)
+	for k, v := range overrides {
+		if v == "" {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// load runs LoadConfig on m as the whole process environment.
+func load(tb testing.TB, m map[string]string) (Settings, error) {
+	tb.Helper()
+	var environ []string
+	for k, v := range m {
+		environ = append(environ, k+"="+v)
+	}
+	return LoadConfig(func(k string) string { return m[k] }, environ)
+}
+
+// problemVars returns the variable named by each problem of err, which must be a *ConfigError.
+func problemVars(tb testing.TB, err error) []string {
+	tb.Helper()
+	ce, ok := errors.AsType[*ConfigError](err)
+	if !ok {
+		tb.Fatalf("error %v (%T) is not a *ConfigError", err, err)
+	}
+	var names []string
+	for _, p := range ce.Problems {
+		ve, ok := errors.AsType[*varError](p)
+		if !ok {
+			tb.Fatalf("problem %q (%T) names no variable", p, p)
+		}
+		names = append(names, ve.Name)
+	}
+	return names
+}
+
+func TestLoadConfigDefaults(t *testing.T) {
+	s, err := load(t, validEnv())
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	want := pipeline.Config{
+		PGURL:                   validEnv()["CDC_PG_URL"],
+		Publication:             "tidemark",
+		Slot:                    "tidemark",
+		Brokers:                 []string{"kafka-1:9092", "kafka-2:9092"},
+		TopicPrefix:             "tidemark",
+		TopicPartitions:         1,
+		ReplicationFactor:       1,
+		WatermarkTopic:          "tidemark.__watermarks",
+		Delivery:                pipeline.ExactlyOnce,
+		SnapshotWorkers:         4,
+		WatermarkMode:           pipeline.Independent,
+		WatermarkInterval:       time.Second,
+		PublicationPollInterval: 5 * time.Second,
+		HoldMemory:              64 << 20,
+		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
+		SlotWaitTimeout:         5 * time.Minute,
+	}
+	if !reflect.DeepEqual(s.Pipeline, want) {
+		t.Errorf("pipeline config:\n got %+v\nwant %+v", s.Pipeline, want)
+	}
+	if s.LogLevel != slog.LevelInfo || s.LogFormat != "json" {
+		t.Errorf("log: got %v %q, want INFO json", s.LogLevel, s.LogFormat)
+	}
+}
+
+func TestLoadConfigAllSet(t *testing.T) {
+	m := with(validEnv(), map[string]string{
+		"CDC_PUBLICATION":               "shop_pub",
+		"CDC_TABLES":                    "public.orders, inventory.items,customers",
+		"CDC_SLOT":                      "shop_slot_1",
+		"CDC_TOPIC_PREFIX":              "shop-cdc",
+		"CDC_TOPIC_PARTITIONS":          "12",
+		"CDC_TOPIC_REPLICATION_FACTOR":  "-1",
+		"CDC_WATERMARK_TOPIC":           "marks",
+		"CDC_DELIVERY":                  "at-least-once",
+		"CDC_SNAPSHOT_WORKERS":          "64",
+		"CDC_WATERMARK_MODE":            "global",
+		"CDC_WATERMARK_INTERVAL":        "10ms",
+		"CDC_PUBLICATION_POLL_INTERVAL": "2m",
+		"CDC_HOLD_MEMORY":               "2 GiB",
+		"CDC_SPILL_DIR":                 "/var/spill",
+		"CDC_SLOT_WAIT_TIMEOUT":         "30s",
+		"CDC_METRICS_ADDR":              ":9187",
+		"CDC_LOG_LEVEL":                 "debug",
+		"CDC_LOG_FORMAT":                "text",
+	})
+	s, err := load(t, m)
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	want := pipeline.Config{
+		PGURL:       m["CDC_PG_URL"],
+		Publication: "shop_pub",
+		Tables: []change.ExportID{
+			{Schema: "public", Table: "orders"},
+			{Schema: "inventory", Table: "items"},
+			{Schema: "public", Table: "customers"},
+		},
+		Slot:                    "shop_slot_1",
+		Brokers:                 []string{"kafka-1:9092", "kafka-2:9092"},
+		TopicPrefix:             "shop-cdc",
+		TopicPartitions:         12,
+		ReplicationFactor:       -1,
+		WatermarkTopic:          "marks",
+		Delivery:                pipeline.AtLeastOnce,
+		SnapshotWorkers:         64,
+		WatermarkMode:           pipeline.Global,
+		WatermarkInterval:       10 * time.Millisecond,
+		PublicationPollInterval: 2 * time.Minute,
+		HoldMemory:              2 << 30,
+		SpillDir:                "/var/spill",
+		SlotWaitTimeout:         30 * time.Second,
+		MetricsAddr:             ":9187",
+	}
+	if !reflect.DeepEqual(s.Pipeline, want) {
+		t.Errorf("pipeline config:\n got %+v\nwant %+v", s.Pipeline, want)
+	}
+	if s.LogLevel != slog.LevelDebug || s.LogFormat != "text" {
+		t.Errorf("log: got %v %q, want DEBUG text", s.LogLevel, s.LogFormat)
+	}
+}
+
+func TestLoadConfigPGVariablesOnly(t *testing.T) {
+	for _, v := range []string{"PGHOST", "PGDATABASE", "PGSERVICE"} {
+		t.Run(v, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_PG_URL": "", v: "x"}))
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if s.Pipeline.PGURL != "" {
+				t.Errorf("PGURL = %q, want empty so that pgx uses the PG* variables", s.Pipeline.PGURL)
+			}
+		})
+	}
+}
+
+func TestLoadConfigKeyValueDSN(t *testing.T) {
+	dsn := "host=db port=5432 dbname=app user=cdc password=" + testPassword
+	s, err := load(t, with(validEnv(), map[string]string{"CDC_PG_URL": dsn}))
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if s.Pipeline.PGURL != dsn {
+		t.Errorf("PGURL = %q, want %q", s.Pipeline.PGURL, dsn)
+	}
+}
+
+func TestLoadConfigHoldMemory(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+	}{
+		{"1048576", 1 << 20},
+		{"1MiB", 1 << 20},
+		{"3 KiB", 0}, // below 1MiB
+		{"5MB", 5_000_000},
+		{"1GB", 1_000_000_000},
+		{"2GiB", 2 << 30},
+		{"100000KB", 100_000_000},
+		{"2097152B", 2 << 20},
+		{"1.5GiB", 0},
+		{"64mb", 0},
+		{"-64MiB", 0},
+		{"99999999999GiB", 0}, // overflows int64
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_HOLD_MEMORY": tt.in}))
+			if tt.want == 0 {
+				if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_HOLD_MEMORY"}) {
+					t.Fatalf("problems with %v, want only CDC_HOLD_MEMORY", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if s.Pipeline.HoldMemory != tt.want {
+				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.HoldMemory, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigInvalid(t *testing.T) {
+	tests := []struct {
+		name string
+		set  map[string]string // applied to validEnv; "" removes
+		want []string          // the variables reported, in order
+	}{
+		{"missing broker", map[string]string{"CDC_KAFKA_BROKERS": ""}, []string{"CDC_KAFKA_BROKERS"}},
+		{"broker without port", map[string]string{"CDC_KAFKA_BROKERS": "kafka"}, []string{"CDC_KAFKA_BROKERS"}},
+		{"broker port not numeric", map[string]string{"CDC_KAFKA_BROKERS": "kafka:http"}, []string{"CDC_KAFKA_BROKERS"}},
+		{"broker port out of range", map[string]string{"CDC_KAFKA_BROKERS": "kafka:99999"}, []string{"CDC_KAFKA_BROKERS"}},
+		{"broker without host", map[string]string{"CDC_KAFKA_BROKERS": ":9092"}, []string{"CDC_KAFKA_BROKERS"}},
+		{"empty broker entry", map[string]string{"CDC_KAFKA_BROKERS": "a:1,,b:2"}, []string{"CDC_KAFKA_BROKERS"}},
+		{"two bad brokers", map[string]string{"CDC_KAFKA_BROKERS": "a,b:2,c"}, []string{"CDC_KAFKA_BROKERS", "CDC_KAFKA_BROKERS"}},
+		{"missing PG URL and PG vars", map[string]string{"CDC_PG_URL": ""}, []string{"CDC_PG_URL"}},
+		{"PG URL unparseable", map[string]string{"CDC_PG_URL": "postgres://cdc@db:notaport/app"}, []string{"CDC_PG_URL"}},
+		{"PG DSN unparseable", map[string]string{"CDC_PG_URL": "just-a-hostname"}, []string{"CDC_PG_URL"}},
+		{"slot upper case", map[string]string{"CDC_SLOT": "Tidemark"}, []string{"CDC_SLOT"}},
+		{"slot with dash", map[string]string{"CDC_SLOT": "tide-mark"}, []string{"CDC_SLOT"}},
+		{"slot too long", map[string]string{"CDC_SLOT": strings.Repeat("s", 64)}, []string{"CDC_SLOT"}},
+		{"publication with space", map[string]string{"CDC_PUBLICATION": "my pub"}, []string{"CDC_PUBLICATION"}},
+		{"publication starting with digit", map[string]string{"CDC_PUBLICATION": "1pub"}, []string{"CDC_PUBLICATION"}},
+		{"topic prefix illegal char", map[string]string{"CDC_TOPIC_PREFIX": "tide/mark"}, []string{"CDC_TOPIC_PREFIX"}},
+		{"topic prefix too long", map[string]string{"CDC_TOPIC_PREFIX": strings.Repeat("t", 201)}, []string{"CDC_TOPIC_PREFIX"}},
+		{"watermark topic illegal", map[string]string{"CDC_WATERMARK_TOPIC": "marks!"}, []string{"CDC_WATERMARK_TOPIC"}},
+		{"partitions not numeric", map[string]string{"CDC_TOPIC_PARTITIONS": "many"}, []string{"CDC_TOPIC_PARTITIONS"}},
+		{"partitions zero", map[string]string{"CDC_TOPIC_PARTITIONS": "0"}, []string{"CDC_TOPIC_PARTITIONS"}},
+		{"partitions too many", map[string]string{"CDC_TOPIC_PARTITIONS": "10001"}, []string{"CDC_TOPIC_PARTITIONS"}},
+		{"replication factor zero", map[string]string{"CDC_TOPIC_REPLICATION_FACTOR": "0"}, []string{"CDC_TOPIC_REPLICATION_FACTOR"}},
+		{"replication factor -2", map[string]string{"CDC_TOPIC_REPLICATION_FACTOR": "-2"}, []string{"CDC_TOPIC_REPLICATION_FACTOR"}},
+		{"replication factor over int16", map[string]string{"CDC_TOPIC_REPLICATION_FACTOR": "32768"}, []string{"CDC_TOPIC_REPLICATION_FACTOR"}},
+		{"workers not numeric", map[string]string{"CDC_SNAPSHOT_WORKERS": "4x"}, []string{"CDC_SNAPSHOT_WORKERS"}},
+		{"workers out of range", map[string]string{"CDC_SNAPSHOT_WORKERS": "65"}, []string{"CDC_SNAPSHOT_WORKERS"}},
+		{"watermark interval without unit", map[string]string{"CDC_WATERMARK_INTERVAL": "5"}, []string{"CDC_WATERMARK_INTERVAL"}},
+		{"watermark interval too short", map[string]string{"CDC_WATERMARK_INTERVAL": "9ms"}, []string{"CDC_WATERMARK_INTERVAL"}},
+		{"poll interval too short", map[string]string{"CDC_PUBLICATION_POLL_INTERVAL": "99ms"}, []string{"CDC_PUBLICATION_POLL_INTERVAL"}},
+		{"slot wait timeout garbage", map[string]string{"CDC_SLOT_WAIT_TIMEOUT": "forever"}, []string{"CDC_SLOT_WAIT_TIMEOUT"}},
+		{"slot wait timeout negative", map[string]string{"CDC_SLOT_WAIT_TIMEOUT": "-1m"}, []string{"CDC_SLOT_WAIT_TIMEOUT"}},
+		{"hold memory garbage", map[string]string{"CDC_HOLD_MEMORY": "lots"}, []string{"CDC_HOLD_MEMORY"}},
+		{"delivery unknown", map[string]string{"CDC_DELIVERY": "exactly_once"}, []string{"CDC_DELIVERY"}},
+		{"watermark mode unknown", map[string]string{"CDC_WATERMARK_MODE": "local"}, []string{"CDC_WATERMARK_MODE"}},
+		{"log level unknown", map[string]string{"CDC_LOG_LEVEL": "verbose"}, []string{"CDC_LOG_LEVEL"}},
+		{"log format unknown", map[string]string{"CDC_LOG_FORMAT": "xml"}, []string{"CDC_LOG_FORMAT"}},
+		{"metrics addr without port", map[string]string{"CDC_METRICS_ADDR": "localhost"}, []string{"CDC_METRICS_ADDR"}},
+		{"table with three parts", map[string]string{"CDC_TABLES": "db.public.orders"}, []string{"CDC_TABLES"}},
+		{"table with space", map[string]string{"CDC_TABLES": "public.my orders"}, []string{"CDC_TABLES"}},
+		{"empty table entry", map[string]string{"CDC_TABLES": "public.a,"}, []string{"CDC_TABLES"}},
+		{"duplicate tables", map[string]string{"CDC_TABLES": "public.orders,orders"}, []string{"CDC_TABLES"}},
+		{"tables colliding topics", map[string]string{"CDC_TABLES": `public."a b",public.a_b`}, []string{"CDC_TABLES"}},
+		{"unknown CDC variable", map[string]string{"CDC_SLOTT": "x"}, []string{"CDC_SLOTT"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, with(validEnv(), tt.set))
+			if err == nil {
+				t.Fatal("LoadConfig succeeded, want an error")
+			}
+			if got := problemVars(t, err); !slices.Equal(got, tt.want) {
+				t.Errorf("problems with %v, want %v; error:\n%v", got, tt.want, err)
+			}
+		})
+	}
+}
+
+func TestLoadConfigProblemText(t *testing.T) {
+	tests := []struct {
+		name string
+		set  map[string]string
+		want []string // substrings of the error text
+	}{
+		{"range", map[string]string{"CDC_SNAPSHOT_WORKERS": "0"}, []string{`CDC_SNAPSHOT_WORKERS="0": want an integer from 1 to 64`}},
+		{"enum", map[string]string{"CDC_DELIVERY": "once"}, []string{`CDC_DELIVERY="once": want one of exactly-once, at-least-once`}},
+		{"missing", map[string]string{"CDC_KAFKA_BROKERS": ""}, []string{"CDC_KAFKA_BROKERS: required but not set; want Kafka bootstrap brokers"}},
+		{"bad broker named", map[string]string{"CDC_KAFKA_BROKERS": "ok:1,bad"}, []string{`broker "bad"`}},
+		{"duplicate named", map[string]string{"CDC_TABLES": "a.b,a.b"}, []string{"a.b is listed twice"}},
+		{"typo suggests", map[string]string{"CDC_SLOTT": "x"}, []string{"CDC_SLOTT: unknown variable; did you mean CDC_SLOT?"}},
+		{"missing word suggests", map[string]string{"CDC_BROKERS": "x"}, []string{"did you mean CDC_KAFKA_BROKERS?"}},
+		{"unrelated name", map[string]string{"CDC_FROBNICATE": "x"}, []string{"CDC_FROBNICATE: unknown variable; run `cdc help`"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, with(validEnv(), tt.set))
+			if err == nil {
+				t.Fatal("LoadConfig succeeded, want an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error text lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadConfigReportsEveryProblem(t *testing.T) {
+	_, err := load(t, map[string]string{
+		"CDC_SLOT":             "Bad-Slot",
+		"CDC_SNAPSHOT_WORKERS": "zero",
+		"CDC_LOG_FORMAT":       "yaml",
+		"CDC_SLOTT":            "typo",
+		"CDC_TABLES":           "a.b,a.b",
+	})
+	got := problemVars(t, err)
+	slices.Sort(got)
+	want := []string{"CDC_KAFKA_BROKERS", "CDC_LOG_FORMAT", "CDC_PG_URL", "CDC_SLOT", "CDC_SLOTT", "CDC_SNAPSHOT_WORKERS", "CDC_TABLES"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("problems with %v, want %v", got, want)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != len(want) {
+		t.Errorf("error has %d lines, want one per problem (%d):\n%v", len(lines), len(want), err)
+	}
+}
+
+func TestLoadConfigNeverShowsPassword(t *testing.T) {
+	tests := []struct {
+		name string
+		set  map[string]string
+	}{
+		{"bad URL port", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "@db:notaport/app"}},
+		{"bad URL host", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "@[db/app"}},
+		{"bad URL option", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "@db/app?sslmode=maybe"}},
+		{"password in URL query", map[string]string{"CDC_PG_URL": "postgres://db/app?password=" + testPassword + "&sslmode=maybe"}},
+		{"bad key=value", map[string]string{"CDC_PG_URL": "host=db password=" + testPassword + " sslmode=maybe"}},
+		{"quoted key=value", map[string]string{"CDC_PG_URL": "host=db password='" + testPassword + " x' port=nope"}},
+		{"misspelt password variable", map[string]string{"CDC_PG_PASSWORD": testPassword}},
+		{"valid URL, other problem", map[string]string{"CDC_SLOT": "BAD"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, with(validEnv(), tt.set))
+			if err == nil {
+				t.Fatal("LoadConfig succeeded, want an error")
+			}
+			if strings.Contains(err.Error(), testPassword) || strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("error text shows the password:\n%v", err)
+			}
+		})
+	}
+}
+
+func TestLoadConfigIgnoresProcessEnvironment(t *testing.T) {
+	t.Setenv("CDC_SLOT", "BAD SLOT")
+	t.Setenv("CDC_KAFKA_BROKERS", "not a broker")
+	s, err := load(t, validEnv())
+	if err != nil {
+		t.Fatalf("LoadConfig read the process environment: %v", err)
+	}
+	if s.Pipeline.Slot != "tidemark" {
+		t.Errorf("Slot = %q, want the default", s.Pipeline.Slot)
+	}
+}
+
+func TestRedactDSN(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"URL", "postgres://cdc:pw@db:5432/app?sslmode=require", "postgres://cdc:xxxxx@db:5432/app?sslmode=require"},
+		{"postgresql scheme", "postgresql://cdc:pw@db/app", "postgresql://cdc:xxxxx@db/app"},
+		{"URL without password", "postgres://cdc@db/app", "postgres://cdc@db/app"},
+		{"URL query password", "postgres://db/app?sslmode=require&password=pw", "postgres://db/app?sslmode=require&password=xxxxx"},
+		{"URL sslpassword", "postgres://db/app?sslpassword=pw", "postgres://db/app?sslpassword=xxxxx"},
+		{"unparseable URL", "postgres://cdc:pw@[db/app?password=pw", "postgres://xxxxx@[db/app?xxxxx"},
+		{"key=value", "host=db password=pw user=cdc", "host=db password=xxxxx user=cdc"},
+		{"key=value spaces", "host=db password = pw user=cdc", "host=db password = xxxxx user=cdc"},
+		{"key=value quoted", `host=db password='p w\'x' user=cdc`, "host=db password=xxxxx user=cdc"},
+		{"key=value unterminated quote", "host=db password='p w", "host=db password=xxxxx"},
+		{"key=value no password", "host=db user=cdc", "host=db user=cdc"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redactDSN(tt.in); got != tt.want {
+				t.Errorf("redactDSN(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSettingsLogValueRedacts(t *testing.T) {
+	s, err := load(t, validEnv())
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s)
+	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "cdc:xxxxx@db.example") {
+		t.Errorf("log line does not redact the password: %s", b.String())
+	}
+}

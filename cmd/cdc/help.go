@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+const usage = `Usage: cdc [run|help|watermarks|version]
+
+Tidemark streams every row change of a PostgreSQL publication to Kafka, one topic per table,
+with per-table watermark records.
+
+Commands:
+  run         stream changes (the default)
+  watermarks  print the latest watermark record of every table
+  help        print this text
+  version     print the version
+
+Configuration is read from environment variables only:
+`
+
+const pgNote = `libpq's PG* variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE,
+PGSERVICE, ...) are honoured: they fill in whatever CDC_PG_URL leaves out, and without CDC_PG_URL
+they describe the connection alone. Unknown CDC_* variables are an error.
+`
+
+// writeHelp writes the text of `cdc help`: usage, then every variable with its default and
+// meaning in an aligned table.
+func writeHelp(w io.Writer) {
+	fmt.Fprint(w, usage)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
+	for _, v := range envVars() {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, v.Shown, v.Desc)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprint(w, pgNote)
+}
+
+// helpMarkdown is the variable table of writeHelp in Markdown, as the README shows it.
+func helpMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| Variable | Default | Meaning |\n")
+	b.WriteString("|---|---|---|\n")
+	for _, v := range envVars() {
+		def := "`" + strings.ReplaceAll(v.Shown, "|", `\|`) + "`"
+		if strings.HasPrefix(v.Shown, "(") {
+			def = mdEscape(v.Shown) // (required), (none), ...: words, not a value
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, mdEscape(v.Desc))
+	}
+	return b.String()
+}
+
+// mdEscape keeps plain cell text from ending the cell or being read as markup.
+func mdEscape(s string) string {
+	return strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;", "*", `\*`).Replace(s)
+}

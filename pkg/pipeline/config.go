@@ -1,0 +1,68 @@
+package pipeline
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Delivery is the Kafka delivery guarantee.
+type Delivery string
+
+// Delivery modes.
+const (
+	ExactlyOnce Delivery = "exactly-once"
+	AtLeastOnce Delivery = "at-least-once"
+)
+
+// WatermarkMode says how watermarks of different exports relate (see pkg/watermark).
+type WatermarkMode string
+
+// Watermark modes.
+const (
+	Independent WatermarkMode = "independent"
+	Global      WatermarkMode = "global"
+)
+
+// Config is everything the pipeline needs. cmd/cdc fills it from the environment once, after
+// validating it; nothing below reads the environment.
+type Config struct {
+	// PGURL is a libpq connection string or URL; empty fields fall back to libpq's PG* variables
+	// (pgx honours them).
+	PGURL string
+	// Publication is the PostgreSQL publication whose tables are exported.
+	Publication string
+	// Tables, when not empty, makes the service create the publication (or add these tables to
+	// it). When empty the publication is managed by the user and must exist.
+	Tables []change.ExportID
+	// Slot is the name of the main logical replication slot.
+	Slot string
+
+	Brokers           []string
+	TopicPrefix       string
+	TopicPartitions   int32
+	ReplicationFactor int16
+	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
+	WatermarkTopic string
+	Delivery       Delivery
+
+	SnapshotWorkers int
+
+	WatermarkMode     WatermarkMode
+	WatermarkInterval time.Duration
+	// PublicationPollInterval is how often pg_publication_tables is polled for added and
+	// removed tables.
+	PublicationPollInterval time.Duration
+	// HoldMemory bounds the in-memory part of each hydrating export's hold buffer, in bytes.
+	HoldMemory int64
+	// SpillDir holds hold-buffer files beyond HoldMemory.
+	SpillDir string
+	// SlotWaitTimeout bounds how long creating a replication slot may wait for open transactions.
+	SlotWaitTimeout time.Duration
+
+	// MetricsAddr, when set, serves Prometheus metrics on /metrics (e.g. "127.0.0.1:9187").
+	MetricsAddr string
+
+	Logger *slog.Logger
+}

@@ -1,0 +1,187 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// coordinator owns the watermark tracker and connects the stages' callbacks to it. It
+// implements sink.Progress, replication.Hooks and snapshot.Hooks.
+type coordinator struct {
+	mu      sync.Mutex
+	tracker *watermark.Tracker
+	// startLSN is the slot's confirmed position at start-up: confirmable until the tracker
+	// knows better.
+	startLSN change.LSN
+
+	cfg   Config
+	log   *slog.Logger
+	sink  *sink.Sink
+	repl  *replication.Stage
+	topic func(change.ExportID) string
+	// rehydrate asks the poller to hydrate an export again (snapshot restart).
+	rehydrate func(change.ExportID)
+	// pollNow asks the poller to look at the publication now.
+	pollNow func()
+	// keyColumns loads key columns of a table (replica identity FULL).
+	keyConn   func(ctx context.Context) (*pgx.Conn, error)
+	keyConnMu sync.Mutex
+	// codec encodes reconcile deletes; reconciles queues exports to reconcile.
+	codec      codec.Config
+	reconciles chan reconcileJob
+	// copied: exports whose copy became durable in the batch not yet committed.
+	copied []change.ExportID
+}
+
+var (
+	_ sink.Progress     = (*coordinator)(nil)
+	_ replication.Hooks = (*coordinator)(nil)
+	_ snapshot.Hooks    = (*coordinator)(nil)
+)
+
+// Durable applies units the sink made durable, in order, and returns the watermark records due.
+func (c *coordinator) Durable(units []*change.Unit, offsets sink.Offsets) []change.Record {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, u := range units {
+		switch u.Kind {
+		case change.KindTxn, change.KindProgress:
+			c.tracker.Advance(u.End)
+		case change.KindSnapshot:
+			c.tracker.SnapshotRows(u.Export, int64(u.Rows))
+		case change.KindSnapshotDone:
+			c.tracker.SnapshotCopied(u.Export, now)
+			// Acted on once committed: reconciling reads the topic read-committed.
+			c.copied = append(c.copied, u.Export)
+		case change.KindHydrated:
+			c.tracker.Hydrated(u.Export, u.End)
+		case change.KindRemoved:
+			c.tracker.Removed(u.Export, u.End)
+		case change.KindFailed:
+			c.tracker.Failed(u.Export, u.Err)
+		}
+	}
+	recs := c.tracker.Due(now, func(topic string) map[int32]int64 { return offsets[topic] })
+	out := make([]change.Record, 0, len(recs))
+	for _, r := range recs {
+		v, err := watermark.Encode(r)
+		if err != nil {
+			c.log.Error("encode watermark record", "export", r.Export.String(), "err", err)
+			continue
+		}
+		out = append(out, change.Record{Topic: c.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
+	}
+	return out
+}
+
+// Committed marks the last records durable.
+func (c *coordinator) Committed() {
+	c.mu.Lock()
+	c.tracker.Published()
+	for _, e := range c.copied {
+		c.copyDurable(e)
+	}
+	c.copied = c.copied[:0]
+	c.mu.Unlock()
+}
+
+// Confirmable is what the slot may confirm.
+func (c *coordinator) Confirmable() (change.LSN, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lsn, ok := c.tracker.Confirmable(); ok {
+		return max(lsn, c.startLSN), true
+	}
+	return c.startLSN, c.startLSN != 0
+}
+
+// KeyColumns loads the key columns of e (replica identity FULL tables).
+func (c *coordinator) KeyColumns(ctx context.Context, e change.ExportID) ([]string, error) {
+	c.keyConnMu.Lock()
+	defer c.keyConnMu.Unlock()
+	conn, err := c.keyConn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	t, err := snapshot.LoadTable(ctx, conn, e)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, col := range t.Columns {
+		if col.Key {
+			keys = append(keys, col.Name)
+		}
+	}
+	return keys, nil
+}
+
+// UnknownRelation: a table we do not export appeared in the stream; look at the publication.
+func (c *coordinator) UnknownRelation(e change.ExportID) {
+	c.log.Debug("relation message for a table that is not exported", "export", e.String())
+	c.pollNow()
+}
+
+// Begin records the start of a snapshot attempt for each table and tells the replication
+// stage the consistent point.
+func (c *coordinator) Begin(ctx context.Context, lsn change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
+	specs := make([]sink.TopicSpec, 0, len(tables))
+	exports := make([]change.ExportID, 0, len(tables))
+	for _, t := range tables {
+		specs = append(specs, sink.TopicSpec{Name: c.topic(t.Table.Export), Compact: len(t.Table.KeyColumns()) > 0})
+		exports = append(exports, t.Table.Export)
+	}
+	if err := c.sink.EnsureTopics(ctx, specs); err != nil {
+		return nil, err
+	}
+	if err := c.repl.SetConsistentPoint(ctx, exports, lsn); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	attempts := make(map[change.ExportID]int, len(tables))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range tables {
+		e := t.Table.Export
+		topic := c.topic(e)
+		attempts[e] = c.tracker.StartHydration(e, topic, lsn, t.EstimatedRows, c.sink.EndOffsets(topic), now)
+		c.log.Info("snapshot started", "export", e.String(), "consistent_point", lsn.String(), "attempt", attempts[e], "estimated_rows", t.EstimatedRows)
+	}
+	return attempts, nil
+}
+
+// Restart: the table was rewritten during its copy; hold its changes again and re-snapshot.
+func (c *coordinator) Restart(e change.ExportID, reason string) {
+	c.log.Warn("restarting snapshot", "export", e.String(), "reason", reason)
+	c.repl.Restart(e)
+	c.rehydrate(e)
+}
+
+// Failed stops e alone.
+func (c *coordinator) Failed(e change.ExportID, err error) {
+	c.log.Error("export failed", "export", e.String(), "err", err)
+	c.repl.Fail(e)
+	c.mu.Lock()
+	c.tracker.Failed(e, err.Error())
+	c.mu.Unlock()
+}
+
+// status returns the tracker's view (for metrics and logs).
+func (c *coordinator) status() []watermark.ExportStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracker.Status()
+}

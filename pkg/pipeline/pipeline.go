@@ -1,0 +1,407 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// unitBuffer bounds the channel between the stages and the sink (units of at most ~1 MiB).
+const unitBuffer = 64
+
+// Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal
+// error occurs. Transient errors restart it with capped exponential backoff.
+func Run(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	reg := &lifeRegistry{base: prometheus.NewRegistry()}
+	reg.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.MetricsAddr != "" {
+		stop, err := serveMetrics(cfg.MetricsAddr, reg, log)
+		if err != nil {
+			return fatal(err)
+		}
+		defer stop()
+	}
+	backoff := time.Second
+	for attempt := 1; ; attempt++ {
+		started := time.Now()
+		err := runOnce(ctx, cfg, reg, attempt)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("pipeline stopped unexpectedly")
+		}
+		if errors.Is(err, ErrFatal) || (attempt == 1 && time.Since(started) < 5*time.Second && !errors.Is(err, errTransient)) {
+			return err
+		}
+		if time.Since(started) > 2*time.Minute {
+			backoff = time.Second
+		}
+		log.Error("pipeline failed; restarting", "err", err, "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// errTransient marks start-up errors worth retrying even on the first attempt.
+var errTransient = errors.New("transient")
+
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Slot == "" {
+		cfg.Slot = "tidemark"
+	}
+	if cfg.Publication == "" {
+		cfg.Publication = "tidemark"
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "tidemark"
+	}
+	if cfg.WatermarkTopic == "" {
+		cfg.WatermarkTopic = cfg.TopicPrefix + ".__watermarks"
+	}
+	if cfg.TopicPartitions <= 0 {
+		cfg.TopicPartitions = 1
+	}
+	if cfg.ReplicationFactor == 0 {
+		cfg.ReplicationFactor = 1
+	}
+	if cfg.Delivery == "" {
+		cfg.Delivery = ExactlyOnce
+	}
+	if cfg.WatermarkMode == "" {
+		cfg.WatermarkMode = Independent
+	}
+	if cfg.WatermarkInterval <= 0 {
+		cfg.WatermarkInterval = time.Second
+	}
+	if cfg.PublicationPollInterval <= 0 {
+		cfg.PublicationPollInterval = 5 * time.Second
+	}
+	if cfg.SnapshotWorkers <= 0 {
+		cfg.SnapshotWorkers = 4
+	}
+	if cfg.SlotWaitTimeout <= 0 {
+		cfg.SlotWaitTimeout = 5 * time.Minute
+	}
+	return cfg
+}
+
+func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
+}
+
+// runOnce is one life of the pipeline: checks, restore, stages, orderly stop.
+func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) error {
+	log := cfg.Logger
+	reg := prometheus.NewRegistry()
+	life.current.Store(reg)
+
+	conn, err := connect(ctx, cfg.PGURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if err := checkServer(ctx, conn); err != nil {
+		return err
+	}
+	var database string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		return fmt.Errorf("read database name: %w", err)
+	}
+
+	sk, err := sink.New(sink.Config{
+		Brokers:           cfg.Brokers,
+		Delivery:          sink.Delivery(cfg.Delivery),
+		TransactionalID:   "tidemark-" + database + "-" + cfg.Slot,
+		Partitions:        cfg.TopicPartitions,
+		ReplicationFactor: cfg.ReplicationFactor,
+		WatermarkTopic:    cfg.WatermarkTopic,
+		Logger:            log,
+		Registerer:        reg,
+	})
+	if err != nil {
+		return fatal(err)
+	}
+	defer sk.Close()
+	if err := sk.Ping(ctx); err != nil {
+		return err
+	}
+	if err := sk.Init(ctx); err != nil {
+		return err
+	}
+	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.WatermarkTopic, Compact: true}}); err != nil {
+		return err
+	}
+	tracker := watermark.NewTracker(watermark.Options{Mode: watermark.Mode(cfg.WatermarkMode), Interval: cfg.WatermarkInterval})
+	values, err := sk.ReadWatermarks(ctx)
+	if err != nil {
+		return fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
+	}
+	recs := make([]watermark.Record, 0, len(values))
+	for _, v := range values {
+		if v == nil {
+			continue
+		}
+		r, err := watermark.Decode(v)
+		if err != nil {
+			return fatal(fmt.Errorf("watermark topic %s: %w", cfg.WatermarkTopic, err))
+		}
+		recs = append(recs, r)
+	}
+	tracker.Restore(recs)
+
+	if err := ensurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+		return err
+	}
+	published, err := publishedTables(ctx, conn, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	exports := make([]change.ExportID, 0, len(published))
+	for e := range published {
+		exports = append(exports, e)
+	}
+	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
+		return fatal(err)
+	}
+
+	resume := tracker.Resume()
+	slot, err := readSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if err := checkSlot(cfg, slot, resume, published); err != nil {
+		return err
+	}
+	if !slot.exists {
+		if err := createSlot(ctx, cfg.PGURL, cfg.Slot); err != nil {
+			return err
+		}
+		if slot, err = readSlot(ctx, conn, cfg.Slot); err != nil {
+			return err
+		}
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.confirmed.String())
+	}
+
+	topic := func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }
+	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true}
+	coord := &coordinator{
+		tracker:  tracker,
+		startLSN: slot.confirmed,
+		cfg:      cfg,
+		log:      log.With("stage", "pipeline"),
+		sink:     sk,
+		topic:    topic,
+		keyConn:  func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) },
+		codec:    codecCfg,
+
+		reconciles: make(chan reconcileJob, 16),
+	}
+	repl := replication.New(replication.Config{
+		ConnString:    cfg.PGURL,
+		Slot:          cfg.Slot,
+		Publication:   cfg.Publication,
+		SessionParams: snapshot.SessionParams(),
+		HoldMemory:    cfg.HoldMemory,
+		SpillDir:      cfg.SpillDir,
+		Codec:         codecCfg,
+		Logger:        log,
+	}, coord)
+	coord.repl = repl
+
+	// Hydrated exports still published resume; their topics must exist.
+	var specs []sink.TopicSpec
+	positions := make(map[change.ExportID]change.LSN)
+	for e, p := range resume {
+		if _, ok := published[e]; !ok {
+			// Left the publication while we were down: its final record.
+			tracker.Removed(e, slot.confirmed)
+			log.Info("table left the publication while stopped", "export", e.String())
+			continue
+		}
+		positions[e] = p
+		t, err := snapshot.LoadTable(ctx, conn, e)
+		if err != nil {
+			return err
+		}
+		specs = append(specs, sink.TopicSpec{Name: topic(e), Compact: len(t.KeyColumns()) > 0})
+	}
+	if err := sk.EnsureTopics(ctx, specs); err != nil {
+		return err
+	}
+	repl.Resume(positions)
+
+	snap, err := snapshot.New(snapshot.Config{
+		ConnString:      cfg.PGURL,
+		Workers:         cfg.SnapshotWorkers,
+		SlotPrefix:      cfg.Slot,
+		Codec:           codecCfg,
+		SlotWaitTimeout: cfg.SlotWaitTimeout,
+		Logger:          log,
+		Registerer:      reg,
+	}, coord)
+	if err != nil {
+		return fatal(err)
+	}
+
+	poll := newPoller(cfg, conn, repl, tracker, &coord.mu, published, positions, log)
+	coord.rehydrate = poll.rehydrate
+	coord.pollNow = poll.wake
+
+	units := make(chan *change.Unit, unitBuffer)
+	sinkCtx, sinkCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer sinkCancel()
+	sinkErr := make(chan error, 1)
+	go func() { sinkErr <- sk.Run(sinkCtx, units, coord) }()
+
+	g, gctx := errgroup.WithContext(ctx)
+	sinkDone := false
+	g.Go(func() error {
+		select {
+		case err := <-sinkErr:
+			sinkDone = true
+			if err == nil {
+				err = errors.New("sink stopped")
+			}
+			return err
+		case <-gctx.Done():
+			return nil
+		}
+	})
+	g.Go(func() error { return repl.Run(gctx, units) })
+	g.Go(func() error { return snap.Run(gctx, poll.requests, units) })
+	g.Go(func() error { return poll.run(gctx) })
+	g.Go(func() error { return coord.runReconciles(gctx, units) })
+	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(positions),
+		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery))
+	err = g.Wait()
+
+	// Orderly stop: the stages have stopped sending; let the sink drain what it has.
+	if !sinkDone {
+		close(units)
+		select {
+		case serr := <-sinkErr:
+			if serr != nil && err == nil {
+				err = serr
+			}
+		case <-time.After(30 * time.Second):
+			sinkCancel()
+			<-sinkErr
+		}
+	}
+	if lsn, ok := coord.Confirmable(); ok {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		confirmFinal(fctx, conn, cfg.Slot, lsn, log)
+		cancel()
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// confirmFinal advances the slot to lsn once the replication connection has let go of it.
+func confirmFinal(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN, log *slog.Logger) {
+	for {
+		s, err := readSlot(ctx, conn, slot)
+		if err == nil && s.exists && !s.active {
+			if lsn > s.confirmed {
+				if err := advanceSlot(ctx, conn, slot, lsn); err != nil {
+					log.Warn("confirm final position", "slot", slot, "lsn", lsn.String(), "err", err)
+				} else {
+					log.Info("confirmed final position", "slot", slot, "lsn", lsn.String())
+				}
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports
+// are hydrated, or a slot confirmed past a hydrated export's own position.
+func checkSlot(cfg Config, slot slotInfo, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+	live := 0
+	for e := range resume {
+		if _, ok := published[e]; ok {
+			live++
+		}
+	}
+	if live == 0 {
+		if slot.walStatus == "lost" {
+			return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost); drop it (SELECT pg_drop_replication_slot('%s')) and restart to take a new snapshot", cfg.Slot, cfg.Slot))
+		}
+		return nil
+	}
+	if !slot.exists {
+		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.WatermarkTopic))
+	}
+	if slot.walStatus == "lost" {
+		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.WatermarkTopic))
+	}
+	for e, p := range resume {
+		if _, ok := published[e]; ok && slot.confirmed > p {
+			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.confirmed, e, p, cfg.WatermarkTopic))
+		}
+	}
+	return nil
+}
+
+// lifeRegistry lets the metrics endpoint serve the registry of the current life of the
+// pipeline beside the process-wide one.
+type lifeRegistry struct {
+	base    *prometheus.Registry
+	current atomic.Pointer[prometheus.Registry]
+}
+
+func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {
+	gs := prometheus.Gatherers{l.base}
+	if r := l.current.Load(); r != nil {
+		gs = append(gs, r)
+	}
+	return gs.Gather()
+}

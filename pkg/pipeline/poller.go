@@ -1,0 +1,164 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// poller watches the publication: tables added are detected and hydrated, tables removed get
+// their final record once the stream passes the removal. It also owns the snapshot requests.
+type poller struct {
+	cfg  Config
+	conn *pgx.Conn
+	repl *replication.Stage
+	log  *slog.Logger
+
+	trackerMu *sync.Mutex
+	tracker   *watermark.Tracker
+
+	// known: exports routed (hydrated, hydrating, or queued), by the poller's goroutine only.
+	known    map[change.ExportID]bool
+	requests chan snapshot.Request
+	wakeCh   chan struct{}
+
+	mu      sync.Mutex
+	pending []change.ExportID // re-hydrations asked for by the snapshot stage
+}
+
+func newPoller(cfg Config, conn *pgx.Conn, repl *replication.Stage, tracker *watermark.Tracker, trackerMu *sync.Mutex,
+	published map[change.ExportID]struct{}, hydrated map[change.ExportID]change.LSN, log *slog.Logger) *poller {
+	p := &poller{
+		cfg: cfg, conn: conn, repl: repl, log: log.With("stage", "publication"),
+		trackerMu: trackerMu, tracker: tracker,
+		known:    make(map[change.ExportID]bool),
+		requests: make(chan snapshot.Request, 16),
+		wakeCh:   make(chan struct{}, 1),
+	}
+	for e := range hydrated {
+		p.known[e] = true
+	}
+	_ = published // the first poll hydrates every published table that is not resumed
+	return p
+}
+
+func (p *poller) wake() {
+	select {
+	case p.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (p *poller) rehydrate(e change.ExportID) {
+	p.mu.Lock()
+	p.pending = append(p.pending, e)
+	p.mu.Unlock()
+	p.wake()
+}
+
+func (p *poller) run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.PublicationPollInterval)
+	defer t.Stop()
+	for {
+		if err := p.poll(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-p.wakeCh:
+		}
+	}
+}
+
+func (p *poller) poll(ctx context.Context) error {
+	published, err := publishedTables(ctx, p.conn, p.cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("poll publication: %w", err)
+	}
+	var added []change.ExportID
+	for e := range published {
+		if !p.known[e] {
+			added = append(added, e)
+		}
+	}
+	p.mu.Lock()
+	for _, e := range p.pending {
+		if _, ok := published[e]; ok && !slices.Contains(added, e) {
+			added = append(added, e)
+		}
+	}
+	p.pending = nil
+	p.mu.Unlock()
+
+	for e := range p.known {
+		if _, ok := published[e]; ok {
+			continue
+		}
+		at, err := currentWAL(ctx, p.conn)
+		if err != nil {
+			return fmt.Errorf("read WAL position: %w", err)
+		}
+		p.log.Info("table left the publication", "export", e.String(), "at", at.String())
+		p.repl.Remove(e, at)
+		delete(p.known, e)
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	slices.SortFunc(added, func(a, b change.ExportID) int {
+		return compareExport(a, b)
+	})
+	if err := change.CheckTopicCollisions(p.cfg.TopicPrefix, append(p.knownList(), added...)); err != nil {
+		return fatal(err)
+	}
+	// Hold their changes before the snapshot's slot exists, so nothing falls in between.
+	if err := p.repl.Detect(ctx, added); err != nil {
+		return err
+	}
+	for _, e := range added {
+		p.known[e] = true
+	}
+	p.log.Info("hydrating tables", "exports", fmt.Sprint(added))
+	select {
+	case p.requests <- snapshot.Request{Exports: added}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (p *poller) knownList() []change.ExportID {
+	out := make([]change.ExportID, 0, len(p.known))
+	for e := range p.known {
+		out = append(out, e)
+	}
+	return out
+}
+
+func compareExport(a, b change.ExportID) int {
+	if a.Schema != b.Schema {
+		if a.Schema < b.Schema {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.Table < b.Table:
+		return -1
+	case a.Table > b.Table:
+		return 1
+	}
+	return 0
+}

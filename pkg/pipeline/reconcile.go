@@ -1,0 +1,139 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// reconcileJob is one hydrating export whose copy is durable and whose topic holds rows of
+// earlier attempts (a retried snapshot, a table removed and added again).
+type reconcileJob struct {
+	export change.ExportID
+	r      watermark.Reconcile
+}
+
+// copyDurable is called (under c.mu) when e's copy is durable: reconcile first when earlier
+// attempts left rows in its topic, then let the replication stage release its hold buffer.
+func (c *coordinator) copyDurable(e change.ExportID) {
+	r, ok := c.tracker.ReconcileRange(e)
+	if !ok || !r.Needed() {
+		c.repl.CopyDone(e)
+		return
+	}
+	select {
+	case c.reconciles <- reconcileJob{export: e, r: r}:
+	default:
+		go func() { c.reconciles <- reconcileJob{export: e, r: r} }()
+	}
+}
+
+// runReconciles serves reconcile jobs until ctx ends. The deletes it publishes go through the
+// same unit channel, before the export's held changes (released only afterwards), so a key
+// re-inserted after the consistent point is deleted first and inserted again after.
+func (c *coordinator) runReconciles(ctx context.Context, units chan<- *change.Unit) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case job := <-c.reconciles:
+			if err := c.reconcile(ctx, job, units); err != nil {
+				return fmt.Errorf("reconcile %s: %w", job.export, err)
+			}
+			c.repl.CopyDone(job.export)
+		}
+	}
+}
+
+func (c *coordinator) reconcile(ctx context.Context, job reconcileJob, units chan<- *change.Unit) error {
+	conn, err := c.keyConn(ctx)
+	if err != nil {
+		return err
+	}
+	table, err := snapshot.LoadTable(ctx, conn, job.export)
+	conn.Close(context.Background())
+	if err != nil {
+		return err
+	}
+	if len(table.KeyColumns()) == 0 {
+		// Keyless rows cannot be matched; their records carry the attempt number instead.
+		c.log.Warn("keyless table: rows of earlier snapshot attempts stay in the topic (see source.attempt)", "export", job.export.String())
+		return nil
+	}
+	enc, err := codec.NewEncoder(c.codec, table)
+	if err != nil {
+		return err
+	}
+
+	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
+	current := make(map[string]struct{})
+	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, func(r *kgo.Record) {
+		if r.Offset >= job.r.Until[r.Partition] {
+			if r.Key != nil && r.Value != nil {
+				current[string(r.Key)] = struct{}{}
+			}
+			return
+		}
+		switch {
+		case r.Key == nil && isTruncate(r):
+			clear(alive)
+		case r.Key == nil:
+		case r.Value == nil:
+			delete(alive, string(r.Key))
+		default:
+			alive[string(r.Key)] = true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	src := codec.Source{LSN: job.r.C - 1, Snapshot: true, Attempt: job.r.Attempt}
+	var recs []change.Record
+	deleted := 0
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		u := &change.Unit{Kind: change.KindSnapshot, Export: job.export, Attempt: job.r.Attempt, Commit: job.r.C - 1, Records: recs}
+		recs = nil
+		select {
+		case units <- u:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for k := range alive {
+		if _, ok := current[k]; ok {
+			continue
+		}
+		recs = enc.DeleteKey(recs, src, []byte(k))
+		deleted++
+		if len(recs) >= 2000 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	c.log.Info("reconciled rows of earlier snapshot attempts", "export", job.export.String(), "attempt", job.r.Attempt,
+		"earlier_keys", len(alive), "deleted", deleted)
+	return nil
+}
+
+func isTruncate(r *kgo.Record) bool {
+	for _, h := range r.Headers {
+		if h.Key == codec.HeaderOp {
+			return string(h.Value) == string(change.OpTruncate)
+		}
+	}
+	return false
+}

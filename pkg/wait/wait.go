@@ -1,0 +1,123 @@
+// Package wait lets a consumer of Tidemark's topics wait until exports are complete up to a
+// PostgreSQL LSN: read-your-writes across PostgreSQL and Kafka.
+//
+//	// after COMMIT in PostgreSQL:
+//	var s string
+//	db.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s)
+//	lsn, _ := change.ParseLSN(s)
+//	w, _ := wait.New([]string{"127.0.0.1:9092"}, "tidemark.__watermarks")
+//	defer w.Close()
+//	recs, err := w.Until(ctx, lsn, change.ExportID{Schema: "public", Table: "orders"})
+//	// every change of public.orders committed before lsn is now below recs[e].Offsets
+//
+// It reads the watermark topic read-committed from the beginning and keeps following it.
+package wait
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// ErrExportStopped is returned when an awaited export is removed or failed.
+var ErrExportStopped = errors.New("export stopped")
+
+// Waiter follows a watermark topic.
+type Waiter struct {
+	client *kgo.Client
+	last   map[change.ExportID]watermark.Record
+}
+
+// New returns a Waiter reading topic from brokers. Extra kgo options (TLS, SASL) may be given.
+func New(brokers []string, topic string, opts ...kgo.Opt) (*Waiter, error) {
+	base := []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return &Waiter{client: cl, last: make(map[change.ExportID]watermark.Record)}, nil
+}
+
+// Close releases the client.
+func (w *Waiter) Close() { w.client.Close() }
+
+// Latest returns the last record seen for each export so far.
+func (w *Waiter) Latest() map[change.ExportID]watermark.Record {
+	out := make(map[change.ExportID]watermark.Record, len(w.last))
+	for k, v := range w.last {
+		out[k] = v
+	}
+	return out
+}
+
+// Until blocks until every export has a watermark >= lsn, and returns their records. It fails
+// when an export is removed or failed, or when ctx ends.
+func (w *Waiter) Until(ctx context.Context, lsn change.LSN, exports ...change.ExportID) (map[change.ExportID]watermark.Record, error) {
+	for {
+		done := true
+		for _, e := range exports {
+			r, ok := w.last[e]
+			if ok && (r.State == watermark.StateRemoved || r.State == watermark.StateFailed) {
+				return nil, fmt.Errorf("%s is %s %s: %w", e, r.State, r.Error, ErrExportStopped)
+			}
+			if !ok || r.Watermark == nil || *r.Watermark < lsn {
+				done = false
+			}
+		}
+		if done {
+			out := make(map[change.ExportID]watermark.Record, len(exports))
+			for _, e := range exports {
+				out[e] = w.last[e]
+			}
+			return out, nil
+		}
+		if err := w.Poll(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Poll reads whatever records are available (blocking until at least one arrives or ctx ends)
+// and updates Latest.
+func (w *Waiter) Poll(ctx context.Context) error { return w.PollRecords(ctx, nil) }
+
+// PollRecords is Poll that also hands every record read to fn (when not nil), in order.
+func (w *Waiter) PollRecords(ctx context.Context, fn func(watermark.Record)) error {
+	fs := w.client.PollFetches(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var ferr error
+	fs.EachError(func(t string, p int32, err error) {
+		if !errors.Is(err, context.Canceled) && ferr == nil {
+			ferr = fmt.Errorf("fetch %s[%d]: %w", t, p, err)
+		}
+	})
+	if ferr != nil {
+		return ferr
+	}
+	fs.EachRecord(func(r *kgo.Record) {
+		if r.Value == nil {
+			return
+		}
+		rec, err := watermark.Decode(r.Value)
+		if err != nil {
+			return
+		}
+		w.last[rec.Export] = rec
+		if fn != nil {
+			fn(rec)
+		}
+	})
+	return nil
+}
