@@ -1,0 +1,17 @@
+# syntax=docker/dockerfile:1
+# Tidemark cdc: a static binary on a distroless, non-root base.
+#   docker build -t tidemark/cdc .
+
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags='-s -w' -o /cdc ./cmd/cdc
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /cdc /cdc
+# uid/gid 65532; /tmp (the default hold-buffer spill folder) is writable.
+USER nonroot:nonroot
+ENTRYPOINT ["/cdc"]

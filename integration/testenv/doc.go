@@ -1,0 +1,37 @@
+// Package testenv gives integration tests a real PostgreSQL (wal_level=logical) and a real Kafka
+// broker, once per test binary.
+//
+// Services come from the first source that works, in this order:
+//
+//  1. The environment: CDC_TEST_PG_URL (a PostgreSQL URL) and CDC_TEST_KAFKA_BROKERS (comma-separated
+//     host:port list). `eval "$(scripts/services.sh up)"` sets both for the servers of `make up`.
+//  2. testcontainers-go, when a Docker engine answers a ping within a few seconds: postgres:15 with
+//     logical decoding and a Redpanda broker. Any failure to start counts as "not available".
+//     CDC_TEST_NO_DOCKER=1 skips this source.
+//  3. Local binaries: `scripts/services.sh up` with a private state folder and free ports picked at
+//     run time, so a test binary never collides with `make up` or with another test binary. They
+//     are stopped (and their state removed) when the test binary ends; if it dies first, a watchdog
+//     started by services.sh tears them down. When tests fail, the state folder (server logs) is
+//     kept and its path printed.
+//
+// Services start lazily, on the first call to PGURL, Brokers or a helper built on them, so a test
+// binary that runs no integration test (go test -run '^$' -bench .) starts nothing.
+//
+// When no source works, tests skip with the reason; with CI=true or CDC_TEST_REQUIRE=1 they fail
+// instead, so that CI never passes by skipping. With -short, tests that ask for services skip.
+//
+// Usage:
+//
+//	func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+//
+//	func TestSomething(t *testing.T) {
+//		db := testenv.NewDB(t) // fresh database, dropped with its replication slots at cleanup
+//		testenv.Exec(t, db, "CREATE TABLE t (id int PRIMARY KEY)")
+//		prefix := testenv.NewTopicPrefix(t) // topics named prefix.* are deleted at cleanup
+//		brokers := testenv.Brokers(t)
+//		...
+//	}
+//
+// The services of one test binary are shared by its tests: isolate with NewDB and
+// NewTopicPrefix rather than with fixed names.
+package testenv

@@ -1,0 +1,478 @@
+#!/usr/bin/env bash
+# Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
+# Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
+#
+# Usage: scripts/services.sh install|up|down|clean|env|status
+#
+#   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
+#            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib). Idempotent.
+#   up       install, then start both servers (idempotent) and print the connection settings as
+#            shell exports on stdout:  eval "$(scripts/services.sh up)"
+#   down     stop both servers.
+#   clean    down, then remove the state folder.
+#   env      print the exports only.
+#   status   say what is running.
+#
+# Environment (defaults in brackets):
+#   TIDEMARK_STATE                    state folder [<repo>/.state]
+#   TIDEMARK_CACHE                    jar cache [$HOME/.cache/tidemark]
+#   TIDEMARK_PG_PORT                  PostgreSQL port [55432]
+#   TIDEMARK_KAFKA_PORT               Kafka PLAINTEXT port [59092]
+#   TIDEMARK_KAFKA_CONTROLLER_PORT    Kafka CONTROLLER port [59093]
+#   TIDEMARK_KAFKA_VERSION            Kafka version [4.1.1]
+#   TIDEMARK_LOG4J_VERSION            log4j version matching Kafka's [2.24.3]
+#   TIDEMARK_KAFKA_HEAP               JVM flags [-Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
+#   TIDEMARK_KAFKA_START_TIMEOUT      seconds to wait for "Kafka Server started" [90]
+#   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
+#                                     this process is gone (used by integration/testenv)
+#
+# Ports used by `up` are remembered in <state>/ports.env, so `env`, `down` and a later `up`
+# agree with the first `up` unless overridden.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SELF="$REPO/scripts/services.sh"
+STATE="${TIDEMARK_STATE:-$REPO/.state}"
+CACHE="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}"
+KAFKA_VERSION="${TIDEMARK_KAFKA_VERSION:-4.1.1}"
+LOG4J_VERSION="${TIDEMARK_LOG4J_VERSION:-2.24.3}"
+KAFKA_LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
+KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
+KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
+
+PG_DIR="$STATE/postgres"
+PG_DATA="$PG_DIR/data"
+PG_LOG="$PG_DIR/postgres.log"
+KAFKA_DIR="$STATE/kafka"
+KAFKA_PID="$KAFKA_DIR/kafka.pid"
+KAFKA_LOG="$KAFKA_DIR/server.log"
+KAFKA_OUT="$KAFKA_DIR/stdout.log"
+WATCH_PID_FILE="$STATE/watchdog.pid"
+PORTS_FILE="$STATE/ports.env"
+
+log() { printf 'services: %s\n' "$*" >&2; }
+die() {
+	printf 'services: error: %s\n' "$*" >&2
+	exit 1
+}
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+# Ports: explicit environment first, then what the last `up` used, then the defaults.
+load_ports() {
+	local saved_pg="" saved_kafka="" saved_ctrl=""
+	if [ -f "$PORTS_FILE" ]; then
+		saved_pg="$(sed -n 's/^PG_PORT=//p' "$PORTS_FILE")"
+		saved_kafka="$(sed -n 's/^KAFKA_PORT=//p' "$PORTS_FILE")"
+		saved_ctrl="$(sed -n 's/^KAFKA_CONTROLLER_PORT=//p' "$PORTS_FILE")"
+	fi
+	PG_PORT="${TIDEMARK_PG_PORT:-${saved_pg:-55432}}"
+	KAFKA_PORT="${TIDEMARK_KAFKA_PORT:-${saved_kafka:-59092}}"
+	KAFKA_CONTROLLER_PORT="${TIDEMARK_KAFKA_CONTROLLER_PORT:-${saved_ctrl:-59093}}"
+	local p
+	for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+		[[ "$p" =~ ^[0-9]+$ ]] || die "port '$p' is not a number"
+	done
+}
+
+save_ports() {
+	printf 'PG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
+		"$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" >"$PORTS_FILE"
+}
+
+print_env() {
+	printf "export CDC_TEST_PG_URL='postgres://postgres@127.0.0.1:%s/tidemark?sslmode=disable'\n" "$PG_PORT"
+	printf "export CDC_TEST_KAFKA_BROKERS='127.0.0.1:%s'\n" "$KAFKA_PORT"
+}
+
+# ---------------------------------------------------------------------------------------------
+# install
+
+pg_bindir() {
+	local initdb=""
+	if command -v dpkg >/dev/null 2>&1; then
+		initdb="$(dpkg -L postgresql-15 2>/dev/null | grep '/bin/initdb$' | head -n1 || true)"
+	fi
+	if [ -z "$initdb" ] && [ -x /usr/lib/postgresql/15/bin/initdb ]; then
+		initdb=/usr/lib/postgresql/15/bin/initdb
+	fi
+	[ -n "$initdb" ] && dirname "$initdb"
+}
+
+apt_updated=0
+apt_install() {
+	is_root || die "need root to apt-get install $*; install them by hand"
+	if [ "$apt_updated" -eq 0 ]; then
+		log "apt-get update"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+		apt_updated=1
+	fi
+	log "apt-get install $*"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+install_postgres() {
+	if [ -z "$(pg_bindir || true)" ]; then
+		apt_install postgresql-15
+	fi
+	PG_BIN="$(pg_bindir || true)"
+	[ -n "$PG_BIN" ] || die "PostgreSQL 15 server binaries not found after install"
+}
+
+install_java() {
+	local pkgs=()
+	command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+	command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+	if [ "${#pkgs[@]}" -gt 0 ]; then
+		apt_install "${pkgs[@]}"
+	fi
+}
+
+install_kafka() {
+	if [ -f "$KAFKA_LIB/.complete" ]; then
+		return 0
+	fi
+	# Concurrent installs (parallel test binaries on a fresh machine) wait for one another.
+	mkdir -p "$CACHE"
+	exec 9>"$CACHE/kafka-$KAFKA_VERSION.lock"
+	flock 9
+	if [ -f "$KAFKA_LIB/.complete" ]; then
+		exec 9>&-
+		return 0
+	fi
+	log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $KAFKA_LIB"
+	local tmp="$KAFKA_LIB.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/kafka/pom.xml" \
+		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
+		>"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		rmdir "$(dirname "$KAFKA_LIB")" 2>/dev/null || true
+		die "mvn could not fetch kafka_2.13:$KAFKA_VERSION (set TIDEMARK_KAFKA_VERSION to another 4.x)"
+	fi
+	ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "no kafka_2.13 jar in $tmp"
+	rm -f "$tmp.log"
+	touch "$tmp/.complete"
+	rm -rf "$KAFKA_LIB"
+	mv "$tmp" "$KAFKA_LIB"
+	log "Kafka jars: $(find "$KAFKA_LIB" -name '*.jar' | wc -l) files"
+	exec 9>&-
+}
+
+cmd_install() {
+	install_postgres
+	install_java
+	install_kafka
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL
+
+# as_pg runs a command as the owner of the data folder (postgres when we are root).
+as_pg() {
+	if is_root; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# The unix socket path has a length limit (~107 bytes); fall back to /tmp for deep state folders.
+pg_socket_dir() {
+	local dir="$PG_DIR/run"
+	if [ "${#dir}" -gt 80 ]; then
+		dir="/tmp/tidemark-pg-$PG_PORT"
+	fi
+	printf '%s' "$dir"
+}
+
+pg_running() {
+	[ -n "${PG_BIN:-}" ] || PG_BIN="$(pg_bindir || true)"
+	[ -n "$PG_BIN" ] && [ -f "$PG_DATA/PG_VERSION" ] &&
+		as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1
+}
+
+psql_pg() {
+	"$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U postgres "$@"
+}
+
+pg_up() {
+	if pg_running; then
+		log "PostgreSQL already running (port $PG_PORT)"
+		return 0
+	fi
+	local sock
+	sock="$(pg_socket_dir)"
+	mkdir -p "$PG_DIR" "$sock"
+	if is_root; then
+		chown postgres: "$PG_DIR" "$sock"
+		runuser -u postgres -- test -w "$PG_DIR" ||
+			die "user postgres cannot write $PG_DIR (a parent folder is not searchable by others?)"
+	fi
+	if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+		log "initdb $PG_DATA"
+		rm -rf "$PG_DATA"
+		as_pg "$PG_BIN/initdb" -D "$PG_DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+			>"$PG_DIR/initdb.log" 2>&1 || {
+			tail -n 30 "$PG_DIR/initdb.log" >&2
+			die "initdb failed"
+		}
+	fi
+	log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
+	local opts="-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories=$sock"
+	opts+=" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
+	opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 -o "$opts" start >/dev/null; then
+		tail -n 30 "$PG_LOG" >&2 || true
+		die "PostgreSQL did not start (log: $PG_LOG)"
+	fi
+	if [ "$(psql_pg -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'tidemark'")" != 1 ]; then
+		psql_pg -d postgres -c 'CREATE DATABASE tidemark' >/dev/null
+	fi
+}
+
+pg_down() {
+	if pg_running; then
+		log "stopping PostgreSQL"
+		as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 60 stop >/dev/null
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Kafka
+
+kafka_pid() {
+	local pid
+	[ -f "$KAFKA_PID" ] || return 1
+	pid="$(cat "$KAFKA_PID")"
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+}
+
+new_cluster_id() {
+	local id
+	while :; do
+		id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+		if [ "${#id}" -eq 22 ] && [ "${id:0:1}" != "-" ]; then
+			printf '%s' "$id"
+			return
+		fi
+	done
+}
+
+write_kafka_config() {
+	mkdir -p "$KAFKA_DIR/data"
+	cat >"$KAFKA_DIR/server.properties" <<EOF
+# Written by scripts/services.sh; rewritten on every start.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$KAFKA_DIR/data
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=false
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.cleaner.dedupe.buffer.size=33554432
+EOF
+	cat >"$KAFKA_DIR/log4j2.properties" <<EOF
+# Written by scripts/services.sh: the broker logs to $KAFKA_LOG (emptied before each start).
+status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = $KAFKA_LOG
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = file
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+EOF
+}
+
+kafka_up() {
+	if kafka_pid >/dev/null; then
+		log "Kafka already running (pid $(kafka_pid), port $KAFKA_PORT)"
+		return 0
+	fi
+	write_kafka_config
+	if [ ! -s "$KAFKA_DIR/cluster.id" ]; then
+		new_cluster_id >"$KAFKA_DIR/cluster.id"
+	fi
+	local cp="$KAFKA_LIB/*"
+	log "formatting Kafka storage"
+	# shellcheck disable=SC2086
+	java $KAFKA_HEAP -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" -cp "$cp" \
+		kafka.tools.StorageTool format -t "$(cat "$KAFKA_DIR/cluster.id")" \
+		-c "$KAFKA_DIR/server.properties" --ignore-formatted >"$KAFKA_DIR/format.log" 2>&1 || {
+		cat "$KAFKA_DIR/format.log" >&2
+		die "kafka storage format failed"
+	}
+	log "starting Kafka on 127.0.0.1:$KAFKA_PORT (controller $KAFKA_CONTROLLER_PORT)"
+	: >"$KAFKA_LOG"
+	# setsid: the broker gets its own session, so the caller's Ctrl-C or exit does not reach it.
+	# shellcheck disable=SC2086
+	setsid nohup java $KAFKA_HEAP -Dlog4j2.configurationFile="$KAFKA_DIR/log4j2.properties" \
+		-cp "$cp" kafka.Kafka "$KAFKA_DIR/server.properties" \
+		>"$KAFKA_OUT" 2>&1 </dev/null &
+	local pid=$!
+	echo "$pid" >"$KAFKA_PID"
+	local waited=0
+	while ! grep -q 'Kafka Server started' "$KAFKA_LOG" 2>/dev/null; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			kafka_fail "Kafka exited during start-up"
+		fi
+		if [ "$waited" -ge $((KAFKA_START_TIMEOUT * 5)) ]; then
+			kafka_stop_pid "$pid"
+			kafka_fail "Kafka did not start within ${KAFKA_START_TIMEOUT}s"
+		fi
+		sleep 0.2
+		waited=$((waited + 1))
+	done
+	log "Kafka started (pid $pid) in $((waited / 5))s"
+}
+
+kafka_fail() {
+	{
+		echo "--- $KAFKA_LOG (errors)"
+		grep -E '^\[[^]]*\] (ERROR|FATAL) ' "$KAFKA_LOG" 2>/dev/null | head -n 5 || true
+		echo "--- $KAFKA_LOG (tail)"
+		tail -n 40 "$KAFKA_LOG" 2>/dev/null || true
+		echo "--- $KAFKA_OUT (tail)"
+		tail -n 20 "$KAFKA_OUT" 2>/dev/null || true
+	} >&2
+	rm -f "$KAFKA_PID"
+	die "$1"
+}
+
+kafka_stop_pid() {
+	local pid=$1 i
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for i in $(seq 1 150); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.2
+	done
+	log "Kafka (pid $pid) ignored SIGTERM for 30s: killing it"
+	kill -KILL "$pid" 2>/dev/null || true
+	for i in $(seq 1 25); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.2
+	done
+}
+
+kafka_down() {
+	local pid
+	if pid="$(kafka_pid)"; then
+		log "stopping Kafka (pid $pid)"
+		kafka_stop_pid "$pid"
+	fi
+	rm -f "$KAFKA_PID"
+}
+
+# ---------------------------------------------------------------------------------------------
+# watchdog: tears everything down once a given process is gone
+
+start_watchdog() {
+	local watched=$1
+	[[ "$watched" =~ ^[0-9]+$ ]] || die "TIDEMARK_WATCH_PID '$watched' is not a pid"
+	stop_watchdog
+	TIDEMARK_STATE="$STATE" setsid nohup bash -c '
+		while kill -0 "$1" 2>/dev/null; do sleep 1; done
+		rm -f "$3"
+		"$2" clean
+	' tidemark-watchdog "$watched" "$SELF" "$WATCH_PID_FILE" >"$STATE/watchdog.log" 2>&1 </dev/null &
+	echo $! >"$WATCH_PID_FILE"
+}
+
+stop_watchdog() {
+	local pid
+	[ -f "$WATCH_PID_FILE" ] || return 0
+	pid="$(cat "$WATCH_PID_FILE")"
+	rm -f "$WATCH_PID_FILE"
+	# The watchdog itself calls `clean`: do not kill the caller.
+	if [ -n "$pid" ] && [ "$pid" != "$$" ] && [ "$pid" != "$PPID" ]; then
+		kill "$pid" 2>/dev/null || true
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+
+cmd_up() {
+	cmd_install
+	load_ports
+	mkdir -p "$STATE"
+	chmod 755 "$STATE"
+	save_ports
+	pg_up
+	kafka_up
+	if [ -n "${TIDEMARK_WATCH_PID:-}" ]; then
+		start_watchdog "$TIDEMARK_WATCH_PID"
+	fi
+	print_env
+}
+
+cmd_down() {
+	load_ports
+	stop_watchdog
+	kafka_down
+	pg_down
+}
+
+cmd_clean() {
+	cmd_down
+	if [ -d "$STATE" ]; then
+		log "removing $STATE"
+		rm -rf "$STATE"
+	fi
+	rm -rf "/tmp/tidemark-pg-$PG_PORT"
+}
+
+cmd_status() {
+	load_ports
+	if pg_running; then
+		echo "postgres: running on 127.0.0.1:$PG_PORT"
+	else
+		echo "postgres: stopped"
+	fi
+	if kafka_pid >/dev/null; then
+		echo "kafka: running on 127.0.0.1:$KAFKA_PORT (pid $(kafka_pid))"
+	else
+		echo "kafka: stopped"
+	fi
+}
+
+main() {
+	local cmd="${1:-}"
+	case "$cmd" in
+	install) cmd_install ;;
+	up) cmd_up ;;
+	down) cmd_down ;;
+	clean) cmd_clean ;;
+	env)
+		load_ports
+		print_env
+		;;
+	status) cmd_status ;;
+	*)
+		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+		exit 2
+		;;
+	esac
+}
+
+main "$@"
