@@ -1,0 +1,276 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// writer runs random transactions until stopped.
+type writer struct {
+	stop chan struct{}
+	done chan struct{}
+	txns atomic.Int64
+	err  atomic.Value
+}
+
+func (e *env) startWriter(ctx context.Context, bigRows int64) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	conn, err := pgx.Connect(ctx, e.pgURL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		defer close(w.done)
+		defer conn.Close(context.Background())
+		rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
+		for {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				w.err.Store(err)
+				return
+			}
+			batch := &pgx.Batch{}
+			for range 1 + rng.IntN(4) {
+				switch rng.IntN(7) {
+				case 0:
+					batch.Queue(`INSERT INTO big (id, k, v, n) VALUES (nextval('big_new_ids'), 1, 'new', 1.5)`)
+				case 1, 2:
+					batch.Queue(`UPDATE big SET k = k + 1, v = md5(random()::text) WHERE id = $1`, 1+rng.Int64N(bigRows))
+				case 3:
+					batch.Queue(`DELETE FROM big WHERE id = $1`, 1+rng.Int64N(bigRows))
+				case 4:
+					batch.Queue(`INSERT INTO small_a (name, qty) VALUES ($1, $2)`, fmt.Sprintf("n%d", rng.IntN(1000)), rng.IntN(100))
+				case 5:
+					batch.Queue(`UPDATE small_a SET qty = qty + 1 WHERE id = $1`, 1+rng.IntN(1000))
+				case 6:
+					// key-changing update and jsonb
+					batch.Queue(`UPDATE small_b SET id = id + 100000, doc = jsonb_set(doc, '{n}', to_jsonb(id)) WHERE id = (SELECT min(id) FROM small_b)`)
+				}
+			}
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				w.err.Store(err)
+				_ = tx.Rollback(ctx)
+				return
+			}
+			if err := tx.Commit(ctx); err != nil {
+				w.err.Store(err)
+				return
+			}
+			w.txns.Add(1)
+		}
+	}()
+	return w
+}
+
+func (w *writer) finish(t testing.TB) int64 {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	if err, _ := w.err.Load().(error); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+	return w.txns.Load()
+}
+
+// slotSampler records the slot's confirmed position over time.
+type slotSample struct {
+	at        time.Time
+	confirmed change.LSN
+}
+
+func (e *env) sampleSlot(ctx context.Context) (stop func() []slotSample) {
+	conn, err := pgx.Connect(ctx, e.pgURL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var samples []slotSample
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		defer conn.Close(context.Background())
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			c := e.slotConfirmed(ctx, conn)
+			mu.Lock()
+			samples = append(samples, slotSample{at: time.Now(), confirmed: c})
+			mu.Unlock()
+		}
+	}()
+	return func() []slotSample {
+		close(done)
+		<-finished
+		return samples
+	}
+}
+
+// checkSlotNeverAhead asserts that whenever the slot was confirmed at C, every export that was
+// hydrated had a watermark record durable in Kafka, produced before that moment, whose own
+// position is >= C: the slot never passed what Kafka had acknowledged.
+func (e *env) checkSlotNeverAhead(samples []slotSample) {
+	e.t.Helper()
+	recs := e.readTopic(e.watermarkTopic())
+	type wm struct {
+		at  time.Time
+		rec watermark.Record
+	}
+	var all []wm
+	for _, r := range recs {
+		if r.Value == nil {
+			continue
+		}
+		rec, err := watermark.Decode(r.Value)
+		if err != nil {
+			e.t.Fatalf("watermark record: %v", err)
+		}
+		all = append(all, wm{r.Timestamp, rec})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at.Before(all[j].at) })
+	checked := 0
+	for _, s := range samples {
+		if s.confirmed == 0 {
+			continue
+		}
+		latest := map[change.ExportID]watermark.Record{}
+		for _, w := range all {
+			if w.at.After(s.at) {
+				break
+			}
+			latest[w.rec.Export] = w.rec
+		}
+		for ex, r := range latest {
+			if r.State != watermark.StateHydrated {
+				continue
+			}
+			checked++
+			if r.Position < s.confirmed {
+				e.t.Errorf("at %s the slot was confirmed at %s but %s's durable own position was %s", s.at.Format(time.StampMilli), s.confirmed, ex, r.Position)
+			}
+		}
+	}
+	if checked == 0 {
+		e.t.Errorf("slot check compared nothing (%d samples, %d watermark records)", len(samples), len(all))
+	}
+	e.t.Logf("slot never ahead: %d (sample, export) pairs checked over %d samples", checked, len(samples))
+}
+
+func (e *env) createTables(bigRows int) {
+	e.exec(
+		`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2))`,
+		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text) || repeat('x', 40), g / 7.0 FROM generate_series(1, %d) g`, bigRows),
+		`CREATE SEQUENCE big_new_ids START 10000000`,
+		`CREATE TABLE small_a (id serial PRIMARY KEY, name text, qty int)`,
+		`INSERT INTO small_a (name, qty) SELECT 'name ' || g, g FROM generate_series(1, 1000) g`,
+		`CREATE TABLE small_b (id int PRIMARY KEY, doc jsonb)`,
+		`INSERT INTO small_b SELECT g, jsonb_build_object('g', g, 'tags', jsonb_build_array('a', g)) FROM generate_series(1, 500) g`,
+		`ANALYZE`,
+	)
+}
+
+func (e *env) assertTopicsEqualTables(tables ...string) {
+	e.t.Helper()
+	for _, tbl := range tables {
+		recs := e.readTopic(e.topic(tbl))
+		checkOrder(e.t, recs)
+		assertSameState(e.t, tbl, materialize(e.t, recs), e.tableState(tbl, "id"))
+	}
+}
+
+// checkNoDuplicates asserts exactly-once: no change (key, lsn, sequence) appears twice.
+func (e *env) checkNoDuplicates(tables ...string) {
+	e.t.Helper()
+	for _, tbl := range tables {
+		seen := map[string]int64{}
+		for _, r := range e.readTopic(e.topic(tbl)) {
+			env := decode(e.t, r)
+			if env == nil || env.Source.Snapshot {
+				continue
+			}
+			id := fmt.Sprintf("%s/%d/%d/%s", r.Key, env.Source.LSN, env.Source.Sequence, env.Op)
+			if prev, ok := seen[id]; ok {
+				e.t.Errorf("%s: change %s published twice (offsets %d and %d)", tbl, id, prev, r.Offset)
+			}
+			seen[id] = r.Offset
+		}
+	}
+}
+
+var allTables = []string{"public.big", "public.small_a", "public.small_b"}
+
+func TestSnapshotStreamAndRestart(t *testing.T) {
+	for _, delivery := range []string{"exactly-once", "at-least-once"} {
+		t.Run(delivery, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := t.Context()
+			const bigRows = 200_000
+			e.createTables(bigRows)
+
+			vars := e.baseVars()
+			vars["CDC_TABLES"] = "public.big,public.small_a,public.small_b"
+			vars["CDC_SNAPSHOT_WORKERS"] = "4"
+			vars["CDC_DELIVERY"] = delivery
+			stopSampling := e.sampleSlot(ctx)
+
+			p := e.startCDC(vars)
+			w := e.startWriter(ctx, bigRows)
+			// Writes during the snapshot.
+			e.waitFor(p, 3*time.Minute, 1, allTables...)
+			time.Sleep(time.Second)
+			n := w.finish(t)
+			lsn := e.currentLSN(ctx)
+			e.waitFor(p, 2*time.Minute, lsn, allTables...)
+			t.Logf("snapshot + %d concurrent transactions published", n)
+			if !containsLog(p, "snapshot") {
+				t.Errorf("no snapshot progress in the log")
+			}
+			e.assertTopicsEqualTables(allTables...)
+
+			// Kill -9 mid-stream, keep writing, restart: nothing lost.
+			w = e.startWriter(ctx, bigRows)
+			time.Sleep(2 * time.Second)
+			p.stop(syscall.SIGKILL)
+			time.Sleep(time.Second)
+			p2 := e.startCDC(vars)
+			time.Sleep(2 * time.Second)
+			n = w.finish(t)
+			lsn = e.currentLSN(ctx)
+			e.waitFor(p2, 2*time.Minute, lsn, allTables...)
+			t.Logf("%d more transactions across a kill -9", n)
+			e.assertTopicsEqualTables(allTables...)
+			if delivery == "exactly-once" {
+				e.checkNoDuplicates(allTables...)
+			}
+
+			// SIGTERM stops cleanly with exit code 0.
+			if code := p2.stop(syscall.SIGTERM); code != 0 {
+				t.Errorf("cdc exit code after SIGTERM = %d, want 0", code)
+			}
+			e.checkSlotNeverAhead(stopSampling())
+		})
+	}
+}
+
+func containsLog(p *proc, s string) bool { return strings.Contains(p.log.String(), s) }

@@ -1,0 +1,335 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/wait"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// bigRowsForTenSeconds sizes the added table so that its copy with one worker takes more than
+// ten seconds on the 2-core machines this suite runs on.
+const bigRowsForTenSeconds = 1_500_000
+
+// recorder follows the watermark topic and keeps every record.
+type recorder struct {
+	mu   sync.Mutex
+	recs []watermark.Record
+	stop func()
+	done chan struct{}
+}
+
+func (e *env) recordWatermarks() *recorder {
+	w, err := wait.New(e.brokers, e.watermarkTopic())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &recorder{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		defer w.Close()
+		for ctx.Err() == nil {
+			if err := w.PollRecords(ctx, func(rec watermark.Record) {
+				r.mu.Lock()
+				r.recs = append(r.recs, rec)
+				r.mu.Unlock()
+			}); err != nil && ctx.Err() == nil {
+				e.t.Errorf("follow watermarks: %v", err)
+				return
+			}
+		}
+	}()
+	e.t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func (r *recorder) all() []watermark.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]watermark.Record(nil), r.recs...)
+}
+
+// first returns the first record of e matching ok, waiting up to timeout.
+func (r *recorder) first(t testing.TB, timeout time.Duration, e change.ExportID, what string, ok func(watermark.Record) bool) watermark.Record {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, rec := range r.all() {
+			if rec.Export == e && ok(rec) {
+				return rec
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("no watermark record of %s with %s within %s", e, what, timeout)
+	return watermark.Record{}
+}
+
+// smallWriter writes steadily to the small tables and to big, ~100 transactions per second.
+func (e *env) smallWriter(ctx context.Context, withBig bool) (stop func()) {
+	conn, err := pgx.Connect(ctx, e.pgURL)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer conn.Close(context.Background())
+		rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			var err error
+			switch {
+			case i%2 == 0:
+				_, err = conn.Exec(ctx, `INSERT INTO small_a (name, qty) VALUES ('w', $1)`, i)
+			case i%4 == 1:
+				_, err = conn.Exec(ctx, `UPDATE small_b SET doc = jsonb_set(doc, '{w}', to_jsonb($1::int)) WHERE id = $2`, i, 1+rng.IntN(500))
+			case withBig && i%4 == 3:
+				id := 1 + rng.Int64N(bigRowsForTenSeconds)
+				_, err = conn.Exec(ctx, `WITH d AS (DELETE FROM big WHERE id = $1) UPDATE big SET k = k + 1 WHERE id = $2`, id, id+1)
+			default:
+				_, err = conn.Exec(ctx, `UPDATE small_a SET qty = qty + 1 WHERE id = $1`, 1+rng.IntN(1000))
+			}
+			if err != nil && ctx.Err() == nil {
+				e.t.Errorf("writer: %v", err)
+				return
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+var (
+	smallA = change.ExportID{Schema: "public", Table: "small_a"}
+	smallB = change.ExportID{Schema: "public", Table: "small_b"}
+	bigID  = change.ExportID{Schema: "public", Table: "big"}
+)
+
+func (e *env) createWatermarkTables() {
+	e.exec(
+		`CREATE TABLE small_a (id serial PRIMARY KEY, name text, qty int)`,
+		`INSERT INTO small_a (name, qty) SELECT 'name ' || g, g FROM generate_series(1, 1000) g`,
+		`CREATE TABLE small_b (id int PRIMARY KEY, doc jsonb)`,
+		`INSERT INTO small_b SELECT g, jsonb_build_object('g', g) FROM generate_series(1, 500) g`,
+		`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2))`,
+		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text) || repeat('x', 40), g / 7.0 FROM generate_series(1, %d) g`, bigRowsForTenSeconds),
+		`ANALYZE`,
+	)
+}
+
+// copyWindow is the big table's copy: from its snapshot start to its finish.
+func copyWindow(t testing.TB, r *recorder) (start, end time.Time, hydratedAt time.Time) {
+	t.Helper()
+	hyd := r.first(t, 5*time.Minute, bigID, "state hydrated", func(rec watermark.Record) bool {
+		return rec.State == watermark.StateHydrated
+	})
+	if hyd.Snapshot == nil || hyd.Snapshot.FinishedAt == nil {
+		t.Fatalf("hydrated record of big lacks snapshot times: %+v", hyd)
+	}
+	return hyd.Snapshot.StartedAt, *hyd.Snapshot.FinishedAt, hyd.Time
+}
+
+// advances counts how often e's watermark increased in records stamped within [from, to].
+func advances(recs []watermark.Record, e change.ExportID, from, to time.Time) (n int, values []string) {
+	var last *change.LSN
+	for _, r := range recs {
+		if r.Export != e || r.Watermark == nil || r.Time.Before(from) || r.Time.After(to) {
+			continue
+		}
+		if last != nil && *r.Watermark > *last {
+			n++
+		}
+		if last == nil || *r.Watermark != *last {
+			values = append(values, r.Watermark.String())
+		}
+		w := *r.Watermark
+		last = &w
+	}
+	return n, values
+}
+
+func TestAddTableWhileRunning(t *testing.T) {
+	for _, mode := range []string{"independent", "global"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			ctx := t.Context()
+			e.createWatermarkTables()
+			vars := e.baseVars()
+			vars["CDC_TABLES"] = "public.small_a,public.small_b"
+			vars["CDC_SNAPSHOT_WORKERS"] = "1"
+			vars["CDC_WATERMARK_MODE"] = mode
+			rec := e.recordWatermarks()
+			p := e.startCDC(vars)
+			e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
+
+			stopWriter := e.smallWriter(ctx, true)
+			e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
+			start, end, hydratedAt := copyWindow(t, rec)
+			time.Sleep(2 * time.Second)
+			stopWriter()
+			lsn := e.currentLSN(ctx)
+			e.waitFor(p, 2*time.Minute, lsn, "public.small_a", "public.small_b", "public.big")
+			all := rec.all()
+
+			copyTook := end.Sub(start)
+			t.Logf("big copy took %s (hydrated at +%s)", copyTook, hydratedAt.Sub(start))
+			if copyTook < 10*time.Second {
+				t.Errorf("the added table's copy took %s; the scenario needs at least 10s (raise bigRowsForTenSeconds)", copyTook)
+			}
+			// The big table has no watermark before it is hydrated.
+			for _, r := range all {
+				if r.Export == bigID && r.State == watermark.StateHydrating && r.Watermark != nil {
+					t.Errorf("big published watermark %s while hydrating", r.Watermark)
+				}
+			}
+			for _, small := range []change.ExportID{smallA, smallB} {
+				n, values := advances(all, small, start, end)
+				t.Logf("%s: %d watermark advances during the copy: %s", small, n, strings.Join(values, " "))
+				switch mode {
+				case "independent":
+					if n < 5 {
+						t.Errorf("%s advanced %d times during the %s copy, want >= 5", small, n, copyTook)
+					}
+				case "global":
+					if n != 0 {
+						t.Errorf("%s advanced %d times during the copy in global mode, want 0", small, n)
+					}
+				}
+			}
+			if mode == "global" {
+				// After the copy, every Due publishes one W for all live exports.
+				byTime := map[time.Time]map[change.LSN]bool{}
+				for _, r := range all {
+					if r.Time.After(hydratedAt) && r.Watermark != nil && r.State == watermark.StateHydrated {
+						if byTime[r.Time] == nil {
+							byTime[r.Time] = map[change.LSN]bool{}
+						}
+						byTime[r.Time][*r.Watermark] = true
+					}
+				}
+				for ts, ws := range byTime {
+					if len(ws) > 1 {
+						t.Errorf("global mode: records written at %s carry different watermarks %v", ts.Format(time.StampMilli), ws)
+					}
+				}
+				if len(byTime) == 0 {
+					t.Errorf("global mode: no records after big was hydrated")
+				}
+			}
+			e.assertTopicsEqualTables("public.small_a", "public.small_b", "public.big")
+		})
+	}
+}
+
+func TestKilledDuringAddedCopy(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.createWatermarkTables()
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.small_a,public.small_b"
+	vars["CDC_SNAPSHOT_WORKERS"] = "1"
+	rec := e.recordWatermarks()
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
+
+	stopWriter := e.smallWriter(ctx, true)
+	defer func() {
+		if stopWriter != nil {
+			stopWriter()
+		}
+	}()
+	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
+	rec.first(t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
+	time.Sleep(3 * time.Second)
+	p.stop(syscall.SIGKILL)
+
+	// What Kafka holds at the kill: the last watermark of each small table, and where their
+	// topics end.
+	latest := e.latestWatermarks()
+	ends := map[change.ExportID]map[int32]int64{}
+	for _, s := range []change.ExportID{smallA, smallB} {
+		ends[s] = e.endOffsets(e.topic(s.String()))
+		if latest[s].Watermark == nil {
+			t.Fatalf("%s had no watermark before the kill: %+v", s, latest[s])
+		}
+	}
+	time.Sleep(time.Second)
+	p2 := e.startCDC(vars)
+	hyd := rec.first(t, 5*time.Minute, bigID, "hydrated attempt 2", func(r watermark.Record) bool {
+		return r.State == watermark.StateHydrated && r.Snapshot != nil && r.Snapshot.Attempt >= 2
+	})
+	t.Logf("big hydrated on attempt %d after the restart", hyd.Snapshot.Attempt)
+	stopWriter()
+	stopWriter = nil
+	e.waitFor(p2, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
+
+	for _, s := range []change.ExportID{smallA, smallB} {
+		w := *latest[s].Watermark
+		below := 0
+		for _, r := range e.readTopic(e.topic(s.String())) {
+			if r.Offset < ends[s][r.Partition] {
+				continue
+			}
+			env := decode(t, r)
+			if env != nil && change.LSN(env.Source.LSN) < w {
+				below++
+			}
+		}
+		if below > 0 {
+			t.Errorf("%s: %d records below its watermark %s were published again after the restart", s, below, w)
+		}
+	}
+	e.assertTopicsEqualTables("public.small_a", "public.small_b", "public.big")
+}
+
+// latestWatermarks reads the watermark topic to its end: the last record of each export.
+func (e *env) latestWatermarks() map[change.ExportID]watermark.Record {
+	e.t.Helper()
+	out := map[change.ExportID]watermark.Record{}
+	for _, r := range e.readTopic(e.watermarkTopic()) {
+		if r.Value == nil {
+			continue
+		}
+		rec, err := watermark.Decode(r.Value)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out[rec.Export] = rec
+	}
+	return out
+}
+
+// endOffsets lists the end offset of every partition of topic.
+func (e *env) endOffsets(topic string) map[int32]int64 {
+	e.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out
+}
