@@ -123,6 +123,10 @@ sleep 2 # one more watermark interval
 say "every record of the $PREFIX.* topics (topic, partition, offset, key, value)"
 tail_records
 
+say "watermarks: how far each table's topic is complete (cdc watermarks)"
+CDC_PG_URL="$PG_URL" CDC_KAFKA_BROKERS="$BROKERS" CDC_PUBLICATION=tidemark_demo CDC_SLOT=tidemark_demo \
+	CDC_TOPIC_PREFIX="$PREFIX" CDC_LOG_FORMAT=text bin/cdc watermarks
+
 say "cdc keeps running: change rows with"
 echo "  $PSQL '$PG_URL'"
 echo "and print the topics again with"

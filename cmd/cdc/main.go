@@ -40,6 +40,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	}
 	switch cmd {
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[1] == "--markdown" {
+			fmt.Fprint(stdout, helpMarkdown())
+			return exitOK
+		}
 		writeHelp(stdout)
 		return exitOK
 	case "version", "--version":
