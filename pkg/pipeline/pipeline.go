@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -25,8 +26,17 @@ import (
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// unitBuffer bounds the channel between the stages and the sink (units of at most ~1 MiB).
-const unitBuffer = 64
+// Bounds of the channels between the stages and the sink: stream units are mostly small
+// transactions; bulk units are snapshot batches of at most snapshotBatchBytes.
+const (
+	unitBuffer         = 4096
+	bulkBuffer         = 16
+	snapshotBatchBytes = 256 << 10
+	// sinkBatchBytes bounds one Kafka transaction: small enough that a stream unit arriving
+	// behind a batch of snapshot rows waits a fraction of a second, large enough to amortise
+	// the commit.
+	sinkBatchBytes = 4 << 20
+)
 
 // Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal
 // error occurs. Transient errors restart it with capped exponential backoff.
@@ -121,6 +131,9 @@ func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (func(
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Profiles on the same (operator-chosen, loopback by default) address.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -156,6 +169,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Partitions:        cfg.TopicPartitions,
 		ReplicationFactor: cfg.ReplicationFactor,
 		WatermarkTopic:    cfg.WatermarkTopic,
+		MaxBatchBytes:     sinkBatchBytes,
 		Logger:            log,
 		Registerer:        reg,
 	})
@@ -276,6 +290,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Workers:         cfg.SnapshotWorkers,
 		SlotPrefix:      cfg.Slot,
 		Codec:           codecCfg,
+		BatchBytes:      snapshotBatchBytes,
 		SlotWaitTimeout: cfg.SlotWaitTimeout,
 		Logger:          log,
 		Registerer:      reg,
@@ -288,11 +303,16 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	coord.rehydrate = poll.rehydrate
 	coord.pollNow = poll.wake
 
+	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
+	// through mergeUnits, stream first.
 	units := make(chan *change.Unit, unitBuffer)
+	bulk := make(chan *change.Unit, bulkBuffer)
+	merged := make(chan *change.Unit, 2)
 	sinkCtx, sinkCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer sinkCancel()
+	go mergeUnits(sinkCtx, units, bulk, merged)
 	sinkErr := make(chan error, 1)
-	go func() { sinkErr <- sk.Run(sinkCtx, units, coord) }()
+	go func() { sinkErr <- sk.Run(sinkCtx, merged, coord) }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	sinkDone := false
@@ -309,7 +329,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		}
 	})
 	g.Go(func() error { return repl.Run(gctx, units) })
-	g.Go(func() error { return snap.Run(gctx, poll.requests, units) })
+	g.Go(func() error { return snap.Run(gctx, poll.requests, bulk) })
 	g.Go(func() error { return poll.run(gctx) })
 	g.Go(func() error { return coord.runReconciles(gctx, units) })
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(positions),
@@ -319,6 +339,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	// Orderly stop: the stages have stopped sending; let the sink drain what it has.
 	if !sinkDone {
 		close(units)
+		close(bulk)
 		select {
 		case serr := <-sinkErr:
 			if serr != nil && err == nil {

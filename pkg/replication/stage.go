@@ -182,7 +182,7 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		return fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
 
-	msgs := make(chan []byte, 1024)
+	msgs := make(chan []byte, 4096)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })

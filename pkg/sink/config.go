@@ -20,6 +20,14 @@ const (
 	AtLeastOnce Delivery = "at-least-once"
 )
 
+// MaxRecordBytes is the largest Kafka record (key, value and headers, plus the record
+// batch's framing) the sink can produce. The producer builds record batches of up to this
+// size and EnsureTopics creates topics with max.message.bytes set to it, so one row of a
+// few MiB (a large text or bytea) round-trips. A larger record fails with
+// MESSAGE_TOO_LARGE; callers that want to fail only the row's export should compare the
+// encoded size with this limit before handing the unit to Run.
+const MaxRecordBytes = 16 << 20
+
 // Defaults applied by New to zero fields of Config.
 const (
 	DefaultClientID           = "tidemark"
@@ -28,13 +36,6 @@ const (
 	DefaultTick               = 200 * time.Millisecond
 	DefaultTransactionTimeout = 60 * time.Second
 
-	// MaxRecordBytes is the largest Kafka record (key, value and headers, plus the record
-	// batch's framing) the sink can produce. The producer builds record batches of up to this
-	// size and EnsureTopics creates topics with max.message.bytes set to it, so one row of a
-	// few MiB (a large text or bytea) round-trips. A larger record fails with
-	// MESSAGE_TOO_LARGE; callers that want to fail only the row's export should compare the
-	// encoded size with this limit before handing the unit to Run.
-	MaxRecordBytes = 16 << 20
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
 	producerLinger = 5 * time.Millisecond
 )

@@ -1,0 +1,61 @@
+package pipeline
+
+import (
+	"context"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// mergeUnits feeds the sink from two channels: stream (the replication stage, reconciles) and
+// bulk (snapshot rows). Stream units always go first, so a large copy never queues ahead of the
+// changes of tables that are already hydrated: their watermarks keep their pace while a new
+// table is copied. Order only matters within an export, and an export's units all travel in one
+// of the channels at a time (its snapshot rows and their end marker in bulk; its held changes
+// are released into stream only after the copy is durable). out is closed when both inputs are
+// closed and drained.
+func mergeUnits(ctx context.Context, stream, bulk <-chan *change.Unit, out chan<- *change.Unit) {
+	defer close(out)
+	send := func(u *change.Unit) bool {
+		select {
+		case out <- u:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for stream != nil || bulk != nil {
+		// Anything waiting in stream first.
+		select {
+		case u, ok := <-stream:
+			if !ok {
+				stream = nil
+				continue
+			}
+			if !send(u) {
+				return
+			}
+			continue
+		default:
+		}
+		select {
+		case u, ok := <-stream:
+			if !ok {
+				stream = nil
+				continue
+			}
+			if !send(u) {
+				return
+			}
+		case u, ok := <-bulk:
+			if !ok {
+				bulk = nil
+				continue
+			}
+			if !send(u) {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
