@@ -30,14 +30,7 @@ test-integration:
 
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...
-	@if [ -d integration/bench ]; then \
-		echo "go run ./integration/bench"; \
-		TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./integration/bench; \
-	fi
-	@if [ -d cmd/bench ]; then \
-		echo "go run ./cmd/bench"; \
-		TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench; \
-	fi
+	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench $(BENCH_FLAGS)
 
 lint:
 	$(GO) vet ./...

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// buildCDC builds bin/cdc in the repository, as `make build` does, and copies it into the work
+// folder so that a rebuild by someone else during the run changes nothing.
+func buildCDC(ctx context.Context, root, work string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", "bin/cdc", "./cmd/cdc")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/cdc: %w\n%s", err, out)
+	}
+	src, err := os.Open(filepath.Join(root, "bin", "cdc"))
+	if err != nil {
+		return "", fmt.Errorf("open built cdc: %w", err)
+	}
+	defer src.Close()
+	bin := filepath.Join(work, "cdc")
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", fmt.Errorf("copy cdc: %w", err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return "", fmt.Errorf("copy cdc: %w", err)
+	}
+	if err := dst.Close(); err != nil {
+		return "", fmt.Errorf("copy cdc: %w", err)
+	}
+	return bin, nil
+}
+
+// cdcProc is one running cdc process. Its output goes to a log file.
+type cdcProc struct {
+	cmd     *exec.Cmd
+	logPath string
+	started time.Time
+	done    chan struct{}
+	err     error // valid once done is closed
+}
+
+// startCDC runs bin with only PATH, HOME, TMPDIR and vars in its environment: cdc refuses
+// unknown CDC_* variables, so the bench's own (CDC_TEST_*) must not leak into it.
+func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open cdc log: %w", err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + tmp}
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	p := &cdcProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start cdc: %w", err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended, and how.
+func (p *cdcProc) exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// stop sends SIGTERM and waits up to timeout, then kills. It returns an error when cdc did not
+// exit cleanly.
+func (p *cdcProc) stop(timeout time.Duration) error {
+	if done, err := p.exited(); done {
+		return exitError(err, p.logPath)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return exitError(p.err, p.logPath)
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("cdc did not stop within %s of SIGTERM (killed); log %s", timeout, p.logPath)
+	}
+}
+
+func exitError(err error, logPath string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("cdc exited: %w; log %s:\n%s", err, logPath, tailFile(logPath, 15))
+}
+
+// check returns an error if cdc has exited already: the scenarios call it while waiting.
+func (p *cdcProc) check() error {
+	if done, err := p.exited(); done {
+		if err == nil {
+			return fmt.Errorf("cdc exited unexpectedly with status 0; log %s:\n%s", p.logPath, tailFile(p.logPath, 15))
+		}
+		return exitError(err, p.logPath)
+	}
+	return nil
+}
+
+// logTime returns the time of the first line of the log whose message is msg (text format:
+// `time=... level=... msg="..."`), and whether there is one.
+func (p *cdcProc) logTime(msg string) (time.Time, bool) {
+	f, err := os.Open(p.logPath)
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	needle := "msg=" + quoteLogValue(msg)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, needle) {
+			continue
+		}
+		ts, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			return time.Time{}, false
+		}
+		return t, true
+	}
+	return time.Time{}, false
+}
+
+// quoteLogValue quotes like slog's text handler: only values with spaces or quotes.
+func quoteLogValue(s string) string {
+	if strings.ContainsAny(s, " \"=") {
+		return fmt.Sprintf("%q", s)
+	}
+	return s
+}
+
+// tailFile returns the last n lines of a file, for error messages.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	return lastLines(string(b), n)
+}

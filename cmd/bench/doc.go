@@ -1,0 +1,31 @@
+// Command bench measures Tidemark end to end against real PostgreSQL and Kafka and prints the
+// figures beside the limits of the hardware it runs on (`make bench`).
+//
+// Three scenarios, each with its own database, topic prefix and slot:
+//
+//   - snapshot: one generated table copied by cdc, beside the READ limit (the same parallel COPY
+//     by ctid range, rows discarded) and the WRITE limit (the same records, pre-encoded, produced
+//     with the sink's producer settings and transaction sizes).
+//   - stream: a pgbench backlog written while cdc is stopped, then caught up by a restarted cdc,
+//     beside the READ limit (the raw pgoutput stream of the backlog from a second slot) and the
+//     WRITE limit.
+//   - lag: the watermark lag of two busy small tables while a big table added to the
+//     publication is copied, in independent and in global watermark mode.
+//
+// Services come from CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS when both are set; otherwise
+// scripts/services.sh starts a private PostgreSQL and Kafka on free ports and removes them at the
+// end. cdc is built with `go build` and run as a subprocess configured by environment variables,
+// as a user would run it. Nothing is asserted: this is a measurement tool. The figures are printed
+// as tables and written to a JSON file.
+//
+// Usage:
+//
+//	make bench                                  # all scenarios, default sizes
+//	make bench BENCH_FLAGS='-only lag'          # one scenario
+//	go run ./cmd/bench -rows 100000 -txns 10000 # smaller, for development
+//
+// Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
+// default 100000), -workers (snapshot workers, default 4), -only snapshot|stream|lag, -out
+// (results JSON, default bench-results.json), and a few more (see -h). cdc's logs (text format)
+// stay in the work folder the bench prints.
+package main

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Producer settings of pkg/sink (sink.clientOpts): the WRITE limit uses the same.
+const (
+	sinkBatchMaxBytes     = 1 << 20
+	sinkLinger            = 5 * time.Millisecond
+	sinkMaxBufferedBytes  = 16 << 20 // max(DefaultMaxBatchBytes, 4*batch max bytes)
+	sinkTransactionTimout = 60 * time.Second
+)
+
+// kafkaClient is an admin-capable client for the bench's own look-ups.
+type kafkaClient struct {
+	brokers []string
+	cl      *kgo.Client
+	adm     *kadm.Client
+}
+
+func newKafkaClient(brokers []string) (*kafkaClient, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return &kafkaClient{brokers: brokers, cl: cl, adm: kadm.NewClient(cl)}, nil
+}
+
+func (k *kafkaClient) close() { k.cl.Close() }
+
+// endOffsets returns the end offset of every partition of the topics.
+func (k *kafkaClient) endOffsets(ctx context.Context, topics ...string) (map[string]map[int32]int64, error) {
+	ends, err := k.adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %v: %w", topics, err)
+	}
+	out := make(map[string]map[int32]int64)
+	var errs []error
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			errs = append(errs, fmt.Errorf("end offset of %s[%d]: %w", o.Topic, o.Partition, o.Err))
+			return
+		}
+		if out[o.Topic] == nil {
+			out[o.Topic] = make(map[int32]int64)
+		}
+		out[o.Topic][o.Partition] = o.Offset
+	})
+	return out, errors.Join(errs...)
+}
+
+// deletePrefix deletes every topic whose name starts with prefix.
+func (k *kafkaClient) deletePrefix(ctx context.Context, prefix string) error {
+	topics, err := k.adm.ListTopics(ctx)
+	if err != nil {
+		return fmt.Errorf("list topics: %w", err)
+	}
+	var names []string
+	for _, n := range topics.Names() {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	resps, err := k.adm.DeleteTopics(ctx, names...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("delete topics %s*: %w", prefix, err)
+	}
+	return nil
+}
+
+// cleanupPolicy returns a topic's cleanup.policy.
+func (k *kafkaClient) cleanupPolicy(ctx context.Context, topic string) (string, error) {
+	rcs, err := k.adm.DescribeTopicConfigs(ctx, topic)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", topic, err)
+	}
+	rc, err := rcs.On(topic, nil)
+	if err != nil {
+		return "", fmt.Errorf("describe %s: %w", topic, err)
+	}
+	if rc.Err != nil {
+		return "", fmt.Errorf("describe %s: %w", topic, rc.Err)
+	}
+	for _, c := range rc.Configs {
+		if c.Key == "cleanup.policy" && c.Value != nil {
+			return *c.Value, nil
+		}
+	}
+	return "delete", nil
+}
+
+// sampleRecord is a record read back from cdc's topics, reused as a WRITE limit payload.
+type sampleRecord struct {
+	topic   string
+	key     []byte
+	value   []byte
+	headers []kgo.RecordHeader
+}
+
+// topicStats is what cdc wrote to a set of topics between two offsets.
+type topicStats struct {
+	Records      int64            `json:"records"`
+	KeyBytes     int64            `json:"key_bytes"`
+	ValueBytes   int64            `json:"value_bytes"`
+	HeaderBytes  int64            `json:"header_bytes"`
+	Offsets      int64            `json:"offsets"`
+	Transactions int64            `json:"transactions"` // commit markers in the busiest partition
+	PerTopic     map[string]int64 `json:"records_per_topic"`
+
+	samples []sampleRecord
+}
+
+// bytes is the figure the MB/s columns use: keys plus values.
+func (s topicStats) bytes() int64 { return s.KeyBytes + s.ValueBytes }
+
+// recordsPerTxn is the average records per Kafka transaction (0 when unknown).
+func (s topicStats) recordsPerTxn() float64 {
+	if s.Transactions == 0 {
+		return 0
+	}
+	return float64(s.Records) / float64(s.Transactions)
+}
+
+// readBack reads every committed record of topics from the start offsets (nil: from the
+// beginning) to their current end offsets, counting records and bytes and keeping up to
+// sampleCap records spread over the whole range. Offsets that hold no record are transaction
+// markers (cdc never aborts on a clean run): their count in the busiest partition is the
+// number of Kafka transactions that wrote to it.
+func (k *kafkaClient) readBack(ctx context.Context, topics []string, start map[string]map[int32]int64, sampleCap int) (topicStats, error) {
+	end, err := k.endOffsets(ctx, topics...)
+	if err != nil {
+		return topicStats{}, err
+	}
+	st := topicStats{PerTopic: make(map[string]int64)}
+	parts := make(map[string]map[int32]kgo.Offset)
+	remaining := make(map[string]map[int32]int64) // partitions still to read, with their end
+	var totalOffsets int64
+	for t, ps := range end {
+		for p, e := range ps {
+			from := start[t][p]
+			totalOffsets += e - from
+			if e <= from {
+				continue
+			}
+			if parts[t] == nil {
+				parts[t] = make(map[int32]kgo.Offset)
+				remaining[t] = make(map[int32]int64)
+			}
+			parts[t][p] = kgo.NewOffset().At(from)
+			remaining[t][p] = e
+		}
+	}
+	st.Offsets = totalOffsets
+	if len(parts) == 0 {
+		return st, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.ConsumePartitions(parts),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return st, fmt.Errorf("kafka consumer: %w", err)
+	}
+	defer cl.Close()
+	// Sample every step-th record so the samples span the range.
+	step := max(int64(1), totalOffsets/int64(max(1, sampleCap)))
+	perPart := make(map[string]map[int32]int64)
+	var n int64
+	last := make(map[string]map[int32]int64)
+	for len(remaining) > 0 {
+		// A transactional partition ends on a commit marker, which is never returned: once
+		// every partition left has reached its last possible record, wait only briefly.
+		timeout := 500 * time.Millisecond
+		for t, ps := range remaining {
+			for p, e := range ps {
+				if l, ok := last[t][p]; !ok || l+2 < e {
+					timeout = 5 * time.Second
+				}
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return st, fmt.Errorf("read back %v: %w", topics, ctx.Err())
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) && ferr == nil {
+				ferr = fmt.Errorf("fetch %s[%d]: %w", t, p, err)
+			}
+		})
+		if ferr != nil {
+			return st, ferr
+		}
+		got := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			st.Records++
+			st.KeyBytes += int64(len(r.Key))
+			st.ValueBytes += int64(len(r.Value))
+			for _, h := range r.Headers {
+				st.HeaderBytes += int64(len(h.Key) + len(h.Value))
+			}
+			st.PerTopic[r.Topic]++
+			if perPart[r.Topic] == nil {
+				perPart[r.Topic] = make(map[int32]int64)
+			}
+			perPart[r.Topic][r.Partition]++
+			if n%step == 0 && len(st.samples) < sampleCap {
+				st.samples = append(st.samples, sampleRecord{topic: r.Topic, key: r.Key, value: r.Value, headers: r.Headers})
+			}
+			n++
+			if last[r.Topic] == nil {
+				last[r.Topic] = make(map[int32]int64)
+			}
+			last[r.Topic][r.Partition] = r.Offset
+			if e, ok := remaining[r.Topic][r.Partition]; ok && r.Offset+1 >= e {
+				delete(remaining[r.Topic], r.Partition)
+				if len(remaining[r.Topic]) == 0 {
+					delete(remaining, r.Topic)
+				}
+			}
+		})
+		if got == 0 {
+			// Nothing more: what is left are markers or aborted records.
+			break
+		}
+	}
+	for t, ps := range end {
+		for p, e := range ps {
+			markers := e - start[t][p] - perPart[t][p]
+			st.Transactions = max(st.Transactions, markers)
+		}
+	}
+	return st, nil
+}
+
+// writeResult is one WRITE limit run.
+type writeResult struct {
+	Records      int64   `json:"records"`
+	Bytes        int64   `json:"bytes"`
+	Seconds      float64 `json:"seconds"`
+	Transactions int64   `json:"transactions"`
+	PerTxn       int     `json:"records_per_transaction"`
+	Mode         string  `json:"mode"`
+}
+
+// writeLimit produces n records cycling through samples, pre-encoded in memory, with the
+// producer settings of pkg/sink, into a fresh topic per sample topic (dest maps them), in
+// transactions of perTxn records (transactional) or with the idempotent producer only.
+func writeLimit(ctx context.Context, k *kafkaClient, samples []sampleRecord, dest map[string]string, policy map[string]string, n int64, perTxn int, transactional bool) (writeResult, error) {
+	if len(samples) == 0 {
+		return writeResult{}, errors.New("write limit: no sample records")
+	}
+	for src, dst := range dest {
+		cfg := map[string]*string{"cleanup.policy": new(policy[src])}
+		resp, err := k.adm.CreateTopic(ctx, 1, 1, cfg, dst)
+		if err == nil {
+			err = resp.Err
+		}
+		if err != nil {
+			return writeResult{}, fmt.Errorf("create topic %s: %w", dst, err)
+		}
+	}
+	for _, dst := range dest {
+		if err := k.waitTopic(ctx, dst, func() error { return nil }); err != nil {
+			return writeResult{}, err
+		}
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(k.brokers...),
+		kgo.ClientID("tidemark-bench"),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchMaxBytes(sinkBatchMaxBytes),
+		kgo.ProducerLinger(sinkLinger),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.MaxBufferedBytes(sinkMaxBufferedBytes),
+	}
+	mode := "idempotent, acks=all"
+	if transactional {
+		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+randomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
+		mode = fmt.Sprintf("transactional, %d records/txn, acks=all", perTxn)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return writeResult{}, fmt.Errorf("kafka producer: %w", err)
+	}
+	defer cl.Close()
+	// Load the producer id (and fence nothing) before the clock starts, as cdc does at start-up.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return writeResult{}, fmt.Errorf("initialise producer: %w", err)
+	}
+	if perTxn < 1 {
+		perTxn = 1
+	}
+
+	var (
+		errMu    sync.Mutex
+		firstErr error
+		acked    atomic.Int64
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			errMu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			errMu.Unlock()
+			return
+		}
+		acked.Add(1)
+	}
+	res := writeResult{Mode: mode, PerTxn: perTxn}
+	start := time.Now()
+	var sent int64
+	for sent < n {
+		batch := min(int64(perTxn), n-sent)
+		if transactional {
+			if err := cl.BeginTransaction(); err != nil {
+				return res, fmt.Errorf("begin transaction: %w", err)
+			}
+		}
+		for i := range batch {
+			s := &samples[(sent+i)%int64(len(samples))]
+			res.Bytes += int64(len(s.key) + len(s.value))
+			cl.Produce(ctx, &kgo.Record{Topic: dest[s.topic], Key: s.key, Value: s.value, Headers: s.headers}, promise)
+		}
+		sent += batch
+		if transactional {
+			if err := cl.Flush(ctx); err != nil {
+				return res, fmt.Errorf("flush: %w", err)
+			}
+			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				return res, fmt.Errorf("commit transaction: %w", err)
+			}
+			res.Transactions++
+		}
+		errMu.Lock()
+		err := firstErr
+		errMu.Unlock()
+		if err != nil {
+			return res, fmt.Errorf("produce: %w", err)
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return res, fmt.Errorf("flush: %w", err)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	res.Records = acked.Load()
+	if firstErr != nil {
+		return res, fmt.Errorf("produce: %w", firstErr)
+	}
+	return res, nil
+}
+
+// waitTopic waits until topic exists (cdc creates it at start-up); check reports a dead cdc.
+func (k *kafkaClient) waitTopic(ctx context.Context, topic string, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	for {
+		topics, err := k.adm.ListTopics(ctx, topic)
+		if err == nil && topics.Has(topic) && topics[topic].Err == nil && hasLeaders(topics[topic]) {
+			return nil
+		}
+		if err := check(); err != nil {
+			return fmt.Errorf("wait for topic %s: %w", topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for topic %s: %w", topic, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func hasLeaders(t kadm.TopicDetail) bool {
+	if len(t.Partitions) == 0 {
+		return false
+	}
+	for _, p := range t.Partitions {
+		if p.Leader < 0 || p.Err != nil {
+			return false
+		}
+	}
+	return true
+}

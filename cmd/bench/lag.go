@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// lagSample is one observation of the lag scenario.
+type lagSample struct {
+	at  time.Time
+	wal change.LSN
+	wm  map[change.ExportID]change.LSN // latest watermark of each small table
+}
+
+// baselineWindow is how long the lag is sampled before the big table is added.
+const baselineWindow = 5 * time.Second
+
+func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult, error) {
+	name := "lag_" + mode
+	s, err := b.newScenario(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer s.cleanup()
+	small := []change.ExportID{exportID("public.lag_a"), exportID("public.lag_b")}
+	big := exportID("public.lag_big")
+	for _, e := range small {
+		if err := s.db.exec(ctx,
+			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", e.Quoted()),
+			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", e.Quoted())); err != nil {
+			return nil, err
+		}
+	}
+	// The big table exists before cdc starts, outside the publication: its own generation
+	// is not part of what is measured.
+	b.logf("%s: generating %s rows in %s", name, thousands(bigRows), big)
+	if err := b.createBigTable(ctx, s.db, big.String(), bigRows); err != nil {
+		return nil, err
+	}
+	res := &lagResult{Mode: mode, BigRows: bigRows}
+
+	p, err := s.startCDC(map[string]string{
+		"CDC_TABLES":                    small[0].String() + "," + small[1].String(),
+		"CDC_PUBLICATION_POLL_INTERVAL": "1s",
+		"CDC_WATERMARK_MODE":            mode,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
+		return nil, err
+	}
+	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return nil, err
+	}
+	defer wt.close()
+	wctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	if _, err := wt.until(wctx, "hydration of the small tables", allHydrated(0, small...), p.check); err != nil {
+		return nil, err
+	}
+
+	// Steady writes on the small tables, and the sampler.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var wg sync.WaitGroup
+	var writerTxns atomic.Int64
+	var writerErr, samplerErr error
+	writerConn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return nil, fmt.Errorf("connect writer: %w", err)
+	}
+	defer writerConn.Close(context.Background())
+	samplerConn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return nil, fmt.Errorf("connect sampler: %w", err)
+	}
+	defer samplerConn.Close(context.Background())
+	wg.Go(func() {
+		t := time.NewTicker(time.Second / time.Duration(b.o.lagRate))
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			e := small[i%len(small)]
+			_, err := writerConn.Exec(runCtx, fmt.Sprintf(
+				"UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()), 1+(i/2)%1000)
+			if err != nil {
+				if runCtx.Err() == nil {
+					writerErr = fmt.Errorf("writer: %w", err)
+				}
+				return
+			}
+			writerTxns.Add(1)
+		}
+	})
+	var mu sync.Mutex
+	var samples []lagSample
+	wg.Go(func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			wal, err := currentLSN(runCtx, samplerConn)
+			if err != nil {
+				if runCtx.Err() == nil {
+					samplerErr = fmt.Errorf("sampler: %w", err)
+				}
+				return
+			}
+			latest := wt.snapshot()
+			smp := lagSample{at: time.Now(), wal: wal, wm: make(map[change.ExportID]change.LSN)}
+			for _, e := range small {
+				if r, ok := latest[e]; ok && r.Watermark != nil {
+					smp.wm[e] = *r.Watermark
+				}
+			}
+			mu.Lock()
+			samples = append(samples, smp)
+			mu.Unlock()
+		}
+	})
+
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(baselineWindow + 500*time.Millisecond):
+	}
+	addedAt := time.Now()
+	b.logf("%s: ALTER PUBLICATION %s ADD TABLE %s", name, s.pub, big)
+	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, big.Quoted())); err != nil {
+		return nil, err
+	}
+	hydrated := func(m map[change.ExportID]watermark.Record) bool {
+		r, ok := m[big]
+		return ok && r.State == watermark.StateHydrated
+	}
+	doneAt, err := wt.until(wctx, "hydration of "+big.String(), hydrated, p.check)
+	if err != nil {
+		return nil, err
+	}
+	copyStart, ok := wt.firstSeen(big, watermark.StateHydrating)
+	if !ok {
+		copyStart = addedAt
+	}
+	time.Sleep(1500 * time.Millisecond)
+	stopRun()
+	wg.Wait()
+	if writerErr != nil {
+		return nil, writerErr
+	}
+	if samplerErr != nil {
+		return nil, samplerErr
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return nil, err
+	}
+	res.WriterTxns = writerTxns.Load()
+	res.CopySeconds = doneAt.Sub(copyStart).Seconds()
+	if res.CopySeconds < 10 {
+		b.logf("%s: WARNING: the copy took only %.1fs; raise -lag-rows for a longer window", name, res.CopySeconds)
+	}
+	summariseLag(res, samples, small, addedAt, copyStart, doneAt)
+	b.logf("%s: copy %.1fs, lag p50 %s B p99 %s B max %s B (WAL %.1f KB/s)", name, res.CopySeconds,
+		thousands(res.Lag.P50Bytes), thousands(res.Lag.P99Bytes), thousands(res.Lag.MaxBytes), res.WALBytesPerSec/1e3)
+	return res, nil
+}
+
+// summariseLag fills res from the samples: the copy window [from, to] and the baseline window
+// before added.
+func summariseLag(res *lagResult, samples []lagSample, small []change.ExportID, added, from, to time.Time) {
+	var window []lagSample
+	for _, s := range samples {
+		if !s.at.Before(from) && !s.at.After(to) {
+			window = append(window, s)
+		}
+	}
+	if len(window) >= 2 {
+		first, last := window[0], window[len(window)-1]
+		if d := last.at.Sub(first.at).Seconds(); d > 0 {
+			res.WALBytesPerSec = float64(last.wal-first.wal) / d
+		}
+	}
+	lagOf := func(s lagSample, e change.ExportID) (int64, bool) {
+		w, ok := s.wm[e]
+		if !ok {
+			return 0, false
+		}
+		if w >= s.wal {
+			return 0, true
+		}
+		return int64(s.wal - w), true
+	}
+	var all, base []int64
+	per := make(map[change.ExportID][]int64)
+	for _, s := range window {
+		for _, e := range small {
+			if l, ok := lagOf(s, e); ok {
+				all = append(all, l)
+				per[e] = append(per[e], l)
+			}
+		}
+	}
+	for _, s := range samples {
+		if s.at.Before(added) && !s.at.Before(added.Add(-baselineWindow)) {
+			for _, e := range small {
+				if l, ok := lagOf(s, e); ok {
+					base = append(base, l)
+				}
+			}
+		}
+	}
+	for _, s := range samples {
+		pt := lagPoint{Second: s.at.Sub(from).Seconds(), WAL: s.wal.String(), Lag: make(map[string]int64)}
+		for _, e := range small {
+			if l, ok := lagOf(s, e); ok {
+				pt.Lag[e.String()] = l
+			}
+		}
+		res.Timeline = append(res.Timeline, pt)
+	}
+	res.Samples = len(window)
+	res.Lag = newLagStats(all, res.WALBytesPerSec)
+	res.Baseline = newLagStats(base, res.WALBytesPerSec)
+	res.PerTable = make(map[string]lagStats)
+	for e, l := range per {
+		res.PerTable[e.String()] = newLagStats(l, res.WALBytesPerSec)
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line flags.
+type options struct {
+	rows        int64
+	txns        int
+	workers     int
+	only        string
+	out         string
+	lagRows     int64
+	lagRate     int
+	scale       int
+	clients     int
+	keep        bool
+	kafkaHeap   string
+	cdcLogLevel string
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
+	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
+	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream or lag")
+	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
+	fs.Int64Var(&o.lagRows, "lag-rows", 2_500_000, "rows of the big table added in the lag scenario (its copy should take at least 10s)")
+	fs.IntVar(&o.lagRate, "lag-rate", 100, "transactions per second on the small tables in the lag scenario")
+	fs.IntVar(&o.scale, "scale", 1, "pgbench scale factor of the streaming scenario (100000 accounts each)")
+	fs.IntVar(&o.clients, "clients", 4, "pgbench clients writing the backlog")
+	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
+	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
+	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	switch o.only {
+	case "", scenarioSnapshot, scenarioStream, scenarioLag:
+	default:
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream or lag", o.only))
+	}
+	if o.rows < 1 {
+		errs = append(errs, fmt.Errorf("-rows %d: must be at least 1", o.rows))
+	}
+	if o.txns < 1 {
+		errs = append(errs, fmt.Errorf("-txns %d: must be at least 1", o.txns))
+	}
+	if o.workers < 1 || o.workers > 64 {
+		errs = append(errs, fmt.Errorf("-workers %d: want 1 to 64", o.workers))
+	}
+	if o.clients < 1 {
+		errs = append(errs, fmt.Errorf("-clients %d: must be at least 1", o.clients))
+	}
+	if o.scale < 1 {
+		errs = append(errs, fmt.Errorf("-scale %d: must be at least 1", o.scale))
+	}
+	if o.lagRate < 1 || o.lagRate > 5000 {
+		errs = append(errs, fmt.Errorf("-lag-rate %d: want 1 to 5000", o.lagRate))
+	}
+	if o.lagRows < 1 {
+		errs = append(errs, fmt.Errorf("-lag-rows %d: must be at least 1", o.lagRows))
+	}
+	return o, errors.Join(errs...)
+}
+
+// Scenario names, as -only takes them.
+const (
+	scenarioSnapshot = "snapshot"
+	scenarioStream   = "stream"
+	scenarioLag      = "lag"
+)
+
+func (o options) wants(s string) bool { return o.only == "" || o.only == s }

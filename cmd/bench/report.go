@@ -1,0 +1,268 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// throughput is one measured column: count items (rows, changes, records) and bytes in seconds.
+type throughput struct {
+	Count       int64   `json:"count"`
+	Bytes       int64   `json:"bytes"`
+	Seconds     float64 `json:"seconds"`
+	PerSecond   float64 `json:"per_second"`
+	MBPerSecond float64 `json:"mb_per_second"`
+	Note        string  `json:"note,omitempty"`
+}
+
+func newThroughput(count, bytes int64, d time.Duration, note string) throughput {
+	t := throughput{Count: count, Bytes: bytes, Seconds: d.Seconds(), Note: note}
+	if t.Seconds > 0 {
+		t.PerSecond = float64(count) / t.Seconds
+		t.MBPerSecond = float64(bytes) / 1e6 / t.Seconds
+	}
+	return t
+}
+
+// ratio is cdc's rate over the lower of the two limits (0 when a figure is missing).
+func ratio(cdc, read, write float64) float64 {
+	limit := min(read, write)
+	if cdc <= 0 || limit <= 0 {
+		return 0
+	}
+	return cdc / limit
+}
+
+type snapshotResult struct {
+	Table         string     `json:"table"`
+	Rows          int64      `json:"rows"`
+	TableBytes    int64      `json:"table_bytes"`
+	Workers       int        `json:"workers"`
+	Ranges        int        `json:"ranges"`
+	Read          throughput `json:"read"`
+	Write         throughput `json:"write"`
+	CDC           throughput `json:"cdc"`
+	CDCFromStart  throughput `json:"cdc_from_process_start"`
+	CDCCopied     throughput `json:"cdc_copy_durable"`
+	CDCTxns       int64      `json:"cdc_kafka_transactions"`
+	CDCPerTxn     float64    `json:"cdc_records_per_transaction"`
+	Delivery      string     `json:"delivery"`
+	Ratio         float64    `json:"ratio_cdc_to_min_limit"`
+	RatioFromProc float64    `json:"ratio_cdc_from_process_start_to_min_limit"`
+}
+
+type streamResult struct {
+	Tables          []string   `json:"tables"`
+	Scale           int        `json:"pgbench_scale"`
+	BacklogTxns     int64      `json:"backlog_transactions"`
+	BacklogSeconds  float64    `json:"backlog_write_seconds"`
+	BacklogWAL      int64      `json:"backlog_wal_bytes"`
+	Changes         int64      `json:"changes"`
+	Read            throughput `json:"read"`
+	Write           throughput `json:"write"`
+	CDC             throughput `json:"cdc"`
+	CDCAfterStartup throughput `json:"cdc_after_startup"`
+	StartupSeconds  float64    `json:"startup_seconds"`
+	CDCRecords      int64      `json:"cdc_records"`
+	CDCTxns         int64      `json:"cdc_kafka_transactions"`
+	CDCPerTxn       float64    `json:"cdc_records_per_transaction"`
+	Delivery        string     `json:"delivery"`
+	Ratio           float64    `json:"ratio_cdc_to_min_limit"`
+}
+
+type lagResult struct {
+	Mode           string              `json:"mode"`
+	BigRows        int64               `json:"big_rows"`
+	CopySeconds    float64             `json:"copy_seconds"`
+	Samples        int                 `json:"samples"`
+	WriterTxns     int64               `json:"writer_transactions"`
+	WALBytesPerSec float64             `json:"wal_bytes_per_second"`
+	Lag            lagStats            `json:"lag"`
+	PerTable       map[string]lagStats `json:"per_table"`
+	Baseline       lagStats            `json:"baseline_before_add"`
+	// Timeline is every sample, seconds relative to the copy's start.
+	Timeline []lagPoint `json:"timeline"`
+}
+
+// lagPoint is one sample: lag bytes per small table at a time relative to the copy's start.
+type lagPoint struct {
+	Second float64          `json:"t"`
+	WAL    string           `json:"wal"`
+	Lag    map[string]int64 `json:"lag_bytes"`
+}
+
+type lagStats struct {
+	Samples   int     `json:"samples"`
+	P50Bytes  int64   `json:"p50_bytes"`
+	P99Bytes  int64   `json:"p99_bytes"`
+	MaxBytes  int64   `json:"max_bytes"`
+	P50WALSec float64 `json:"p50_wal_seconds"`
+	P99WALSec float64 `json:"p99_wal_seconds"`
+	MaxWALSec float64 `json:"max_wal_seconds"`
+}
+
+// newLagStats summarises lag samples in bytes, and in seconds of WAL at walRate bytes/s.
+func newLagStats(lags []int64, walRate float64) lagStats {
+	s := lagStats{Samples: len(lags)}
+	if len(lags) == 0 {
+		return s
+	}
+	sorted := slices.Clone(lags)
+	slices.Sort(sorted)
+	s.P50Bytes = percentile(sorted, 50)
+	s.P99Bytes = percentile(sorted, 99)
+	s.MaxBytes = sorted[len(sorted)-1]
+	if walRate > 0 {
+		s.P50WALSec = float64(s.P50Bytes) / walRate
+		s.P99WALSec = float64(s.P99Bytes) / walRate
+		s.MaxWALSec = float64(s.MaxBytes) / walRate
+	}
+	return s
+}
+
+// percentile is the nearest-rank percentile p (0 < p <= 100) of sorted values.
+func percentile(sorted []int64, p float64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// results is everything one run measured; it is also the JSON file.
+type results struct {
+	StartedAt   time.Time            `json:"started_at"`
+	WallSeconds float64              `json:"wall_seconds"`
+	Command     string               `json:"command"`
+	Host        map[string]string    `json:"host"`
+	Services    string               `json:"services"`
+	WorkDir     string               `json:"work_dir,omitempty"`
+	Snapshot    *snapshotResult      `json:"snapshot,omitempty"`
+	Stream      *streamResult        `json:"stream,omitempty"`
+	Lag         map[string]lagResult `json:"lag,omitempty"`
+	Errors      []string             `json:"errors,omitempty"`
+}
+
+func (r *results) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+// print writes the human-readable tables.
+func (r *results) print(w io.Writer) {
+	fmt.Fprintf(w, "\n=== Tidemark bench (%s, %s) ===\n", r.Host["cpus"]+" CPUs", r.Host["go"])
+	fmt.Fprintf(w, "services: %s\n", r.Services)
+	if s := r.Snapshot; s != nil {
+		fmt.Fprintf(w, "\n1. Snapshot of %s: %s rows, %s on disk, %d workers, %d ctid ranges; cdc delivery %s\n",
+			s.Table, thousands(s.Rows), mib(s.TableBytes), s.Workers, s.Ranges, s.Delivery)
+		header(w, "rows/s")
+		row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
+		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
+		row(w, "cdc (snapshot start -> hydrated)", s.CDC)
+		row(w, "cdc (snapshot start -> copy durable)", s.CDCCopied)
+		row(w, "cdc (process start -> hydrated)", s.CDCFromStart)
+		fmt.Fprintf(w, "   READ MB = COPY text bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
+		fmt.Fprintf(w, "   cdc wrote %s records in %s Kafka transactions (%.0f records/txn)\n",
+			thousands(s.CDC.Count), thousands(s.CDCTxns), s.CDCPerTxn)
+		fmt.Fprintf(w, "   ratio cdc / min(read, write) = %.2f   (from process start: %.2f)\n", s.Ratio, s.RatioFromProc)
+	}
+	if s := r.Stream; s != nil {
+		fmt.Fprintf(w, "\n2. Streaming catch-up: pgbench tpcb-like scale %d, backlog of %s transactions = %s changes, %s of WAL (written in %.1fs); tables %s\n",
+			s.Scale, thousands(s.BacklogTxns), thousands(s.Changes), mib(s.BacklogWAL), s.BacklogSeconds, strings.Join(s.Tables, ", "))
+		header(w, "changes/s")
+		row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
+		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
+		row(w, "cdc (process start -> watermarks >= backlog end)", s.CDC)
+		row(w, "cdc (replication start -> watermarks >= end)", s.CDCAfterStartup)
+		fmt.Fprintf(w, "   READ MB = pgoutput message bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
+		fmt.Fprintf(w, "   cdc start-up (process start -> \"starting replication\"): %.2fs; cdc wrote %s records in %s Kafka transactions (%.0f records/txn), delivery %s\n",
+			s.StartupSeconds, thousands(s.CDCRecords), thousands(s.CDCTxns), s.CDCPerTxn, s.Delivery)
+		fmt.Fprintf(w, "   ratio cdc / min(read, write) = %.2f\n", s.Ratio)
+	}
+	if len(r.Lag) > 0 {
+		modes := []string{"independent", "global"}
+		var first lagResult
+		for _, m := range modes {
+			if l, ok := r.Lag[m]; ok {
+				first = l
+				break
+			}
+		}
+		fmt.Fprintf(w, "\n3. Watermark lag of two small tables (writer at a steady rate) while a %s-row table added to the publication is copied\n",
+			thousands(first.BigRows))
+		lagRow := func(name string, f func(lagResult) string) {
+			fmt.Fprintf(w, "   %-32s", name)
+			for _, m := range modes {
+				if l, ok := r.Lag[m]; ok {
+					fmt.Fprintf(w, " %24s", f(l))
+				}
+			}
+			fmt.Fprintln(w)
+		}
+		lagRow("", func(l lagResult) string { return l.Mode })
+		lagRow("copy duration", func(l lagResult) string { return fmt.Sprintf("%.1fs", l.CopySeconds) })
+		lagRow("samples (one per second)", func(l lagResult) string { return fmt.Sprint(l.Samples) })
+		lagRow("WAL rate during copy", func(l lagResult) string { return fmt.Sprintf("%.1f KB/s", l.WALBytesPerSec/1e3) })
+		lagRow("lag p50", func(l lagResult) string { return lagCell(l.Lag.P50Bytes, l.Lag.P50WALSec) })
+		lagRow("lag p99", func(l lagResult) string { return lagCell(l.Lag.P99Bytes, l.Lag.P99WALSec) })
+		lagRow("lag max", func(l lagResult) string { return lagCell(l.Lag.MaxBytes, l.Lag.MaxWALSec) })
+		lagRow("baseline p99 before the add", func(l lagResult) string { return lagCell(l.Baseline.P99Bytes, l.Baseline.P99WALSec) })
+		fmt.Fprintln(w, "   lag = pg_current_wal_lsn() - the small table's latest watermark; seconds = lag / WAL rate during the copy.")
+		fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "\nERROR: %s\n", e)
+	}
+	fmt.Fprintf(w, "\nwall time %.0fs; command: %s\n", r.WallSeconds, r.Command)
+}
+
+const rowFormat = "   %-50s %11s %8s %9s %11s %9s\n"
+
+func header(w io.Writer, unit string) {
+	fmt.Fprintf(w, rowFormat, "", unit, "MB/s", "seconds", "count", "MB")
+}
+
+func row(w io.Writer, name string, t throughput) {
+	if t.Seconds == 0 {
+		fmt.Fprintf(w, rowFormat, name, "-", "-", "-", "-", "-")
+		return
+	}
+	fmt.Fprintf(w, rowFormat, name, thousands(int64(math.Round(t.PerSecond))), fmt.Sprintf("%.1f", t.MBPerSecond),
+		fmt.Sprintf("%.2f", t.Seconds), thousands(t.Count), fmt.Sprintf("%.1f", float64(t.Bytes)/1e6))
+}
+
+func lagCell(b int64, sec float64) string {
+	return fmt.Sprintf("%s B = %.2fs", thousands(b), sec)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// thousands formats n with thin separators: 1234567 -> 1,234,567.
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}

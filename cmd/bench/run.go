@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// bench holds what every scenario shares.
+type bench struct {
+	o    options
+	svc  *services
+	k    *kafkaClient
+	bin  string // the cdc binary
+	work string // logs and temporary files
+	logf func(format string, args ...any)
+	runs int // cdc processes started, to name their logs
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "tidemark-bench-")
+	if err != nil {
+		return fmt.Errorf("create work folder: %w", err)
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return fmt.Errorf("chmod work folder: %w", err)
+	}
+	logf("work folder (cdc logs) %s", work)
+
+	logf("building bin/cdc")
+	bin, err := buildCDC(ctx, root, work)
+	if err != nil {
+		return err
+	}
+	svc, err := acquireServices(ctx, root, filepath.Join(work, "services"), o, getenv, logf)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := svc.stop(sctx); err != nil {
+			logf("stop services: %v", err)
+		}
+	}()
+	k, err := newKafkaClient(svc.brokers)
+	if err != nil {
+		return err
+	}
+	defer k.close()
+
+	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	res := &results{
+		StartedAt: started.UTC(),
+		Command:   commandLine(args),
+		Host: map[string]string{
+			"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version(),
+			"os": runtime.GOOS + "/" + runtime.GOARCH, "pg_server": b.serverVersion(ctx),
+		},
+		Services: svc.source,
+		WorkDir:  work,
+	}
+	fail := func(scenario string, err error) {
+		logf("%s: %v", scenario, err)
+		res.Errors = append(res.Errors, scenario+": "+err.Error())
+	}
+	if o.wants(scenarioSnapshot) && ctx.Err() == nil {
+		s, err := b.snapshot(ctx)
+		if err != nil {
+			fail(scenarioSnapshot, err)
+		}
+		res.Snapshot = s
+	}
+	if o.wants(scenarioStream) && ctx.Err() == nil {
+		s, err := b.stream(ctx)
+		if err != nil {
+			fail(scenarioStream, err)
+		}
+		res.Stream = s
+	}
+	if o.wants(scenarioLag) && ctx.Err() == nil {
+		res.Lag = make(map[string]lagResult)
+		rows := o.lagRows
+		if rows < 2_000_000 {
+			logf("lag: %s rows may copy in under 10s here; 2-3M rows give a long enough window", thousands(rows))
+		}
+		for _, mode := range []string{"independent", "global"} {
+			if ctx.Err() != nil {
+				break
+			}
+			l, err := b.lag(ctx, mode, rows)
+			if err != nil {
+				fail(scenarioLag+" "+mode, err)
+				continue
+			}
+			res.Lag[mode] = *l
+		}
+	}
+	if ctx.Err() != nil {
+		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
+	}
+	res.WallSeconds = time.Since(started).Seconds()
+	res.print(stdout)
+	if err := res.writeJSON(o.out); err != nil {
+		return err
+	}
+	logf("results written to %s; cdc logs in %s", o.out, work)
+	if len(res.Errors) > 0 {
+		return fmt.Errorf("%d scenario(s) failed", len(res.Errors))
+	}
+	return nil
+}
+
+func commandLine(args []string) string {
+	return strings.TrimSpace("go run ./cmd/bench " + strings.Join(args, " "))
+}
+
+func (b *bench) serverVersion(ctx context.Context) string {
+	conn, err := pgx.Connect(ctx, b.svc.pgURL)
+	if err != nil {
+		return "unknown"
+	}
+	defer conn.Close(context.Background())
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "unknown"
+	}
+	return v
+}
+
+// scenario is one scenario's own database, topic prefix, slot and publication.
+type scenario struct {
+	b      *bench
+	name   string
+	db     *database
+	prefix string
+	slot   string
+	pub    string
+	tmp    string
+}
+
+func (b *bench) newScenario(ctx context.Context, name string) (*scenario, error) {
+	db, err := b.newDB(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	id := randomHex(3)
+	tmp := filepath.Join(b.work, name+"-"+id)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", tmp, err)
+	}
+	return &scenario{
+		b: b, name: name, db: db, tmp: tmp,
+		prefix: "bench_" + name + "_" + id,
+		slot:   "bench_" + name + "_" + id,
+		pub:    "bench_pub",
+	}, nil
+}
+
+func (b *bench) newDB(ctx context.Context, tag string) (*database, error) {
+	return newDatabase(ctx, b.svc.pgURL, strings.ReplaceAll(tag, "-", "_"))
+}
+
+// cleanup drops the database and the scenario's topics.
+func (s *scenario) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.db.drop(ctx); err != nil {
+		s.b.logf("cleanup: %v", err)
+	}
+	if err := s.b.k.deletePrefix(ctx, s.prefix+"."); err != nil {
+		s.b.logf("cleanup: %v", err)
+	}
+}
+
+// vars is cdc's environment for this scenario, plus extra.
+func (s *scenario) vars(extra map[string]string) map[string]string {
+	v := map[string]string{
+		"CDC_PG_URL":           s.db.url,
+		"CDC_KAFKA_BROKERS":    strings.Join(s.b.svc.brokers, ","),
+		"CDC_PUBLICATION":      s.pub,
+		"CDC_SLOT":             s.slot,
+		"CDC_TOPIC_PREFIX":     s.prefix,
+		"CDC_SNAPSHOT_WORKERS": fmt.Sprint(s.b.o.workers),
+		"CDC_LOG_FORMAT":       "text",
+		"CDC_LOG_LEVEL":        s.b.o.cdcLogLevel,
+		"CDC_SPILL_DIR":        filepath.Join(s.tmp, "spill"),
+	}
+	for k, x := range extra {
+		v[k] = x
+	}
+	return v
+}
+
+// startCDC starts cdc with the scenario's environment; its log goes to the work folder.
+func (s *scenario) startCDC(extra map[string]string) (*cdcProc, error) {
+	s.b.runs++
+	logPath := filepath.Join(s.b.work, fmt.Sprintf("%02d-%s-cdc.log", s.b.runs, s.name))
+	p, err := startCDC(s.b.bin, logPath, s.tmp, s.vars(extra))
+	if err != nil {
+		return nil, err
+	}
+	s.b.logf("%s: cdc started (log %s)", s.name, logPath)
+	return p, nil
+}
+
+func (s *scenario) watermarkTopic() string { return s.prefix + ".__watermarks" }
+
+func (s *scenario) topic(e change.ExportID) string { return change.TopicName(s.prefix, e) }
+
+// currentLSN returns pg_current_wal_lsn().
+func currentLSN(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
+	var txt string
+	if err := conn.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&txt); err != nil {
+		return 0, fmt.Errorf("read WAL position: %w", err)
+	}
+	return change.ParseLSN(txt)
+}
+
+func exportID(table string) change.ExportID {
+	e, err := change.ParseExportID(table)
+	if err != nil {
+		panic(err) // the bench's own table names
+	}
+	return e
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// snapshotTableDDL is the generated table: about 100 bytes per row on disk.
+const snapshotTableDDL = `CREATE TABLE %s (
+	id bigint PRIMARY KEY,
+	a int NOT NULL,
+	b text NOT NULL,
+	c numeric NOT NULL,
+	d timestamptz NOT NULL)`
+
+// fillTable inserts rows [from, to] into a table of snapshotTableDDL's shape.
+func fillTableSQL(table string, from, to int64) string {
+	return fmt.Sprintf(`INSERT INTO %s
+		SELECT g, (g::bigint * 7919) %% 1000003, md5(g::text) || substr(md5((g + 1)::text), 1, 8),
+			round((g %% 100000) / 7.0, 4), timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second'
+		FROM generate_series(%d, %d) g`, table, from, to)
+}
+
+// createBigTable creates and fills a table, then freezes it (so that no reader sets hint bits)
+// and checkpoints, so that every reader finds the same clean pages.
+func (b *bench) createBigTable(ctx context.Context, db *database, table string, rows int64) error {
+	if err := db.exec(ctx, fmt.Sprintf(snapshotTableDDL, table)); err != nil {
+		return err
+	}
+	const chunk = 500_000
+	start := time.Now()
+	for from := int64(1); from <= rows; from += chunk {
+		to := min(from+chunk-1, rows)
+		if err := db.exec(ctx, fillTableSQL(table, from, to)); err != nil {
+			return err
+		}
+		if rows > chunk {
+			b.logf("  %s: %s of %s rows", table, thousands(to), thousands(rows))
+		}
+	}
+	if err := db.exec(ctx, "VACUUM (FREEZE, ANALYZE) "+table, "CHECKPOINT"); err != nil {
+		return err
+	}
+	b.logf("  %s: %s rows generated in %s", table, thousands(rows), time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
+	s, err := b.newScenario(ctx, scenarioSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	defer s.cleanup()
+	const table = "public.bench_snapshot"
+	e := exportID(table)
+	b.logf("snapshot: generating %s rows in %s", thousands(b.o.rows), table)
+	if err := b.createBigTable(ctx, s.db, table, b.o.rows); err != nil {
+		return nil, err
+	}
+	res := &snapshotResult{Table: table, Rows: b.o.rows, Workers: b.o.workers, Delivery: "exactly-once"}
+	if err := pgScalar(ctx, s.db.url, "SELECT pg_relation_size($1::regclass)", &res.TableBytes, table); err != nil {
+		return nil, err
+	}
+
+	// (a) READ limit.
+	b.logf("snapshot: READ limit (%d workers, text COPY by ctid range)", b.o.workers)
+	rd, err := readLimit(ctx, s.db.url, e, b.o.workers)
+	if err != nil {
+		return res, fmt.Errorf("read limit: %w", err)
+	}
+	res.Read, res.Ranges = rd.tp, rd.ranges
+	b.logf("snapshot: READ %.0f rows/s, %.1f MB/s", res.Read.PerSecond, res.Read.MBPerSecond)
+
+	// (c) cdc.
+	b.logf("snapshot: cdc (CDC_TABLES=%s, exactly-once)", table)
+	p, err := s.startCDC(map[string]string{"CDC_TABLES": table})
+	if err != nil {
+		return res, err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
+		return res, err
+	}
+	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return res, err
+	}
+	defer wt.close()
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
+	hydratedAt, err := wt.until(wctx, "hydration of "+table, allHydrated(0, e), p.check)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	rec := wt.snapshot()[e]
+	copyStart, ok := wt.firstSeen(e, watermark.StateHydrating)
+	if rec.Snapshot != nil && !rec.Snapshot.StartedAt.IsZero() {
+		copyStart = rec.Snapshot.StartedAt
+	} else if !ok {
+		copyStart = p.started
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return res, err
+	}
+	stats, err := b.k.readBack(ctx, []string{s.topic(e)}, nil, 20_000)
+	if err != nil {
+		return res, err
+	}
+	if stats.Records != b.o.rows {
+		b.logf("snapshot: WARNING: topic %s holds %d records, the table %d rows", s.topic(e), stats.Records, b.o.rows)
+	}
+	res.CDC = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(copyStart), "")
+	res.CDCFromStart = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(p.started), "")
+	if rec.Snapshot != nil && rec.Snapshot.FinishedAt != nil {
+		// The record's own clock: when the whole copy was durable, before the stream passed C.
+		res.CDCCopied = newThroughput(stats.Records, stats.bytes(), rec.Snapshot.FinishedAt.Sub(copyStart), "")
+	}
+	res.CDCTxns, res.CDCPerTxn = stats.Transactions, stats.recordsPerTxn()
+	b.logf("snapshot: cdc %.0f rows/s, %.1f MB/s (%d Kafka transactions)", res.CDC.PerSecond, res.CDC.MBPerSecond, stats.Transactions)
+
+	// (b) WRITE limit: the records cdc wrote, produced again with the sink's settings.
+	policy, err := b.k.cleanupPolicy(ctx, s.topic(e))
+	if err != nil {
+		return res, err
+	}
+	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
+	b.logf("snapshot: WRITE limit (%s records, transactional, %d records/txn)", thousands(stats.Records), perTxn)
+	w, err := writeLimit(ctx, b.k, stats.samples, map[string]string{s.topic(e): s.prefix + ".write.snapshot"},
+		map[string]string{s.topic(e): policy}, stats.Records, perTxn, true)
+	if err != nil {
+		return res, fmt.Errorf("write limit: %w", err)
+	}
+	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
+		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
+	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
+
+	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	res.RatioFromProc = ratio(res.CDCFromStart.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	return res, nil
+}
+
+type readResult struct {
+	tp     throughput
+	ranges int
+}
+
+// readLimit copies table the way the snapshot stage does (pkg/snapshot): one exported snapshot
+// imported by up to workers REPEATABLE READ connections with the stage's session settings,
+// the table split into the stage's ctid ranges, each range read with a text COPY of the same
+// SELECT, and the output discarded. The clock runs from the first COPY to the last.
+func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int) (readResult, error) {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return readResult{}, errors.New("parse PostgreSQL URL")
+	}
+	for k, v := range snapshot.SessionParams() {
+		cfg.RuntimeParams[k] = v
+	}
+	exporter, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return readResult{}, fmt.Errorf("connect: %w", err)
+	}
+	defer exporter.Close(context.Background())
+	if _, err := exporter.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return readResult{}, err
+	}
+	var snapID string
+	var blocks int64
+	var cols []string
+	if err := exporter.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapID); err != nil {
+		return readResult{}, fmt.Errorf("export snapshot: %w", err)
+	}
+	if err := exporter.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
+		e.Quoted()).Scan(&blocks); err != nil {
+		return readResult{}, fmt.Errorf("size of %s: %w", e, err)
+	}
+	rows, err := exporter.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
+	if err != nil {
+		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
+	}
+	cols, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
+	}
+
+	ranges := snapshot.SplitRanges(blocks, snapshot.DefaultRangeBlocks)
+	n := min(workers, len(ranges))
+	conns := make([]*pgx.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close(context.Background())
+		}
+	}()
+	for range n {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return readResult{}, fmt.Errorf("connect worker: %w", err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return readResult{}, err
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapID)); err != nil {
+			return readResult{}, fmt.Errorf("import snapshot: %w", err)
+		}
+	}
+	if _, err := exporter.Exec(ctx, "COMMIT"); err != nil {
+		return readResult{}, err
+	}
+
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = pgx.Identifier{c}.Sanitize()
+	}
+	queue := make(chan snapshot.Range, len(ranges))
+	for _, r := range ranges {
+		queue <- r
+	}
+	close(queue)
+	var total, bytes atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	start := time.Now()
+	for i, c := range conns {
+		wg.Go(func() {
+			cw := &countingWriter{}
+			for r := range queue {
+				sql := "COPY (SELECT " + strings.Join(quoted, ", ") + " FROM ONLY " + e.Quoted()
+				if p := r.Predicate(); p != "" {
+					sql += " WHERE " + p
+				}
+				sql += ") TO STDOUT"
+				tag, err := c.PgConn().CopyTo(ctx, cw, sql)
+				if err != nil {
+					errs[i] = fmt.Errorf("copy %s %s: %w", e, r, err)
+					return
+				}
+				total.Add(tag.RowsAffected())
+			}
+			bytes.Add(cw.n)
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return readResult{}, err
+	}
+	return readResult{tp: newThroughput(total.Load(), bytes.Load(), d, ""), ranges: len(ranges)}, nil
+}
+
+// countingWriter discards what it is given and counts the bytes.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// pgScalar runs a one-value query on its own connection.
+func pgScalar(ctx context.Context, dbURL, sql string, dst any, args ...any) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dst); err != nil {
+		return fmt.Errorf("%s: %w", abbreviate(sql, 80), err)
+	}
+	return nil
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/snapshot"
+)
+
+// pgbenchTables are the tables of `pgbench -i`; history gets a primary key so cdc accepts it.
+var pgbenchTables = []string{"public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_tellers", "public.pgbench_history"}
+
+func (b *bench) stream(ctx context.Context) (*streamResult, error) {
+	pgbench, err := findPgbench()
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.newScenario(ctx, scenarioStream)
+	if err != nil {
+		return nil, err
+	}
+	defer s.cleanup()
+	res := &streamResult{Tables: pgbenchTables, Scale: b.o.scale, Delivery: "exactly-once"}
+	exports := make([]change.ExportID, len(pgbenchTables))
+	for i, t := range pgbenchTables {
+		exports[i] = exportID(t)
+	}
+
+	b.logf("stream: pgbench -i -s %d", b.o.scale)
+	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", strconv.Itoa(b.o.scale)); err != nil {
+		return nil, err
+	}
+	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY",
+		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
+		return nil, err
+	}
+
+	// Hydrate the tables, let the watermarks reach the present, stop.
+	b.logf("stream: first cdc run hydrates %s", strings.Join(pgbenchTables, ", "))
+	vars := map[string]string{"CDC_TABLES": strings.Join(pgbenchTables, ",")}
+	p, err := s.startCDC(vars)
+	if err != nil {
+		return res, err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
+		return res, err
+	}
+	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return res, err
+	}
+	defer wt.close()
+	conn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return res, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	wctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	if _, err := wt.until(wctx, "hydration", allHydrated(0, exports...), p.check); err != nil {
+		return res, err
+	}
+	now, err := currentLSN(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	if _, err := wt.until(wctx, "watermarks >= "+now.String(), allHydrated(now, exports...), p.check); err != nil {
+		return res, err
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return res, err
+	}
+	topics := make([]string, len(exports))
+	for i, e := range exports {
+		topics[i] = s.topic(e)
+	}
+	startOffsets, err := b.k.endOffsets(ctx, topics...)
+	if err != nil {
+		return res, err
+	}
+
+	// The READ limit's slot, before the backlog.
+	readSlot := s.slot + "_read"
+	var slotLSN string
+	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
+		return res, fmt.Errorf("create slot %s: %w", readSlot, err)
+	}
+	startLSN, err := change.ParseLSN(slotLSN)
+	if err != nil {
+		return res, err
+	}
+
+	// The backlog, written while cdc is stopped.
+	perClient := max(1, (b.o.txns+b.o.clients-1)/b.o.clients)
+	b.logf("stream: backlog of %s tpcb-like transactions (%d clients x %d) while cdc is stopped",
+		thousands(int64(perClient*b.o.clients)), b.o.clients, perClient)
+	backlogStart := time.Now()
+	out, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
+		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient))
+	if err != nil {
+		return res, err
+	}
+	res.BacklogSeconds = time.Since(backlogStart).Seconds()
+	res.BacklogTxns, err = pgbenchProcessed(out)
+	if err != nil {
+		return res, err
+	}
+	endLSN, err := currentLSN(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	res.BacklogWAL = int64(endLSN - startLSN)
+
+	// (a) READ limit: the raw pgoutput stream of the backlog.
+	b.logf("stream: READ limit (pgoutput from slot %s, %s of WAL)", readSlot, mib(res.BacklogWAL))
+	rd, err := readStream(ctx, s.db.url, readSlot, s.pub, startLSN, res.BacklogTxns)
+	if err != nil {
+		return res, fmt.Errorf("read limit: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", readSlot); err != nil {
+		return res, fmt.Errorf("drop slot %s: %w", readSlot, err)
+	}
+	res.Changes = rd.changes
+	res.Read = newThroughput(rd.changes, rd.bytes, rd.elapsed, fmt.Sprintf("%d transactions", rd.commits))
+	target := rd.lastEnd
+	b.logf("stream: READ %.0f changes/s; backlog ends at %s", res.Read.PerSecond, target)
+
+	// (c) cdc catches up.
+	b.logf("stream: cdc restarts and catches up to %s", target)
+	p2, err := s.startCDC(vars)
+	if err != nil {
+		return res, err
+	}
+	defer p2.stop(time.Minute)
+	doneAt, err := wt.until(wctx, "watermarks >= "+target.String(), allHydrated(target, exports...), p2.check)
+	if err != nil {
+		return res, err
+	}
+	replStart, ok := p2.logTime("starting replication")
+	if !ok {
+		replStart, ok = p2.logTime("pipeline running")
+	}
+	if !ok {
+		b.logf("stream: WARNING: no \"starting replication\" line in %s; start-up time unknown", p2.logPath)
+		replStart = p2.started
+	}
+	if err := p2.stop(time.Minute); err != nil {
+		return res, err
+	}
+	stats, err := b.k.readBack(ctx, topics, startOffsets, 20_000)
+	if err != nil {
+		return res, err
+	}
+	if stats.Records != rd.changes {
+		b.logf("stream: WARNING: cdc wrote %d records for %d changes", stats.Records, rd.changes)
+	}
+	res.StartupSeconds = replStart.Sub(p2.started).Seconds()
+	res.CDC = newThroughput(rd.changes, stats.bytes(), doneAt.Sub(p2.started), "")
+	res.CDCAfterStartup = newThroughput(rd.changes, stats.bytes(), doneAt.Sub(replStart), "")
+	res.CDCRecords, res.CDCTxns, res.CDCPerTxn = stats.Records, stats.Transactions, stats.recordsPerTxn()
+	b.logf("stream: cdc %.0f changes/s (start-up %.2fs)", res.CDC.PerSecond, res.StartupSeconds)
+
+	// (b) WRITE limit: the records cdc wrote, produced again.
+	dest := make(map[string]string)
+	policy := make(map[string]string)
+	for _, t := range topics {
+		dest[t] = s.prefix + ".write." + t[strings.LastIndex(t, ".")+1:]
+		if policy[t], err = b.k.cleanupPolicy(ctx, t); err != nil {
+			return res, err
+		}
+	}
+	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
+	b.logf("stream: WRITE limit (%s records, transactional, %d records/txn)", thousands(stats.Records), perTxn)
+	w, err := writeLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn, true)
+	if err != nil {
+		return res, fmt.Errorf("write limit: %w", err)
+	}
+	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
+		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
+	b.logf("stream: WRITE %.0f records/s", res.Write.PerSecond)
+	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	return res, nil
+}
+
+type streamRead struct {
+	changes, commits, bytes int64
+	lastEnd                 change.LSN
+	elapsed                 time.Duration
+}
+
+// readStream reads slot with pgoutput (the options cdc uses) from start until wantCommits
+// transactions have arrived, counting Insert, Update and Delete messages and discarding them.
+func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, wantCommits int64) (streamRead, error) {
+	cfg, err := pgconn.ParseConfig(dbURL)
+	if err != nil {
+		return streamRead{}, errors.New("parse PostgreSQL URL")
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	cfg.RuntimeParams["application_name"] = "tidemark-bench-read"
+	for k, v := range snapshot.SessionParams() {
+		cfg.RuntimeParams[k] = v
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return streamRead{}, fmt.Errorf("replication connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", pub), "streaming 'off'"}
+	var r streamRead
+	began := time.Now()
+	if err := pglogrepl.StartReplication(ctx, conn, slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return r, fmt.Errorf("start replication: %w", err)
+	}
+	status := func() error {
+		p := pglogrepl.LSN(r.lastEnd)
+		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: p, WALFlushPosition: p, WALApplyPosition: p})
+	}
+	lastStatus := time.Now()
+	for r.commits < wantCommits {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			return r, fmt.Errorf("receive after %d of %d transactions: %w", r.commits, wantCommits, err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.CopyData:
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return r, fmt.Errorf("parse keepalive: %w", err)
+				}
+				if ka.ReplyRequested {
+					if err := status(); err != nil {
+						return r, fmt.Errorf("status update: %w", err)
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				x, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return r, fmt.Errorf("parse XLogData: %w", err)
+				}
+				r.bytes += int64(len(x.WALData))
+				msg, err := pglogrepl.Parse(x.WALData)
+				if err != nil {
+					return r, fmt.Errorf("parse pgoutput message: %w", err)
+				}
+				switch msg := msg.(type) {
+				case *pglogrepl.InsertMessage, *pglogrepl.UpdateMessage, *pglogrepl.DeleteMessage:
+					r.changes++
+				case *pglogrepl.CommitMessage:
+					r.commits++
+					r.lastEnd = change.LSN(msg.TransactionEndLSN)
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return r, fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		}
+		if time.Since(lastStatus) > 10*time.Second {
+			if err := status(); err != nil {
+				return r, fmt.Errorf("status update: %w", err)
+			}
+			lastStatus = time.Now()
+		}
+	}
+	r.elapsed = time.Since(began)
+	return r, nil
+}
+
+// findPgbench looks for pgbench on PATH and beside the PostgreSQL server binaries.
+func findPgbench() (string, error) {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	for i := len(matches) - 1; i >= 0; i-- {
+		if st, err := os.Stat(matches[i]); err == nil && st.Mode()&0o111 != 0 {
+			return matches[i], nil
+		}
+	}
+	return "", errors.New("pgbench not found on PATH nor in /usr/lib/postgresql/*/bin (apt-get install postgresql-15)")
+}
+
+// runPgbench runs pgbench against dbURL (given as its conninfo argument) and returns its output.
+func runPgbench(ctx context.Context, bin, dbURL string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, append(args, dbURL)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("pgbench %s: %w\n%s", strings.Join(args, " "), err, lastLines(string(out), 20))
+	}
+	return string(out), nil
+}
+
+var processedRE = regexp.MustCompile(`number of transactions actually processed: (\d+)`)
+
+// pgbenchProcessed reads the number of committed transactions from pgbench's report.
+func pgbenchProcessed(out string) (int64, error) {
+	m := processedRE.FindStringSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", lastLines(out, 20))
+	}
+	return strconv.ParseInt(m[1], 10, 64)
+}
