@@ -90,7 +90,7 @@ func (e *env) currentLSN(ctx context.Context) change.LSN {
 	e.t.Helper()
 	var s string
 	c := e.conn()
-	if err := c.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+	if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
 		e.t.Fatal(err)
 	}
 	l, err := change.ParseLSN(s)

@@ -31,6 +31,9 @@ type Config struct {
 	Tombstones bool
 	// Now gives the envelope's ts_ms; nil means time.Now.
 	Now func() time.Time
+	// MaxRecordBytes, when positive, refuses a change whose record value would be larger
+	// (ErrRecordTooLarge): Kafka would refuse it anyway, and the export must fail alone.
+	MaxRecordBytes int
 }
 
 // Source is the per-change metadata.
@@ -45,6 +48,9 @@ type Source struct {
 
 // ErrRowShape is wrapped when a row does not have one value per column.
 var ErrRowShape = errors.New("row does not match table columns")
+
+// ErrRecordTooLarge is wrapped when a change's record would exceed Config.MaxRecordBytes.
+var ErrRecordTooLarge = errors.New("record too large")
 
 // column is the precomputed encoding state of one column.
 type column struct {
@@ -187,6 +193,7 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	}
 	oldKey, newKey := e.own(e.oldKey), e.own(e.key)
 	lsn := e.lsnText(src.LSN)
+	n := len(dst)
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpDelete, before, nil, nil); err != nil {
 		return dst, err
 	}
@@ -201,7 +208,7 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 		})
 	}
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpCreate, nil, resolved, unavail); err != nil {
-		return dst, err
+		return dst[:n], err
 	}
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: e.own(e.val),
@@ -358,7 +365,12 @@ func (e *Encoder) appendEnvelope(dst []byte, src Source, op change.Op, before, a
 	} else if dst, err = e.appendRow(dst, after, unavail); err != nil {
 		return dst, err
 	}
-	return e.appendTail(dst, src, op), nil
+	dst = e.appendTail(dst, src, op)
+	if e.cfg.MaxRecordBytes > 0 && len(dst) > e.cfg.MaxRecordBytes {
+		return dst, fmt.Errorf("change (op %c) of %s at %s: %w: %d bytes encoded, the limit is %d",
+			op, e.table.Export, src.LSN, ErrRecordTooLarge, len(dst), e.cfg.MaxRecordBytes)
+	}
+	return dst, nil
 }
 
 // appendTail appends what follows before and after: the source block, op and ts_ms.

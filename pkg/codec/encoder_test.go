@@ -3,6 +3,7 @@ package codec
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -530,5 +531,47 @@ func TestDeleteKey(t *testing.T) {
 	}
 	if string(recs[0].Key) != `{"id":7}` || string(recs[1].Key) != `{"id":7}` || recs[1].Value != nil {
 		t.Fatalf("keys/tombstone wrong: %+v", recs)
+	}
+}
+
+func TestMaxRecordBytes(t *testing.T) {
+	tbl := &change.Table{Export: change.ExportID{Schema: "public", Table: "t"}, Columns: []change.Column{
+		{Name: "id", TypeOID: 23, Key: true}, {Name: "v", TypeOID: 25},
+	}}
+	enc, err := NewEncoder(Config{TopicPrefix: "p", Tombstones: true, MaxRecordBytes: 1000}, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := [][]byte{[]byte("1"), []byte("x")}
+	big := [][]byte{[]byte("2"), bytes.Repeat([]byte("x"), 2000)}
+	tests := []struct {
+		name string
+		run  func([]change.Record) ([]change.Record, error)
+		fail bool
+	}{
+		{name: "small insert", run: func(d []change.Record) ([]change.Record, error) { return enc.Insert(d, Source{}, small) }},
+		{name: "big insert", fail: true, run: func(d []change.Record) ([]change.Record, error) { return enc.Insert(d, Source{}, big) }},
+		{name: "big snapshot row", fail: true, run: func(d []change.Record) ([]change.Record, error) { return enc.Read(d, Source{}, big) }},
+		{name: "key-changing update to a big row", fail: true, run: func(d []change.Record) ([]change.Record, error) {
+			return enc.Update(d, Source{}, small, big, nil)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prior := []change.Record{{Topic: "prior"}}
+			got, err := tt.run(prior)
+			if tt.fail {
+				if !errors.Is(err, ErrRecordTooLarge) {
+					t.Fatalf("err = %v, want ErrRecordTooLarge", err)
+				}
+				if len(got) != 1 {
+					t.Fatalf("dst grew to %d records on error", len(got))
+				}
+				return
+			}
+			if err != nil || len(got) != 2 {
+				t.Fatalf("got %d records, err %v", len(got), err)
+			}
+		})
 	}
 }

@@ -180,6 +180,22 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	if err := sk.Ping(ctx); err != nil {
 		return err
 	}
+	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
+	if err := ensurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+		return err
+	}
+	published, err := publishedTables(ctx, conn, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	exports := make([]change.ExportID, 0, len(published))
+	for e := range published {
+		exports = append(exports, e)
+	}
+	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
+		return fatal(err)
+	}
+
 	if err := sk.Init(ctx); err != nil {
 		return err
 	}
@@ -204,21 +220,6 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 	tracker.Restore(recs)
 
-	if err := ensurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
-		return err
-	}
-	published, err := publishedTables(ctx, conn, cfg.Publication)
-	if err != nil {
-		return err
-	}
-	exports := make([]change.ExportID, 0, len(published))
-	for e := range published {
-		exports = append(exports, e)
-	}
-	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
-		return fatal(err)
-	}
-
 	resume := tracker.Resume()
 	slot, err := readSlot(ctx, conn, cfg.Slot)
 	if err != nil {
@@ -238,7 +239,9 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 
 	topic := func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }
-	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true}
+	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
+		// Room for the key and headers within what Kafka accepts.
+		MaxRecordBytes: sink.MaxRecordBytes - 64<<10}
 	coord := &coordinator{
 		tracker:  tracker,
 		startLSN: slot.confirmed,

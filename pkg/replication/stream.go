@@ -63,6 +63,8 @@ type streamState struct {
 	emitted change.LSN
 	out     chan<- *change.Unit
 	ctx     context.Context
+	// failed are KindFailed units of exports that failed in the open transaction.
+	failed []*change.Unit
 }
 
 func newStreamState(s *Stage) *streamState {
@@ -328,9 +330,27 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 		u.Records, err = encode(rel.enc, u.Records, src, rel.ncols)
 	}
 	if err != nil {
-		return fmt.Errorf("encode change of %s at %s: %w", rel.export, st.tx.commit, err)
+		// A change that cannot be encoded (a record above the size limit, a value that does
+		// not parse) stops its export alone; the transaction goes on without it.
+		st.failExport(rel.export, rel.enc.Topic(), fmt.Errorf("encode change of %s at %s: %w", rel.export, st.tx.commit, err))
 	}
 	return nil
+}
+
+// failExport drops e's records from the open transaction, stops routing it and queues its
+// KindFailed unit, emitted after the transaction.
+func (st *streamState) failExport(e change.ExportID, topic string, err error) {
+	st.log.Error("export failed", "export", e.String(), "err", err)
+	kept := st.tx.records[:0]
+	for _, r := range st.tx.records {
+		if r.Topic != topic {
+			kept = append(kept, r)
+		}
+	}
+	st.tx.records = kept
+	delete(st.tx.held, e)
+	st.fail(e)
+	st.failed = append(st.failed, &change.Unit{Kind: change.KindFailed, Export: e, Err: err.Error()})
 }
 
 func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
@@ -358,6 +378,13 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 		}
 	}
 	st.pos = max(st.pos, end)
+	for _, u := range st.failed {
+		u.End = st.pos
+		if err := st.emit(u); err != nil {
+			return err
+		}
+	}
+	st.failed = st.failed[:0]
 	return nil
 }
 
