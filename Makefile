@@ -24,9 +24,10 @@ test-unit:
 
 # Services come from CDC_TEST_PG_URL/CDC_TEST_KAFKA_BROKERS, Docker, or local binaries started by
 # integration/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
+# pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
 test-integration:
 	scripts/services.sh install
-	CI=$${CI:-} $(GO) test -count=1 -timeout 12m ./integration/...
+	CI=$${CI:-} $(GO) test -count=1 -timeout 12m ./integration/... ./pkg/snapshot/ ./pkg/sink/
 
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...

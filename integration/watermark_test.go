@@ -79,7 +79,7 @@ func (r *recorder) first(t testing.TB, timeout time.Duration, e change.ExportID,
 }
 
 // smallWriter writes steadily to the small tables and to big, ~100 transactions per second.
-func (e *env) smallWriter(ctx context.Context, withBig bool) (stop func()) {
+func (e *env) smallWriter(ctx context.Context, bigRows int64) (stop func()) {
 	conn, err := pgx.Connect(ctx, e.pgURL)
 	if err != nil {
 		e.t.Fatal(err)
@@ -102,8 +102,8 @@ func (e *env) smallWriter(ctx context.Context, withBig bool) (stop func()) {
 				_, err = conn.Exec(ctx, `INSERT INTO small_a (name, qty) VALUES ('w', $1)`, i)
 			case i%4 == 1:
 				_, err = conn.Exec(ctx, `UPDATE small_b SET doc = jsonb_set(doc, '{w}', to_jsonb($1::int)) WHERE id = $2`, i, 1+rng.IntN(500))
-			case withBig && i%4 == 3:
-				id := 1 + rng.Int64N(bigRowsForTenSeconds)
+			case bigRows > 0 && i%4 == 3:
+				id := 1 + rng.Int64N(bigRows)
 				_, err = conn.Exec(ctx, `WITH d AS (DELETE FROM big WHERE id = $1) UPDATE big SET k = k + 1 WHERE id = $2`, id, id+1)
 			default:
 				_, err = conn.Exec(ctx, `UPDATE small_a SET qty = qty + 1 WHERE id = $1`, 1+rng.IntN(1000))
@@ -123,14 +123,14 @@ var (
 	bigID  = change.ExportID{Schema: "public", Table: "big"}
 )
 
-func (e *env) createWatermarkTables() {
+func (e *env) createWatermarkTables(bigRows int) {
 	e.exec(
 		`CREATE TABLE small_a (id serial PRIMARY KEY, name text, qty int)`,
 		`INSERT INTO small_a (name, qty) SELECT 'name ' || g, g FROM generate_series(1, 1000) g`,
 		`CREATE TABLE small_b (id int PRIMARY KEY, doc jsonb)`,
 		`INSERT INTO small_b SELECT g, jsonb_build_object('g', g) FROM generate_series(1, 500) g`,
 		`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2))`,
-		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text) || repeat('x', 40), g / 7.0 FROM generate_series(1, %d) g`, bigRowsForTenSeconds),
+		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text) || repeat('x', 40), g / 7.0 FROM generate_series(1, %d) g`, bigRows),
 		`ANALYZE`,
 	)
 }
@@ -171,7 +171,7 @@ func TestAddTableWhileRunning(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t)
 			ctx := t.Context()
-			e.createWatermarkTables()
+			e.createWatermarkTables(bigRowsForTenSeconds)
 			vars := e.baseVars()
 			vars["CDC_TABLES"] = "public.small_a,public.small_b"
 			vars["CDC_SNAPSHOT_WORKERS"] = "1"
@@ -180,7 +180,7 @@ func TestAddTableWhileRunning(t *testing.T) {
 			p := e.startCDC(vars)
 			e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
 
-			stopWriter := e.smallWriter(ctx, true)
+			stopWriter := e.smallWriter(ctx, bigRowsForTenSeconds)
 			e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
 			start, end, hydratedAt := copyWindow(t, rec)
 			time.Sleep(2 * time.Second)
@@ -242,7 +242,9 @@ func TestAddTableWhileRunning(t *testing.T) {
 func TestKilledDuringAddedCopy(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	e.createWatermarkTables()
+	// Long enough to be killed in the middle of its copy; the ten-second scenario is above.
+	const bigRows = 400_000
+	e.createWatermarkTables(bigRows)
 	vars := e.baseVars()
 	vars["CDC_TABLES"] = "public.small_a,public.small_b"
 	vars["CDC_SNAPSHOT_WORKERS"] = "1"
@@ -250,7 +252,7 @@ func TestKilledDuringAddedCopy(t *testing.T) {
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
 
-	stopWriter := e.smallWriter(ctx, true)
+	stopWriter := e.smallWriter(ctx, bigRows)
 	defer func() {
 		if stopWriter != nil {
 			stopWriter()
@@ -258,8 +260,13 @@ func TestKilledDuringAddedCopy(t *testing.T) {
 	}()
 	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
 	rec.first(t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
-	time.Sleep(3 * time.Second)
+	time.Sleep(1500 * time.Millisecond)
 	p.stop(syscall.SIGKILL)
+	for _, r := range rec.all() {
+		if r.Export == bigID && r.State == watermark.StateHydrated {
+			t.Fatalf("big was hydrated before the kill; the kill must come during its copy")
+		}
+	}
 
 	// What Kafka holds at the kill: the last watermark of each small table, and where their
 	// topics end.

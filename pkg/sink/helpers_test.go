@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/integration/testenv"
 )
 
 // testEnv is a Kafka cluster for one test: kfake, or a real broker (CDC_TEST_KAFKA_BROKERS)
@@ -38,15 +40,15 @@ func newFakeEnv(t testing.TB) *testEnv {
 	return &testEnv{brokers: c.ListenAddrs(), prefix: uniquePrefix(t)}
 }
 
-// newRealEnv uses the brokers in CDC_TEST_KAFKA_BROKERS, or skips the test.
+// newRealEnv uses a real Kafka broker from integration/testenv (CDC_TEST_KAFKA_BROKERS,
+// Docker, or one it starts from Maven Central jars); it skips with -short and fails in CI when
+// no broker can be had.
 func newRealEnv(t testing.TB) *testEnv {
 	t.Helper()
-	v := os.Getenv("CDC_TEST_KAFKA_BROKERS")
-	if v == "" {
-		t.Skip("CDC_TEST_KAFKA_BROKERS not set: no real Kafka to test against")
-	}
-	return &testEnv{brokers: strings.Split(v, ","), real: true, prefix: uniquePrefix(t)}
+	return &testEnv{brokers: testenv.Brokers(t), real: true, prefix: uniquePrefix(t)}
 }
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func uniquePrefix(t testing.TB) string {
 	var b [4]byte

@@ -17,19 +17,21 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 )
 
-// The tests in this file need a PostgreSQL with wal_level=logical: set CDC_TEST_PG_URL.
+// The tests in this file need a PostgreSQL with wal_level=logical: integration/testenv gives
+// one (CDC_TEST_PG_URL, Docker, or a server it starts from local binaries); they skip with
+// -short, and fail in CI when no server can be had.
 
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// testPGURL returns a fresh database of its own for the test.
 func testPGURL(tb testing.TB) string {
 	tb.Helper()
-	url := os.Getenv("CDC_TEST_PG_URL")
-	if url == "" {
-		tb.Skip("CDC_TEST_PG_URL is not set (a PostgreSQL with wal_level=logical)")
-	}
-	return url
+	return testenv.NewDB(tb)
 }
 
 func connectTest(tb testing.TB, url string) *pgx.Conn {
