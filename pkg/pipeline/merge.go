@@ -15,45 +15,34 @@ import (
 // closed and drained.
 func mergeUnits(ctx context.Context, stream, bulk <-chan *change.Unit, out chan<- *change.Unit) {
 	defer close(out)
-	send := func(u *change.Unit) bool {
+	for stream != nil || bulk != nil {
+		var u *change.Unit
+		var ok bool
+		// Anything waiting in stream first; then whichever comes (a nil channel never does).
+		select {
+		case u, ok = <-stream:
+			if !ok {
+				stream = nil
+				continue
+			}
+		default:
+			select {
+			case u, ok = <-stream:
+				if !ok {
+					stream = nil
+					continue
+				}
+			case u, ok = <-bulk:
+				if !ok {
+					bulk = nil
+					continue
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
 		select {
 		case out <- u:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for stream != nil || bulk != nil {
-		// Anything waiting in stream first.
-		select {
-		case u, ok := <-stream:
-			if !ok {
-				stream = nil
-				continue
-			}
-			if !send(u) {
-				return
-			}
-			continue
-		default:
-		}
-		select {
-		case u, ok := <-stream:
-			if !ok {
-				stream = nil
-				continue
-			}
-			if !send(u) {
-				return
-			}
-		case u, ok := <-bulk:
-			if !ok {
-				bulk = nil
-				continue
-			}
-			if !send(u) {
-				return
-			}
 		case <-ctx.Done():
 			return
 		}

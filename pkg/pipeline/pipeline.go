@@ -302,7 +302,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return fatal(err)
 	}
 
-	poll := newPoller(cfg, conn, repl, tracker, &coord.mu, published, positions, log)
+	poll := newPoller(cfg, conn, repl, positions, log)
 	coord.rehydrate = poll.rehydrate
 	coord.pollNow = poll.wake
 

@@ -13,7 +13,6 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/snapshot"
-	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // poller watches the publication: tables added are detected and hydrated, tables removed get
@@ -24,9 +23,6 @@ type poller struct {
 	repl *replication.Stage
 	log  *slog.Logger
 
-	trackerMu *sync.Mutex
-	tracker   *watermark.Tracker
-
 	// known: exports routed (hydrated, hydrating, or queued), by the poller's goroutine only.
 	known    map[change.ExportID]bool
 	requests chan snapshot.Request
@@ -36,11 +32,11 @@ type poller struct {
 	pending []change.ExportID // re-hydrations asked for by the snapshot stage
 }
 
-func newPoller(cfg Config, conn *pgx.Conn, repl *replication.Stage, tracker *watermark.Tracker, trackerMu *sync.Mutex,
-	published map[change.ExportID]struct{}, hydrated map[change.ExportID]change.LSN, log *slog.Logger) *poller {
+// newPoller returns a poller that knows the resumed (hydrated) exports; its first poll hydrates
+// every other published table.
+func newPoller(cfg Config, conn *pgx.Conn, repl *replication.Stage, hydrated map[change.ExportID]change.LSN, log *slog.Logger) *poller {
 	p := &poller{
 		cfg: cfg, conn: conn, repl: repl, log: log.With("stage", "publication"),
-		trackerMu: trackerMu, tracker: tracker,
 		known:    make(map[change.ExportID]bool),
 		requests: make(chan snapshot.Request, 16),
 		wakeCh:   make(chan struct{}, 1),
@@ -48,7 +44,6 @@ func newPoller(cfg Config, conn *pgx.Conn, repl *replication.Stage, tracker *wat
 	for e := range hydrated {
 		p.known[e] = true
 	}
-	_ = published // the first poll hydrates every published table that is not resumed
 	return p
 }
 
@@ -117,9 +112,7 @@ func (p *poller) poll(ctx context.Context) error {
 	if len(added) == 0 {
 		return nil
 	}
-	slices.SortFunc(added, func(a, b change.ExportID) int {
-		return compareExport(a, b)
-	})
+	slices.SortFunc(added, compareExport)
 	if err := change.CheckTopicCollisions(p.cfg.TopicPrefix, append(p.knownList(), added...)); err != nil {
 		return fatal(err)
 	}
