@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"text/tabwriter"
+	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -63,11 +64,11 @@ func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
 		snap := "-"
 		if s := r.Snapshot; s != nil {
 			snap = fmt.Sprintf("attempt %d: %d rows", s.Attempt, s.RowsCopied)
-			if s.RowsEstimated > 0 {
+			switch {
+			case s.FinishedAt != nil:
+				snap += fmt.Sprintf(" copied in %s", s.FinishedAt.Sub(s.StartedAt).Round(time.Millisecond))
+			case s.RowsEstimated > 0:
 				snap += fmt.Sprintf(" of ~%d (%.0f%%)", s.RowsEstimated, min(100, 100*float64(s.RowsCopied)/float64(s.RowsEstimated)))
-			}
-			if s.FinishedAt != nil {
-				snap += ", done"
 			}
 		}
 		if r.Error != "" {
