@@ -84,6 +84,9 @@ func TestServicesReachable(t *testing.T) {
 }
 
 func TestNewDBIsolatedAndDropped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL; skipped in -short mode")
+	}
 	ctx := t.Context()
 	var name string
 	t.Run("use", func(t *testing.T) {
