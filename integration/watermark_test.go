@@ -195,6 +195,17 @@ func TestAddTableWhileRunning(t *testing.T) {
 			if copyTook < 10*time.Second {
 				t.Errorf("the added table's copy took %s; the scenario needs at least 10s (raise bigRowsForTenSeconds)", copyTook)
 			}
+			// Long copies report progress at least every 10 seconds: rows, percent, rate, ETA.
+			progress := 0
+			for _, line := range strings.Split(p.log.String(), "\n") {
+				if strings.Contains(line, "snapshot of table in progress") && strings.Contains(line, "export=public.big") &&
+					strings.Contains(line, "percent=") && strings.Contains(line, "eta=") {
+					progress++
+				}
+			}
+			if want := int(copyTook / (10 * time.Second)); progress < want {
+				t.Errorf("%d progress lines for big's %s copy, want at least %d", progress, copyTook, want)
+			}
 			// The big table has no watermark before it is hydrated.
 			for _, r := range all {
 				if r.Export == bigID && r.State == watermark.StateHydrating && r.Watermark != nil {
