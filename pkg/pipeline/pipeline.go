@@ -62,7 +62,11 @@ func Run(ctx context.Context, cfg Config) error {
 		if err == nil {
 			err = errors.New("pipeline stopped unexpectedly")
 		}
-		if errors.Is(err, ErrFatal) || (attempt == 1 && time.Since(started) < 5*time.Second && !errors.Is(err, errTransient)) {
+		// Fatal errors end Run; so does a failure in the first seconds of the first attempt
+		// (an unreachable server at start-up is a configuration problem to show at once), and
+		// a slot lost while running (changes may be gone: never continue silently).
+		firstStart := attempt == 1 && time.Since(started) < 5*time.Second
+		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSlotLost) || firstStart {
 			return err
 		}
 		if time.Since(started) > 2*time.Minute {
@@ -77,9 +81,6 @@ func Run(ctx context.Context, cfg Config) error {
 		backoff = min(backoff*2, 30*time.Second)
 	}
 }
-
-// errTransient marks start-up errors worth retrying even on the first attempt.
-var errTransient = errors.New("transient")
 
 func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
