@@ -141,7 +141,7 @@ func (e *env) checkSlotNeverAhead(samples []slotSample) {
 	}
 	var all []wm
 	for _, r := range recs {
-		if r.Value == nil {
+		if r.Value == nil || string(r.Key) == watermark.CheckpointKey {
 			continue
 		}
 		rec, err := watermark.Decode(r.Value)

@@ -322,7 +322,7 @@ func (e *env) latestWatermarks() map[change.ExportID]watermark.Record {
 	e.t.Helper()
 	out := map[change.ExportID]watermark.Record{}
 	for _, r := range e.readTopic(e.watermarkTopic()) {
-		if r.Value == nil {
+		if r.Value == nil || string(r.Key) == watermark.CheckpointKey {
 			continue
 		}
 		rec, err := watermark.Decode(r.Value)

@@ -83,6 +83,16 @@ func (c *coordinator) Durable(units []*change.Unit, offsets sink.Offsets) []chan
 		}
 		out = append(out, change.Record{Topic: c.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
 	}
+	// After Due: the records above carry every state transition up to this point, so the
+	// checkpoint applies to exactly the exports they (or earlier records) say are hydrated.
+	if lsn, ok := c.tracker.Checkpoint(); ok {
+		v, err := watermark.EncodeCheckpoint(lsn, now)
+		if err != nil {
+			c.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
+		} else {
+			out = append(out, change.Record{Topic: c.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.CheckpointKey), Value: v})
+		}
+	}
 	return out
 }
 

@@ -208,18 +208,14 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	if err != nil {
 		return fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
 	}
-	recs := make([]watermark.Record, 0, len(values))
-	for _, v := range values {
-		if v == nil {
-			continue
-		}
-		r, err := watermark.Decode(v)
-		if err != nil {
-			return fatal(fmt.Errorf("watermark topic %s: %w", cfg.WatermarkTopic, err))
-		}
-		recs = append(recs, r)
+	recs, checkpoint, err := decodeWatermarks(values)
+	if err != nil {
+		return fatal(fmt.Errorf("watermark topic %s: %w", cfg.WatermarkTopic, err))
 	}
 	tracker.Restore(recs)
+	if checkpoint != nil {
+		tracker.RestoreCheckpoint(checkpoint.Position)
+	}
 
 	resume := tracker.Resume()
 	slot, err := readSlot(ctx, conn, cfg.Slot)
@@ -363,6 +359,31 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return nil
 	}
 	return err
+}
+
+// decodeWatermarks decodes the values of the watermark topic in offset order: the watermark
+// records and the last checkpoint (nil if there is none).
+func decodeWatermarks(values [][]byte) ([]watermark.Record, *watermark.Checkpoint, error) {
+	recs := make([]watermark.Record, 0, len(values))
+	var last *watermark.Checkpoint
+	for _, v := range values {
+		if v == nil {
+			continue
+		}
+		if cp, ok, err := watermark.DecodeCheckpoint(v); ok {
+			if err != nil {
+				return nil, nil, err
+			}
+			last = &cp
+			continue
+		}
+		r, err := watermark.Decode(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		recs = append(recs, r)
+	}
+	return recs, last, nil
 }
 
 // confirmFinal advances the slot to lsn once the replication connection has let go of it.

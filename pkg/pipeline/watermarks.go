@@ -29,15 +29,12 @@ func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", cfg.WatermarkTopic, err)
 	}
+	recs, _, err := decodeWatermarks(values)
+	if err != nil {
+		return err
+	}
 	last := make(map[change.ExportID]watermark.Record)
-	for _, v := range values {
-		if v == nil {
-			continue
-		}
-		r, err := watermark.Decode(v)
-		if err != nil {
-			return err
-		}
+	for _, r := range recs {
 		last[r.Export] = r
 	}
 	var current change.LSN

@@ -107,7 +107,7 @@ func (w *Waiter) PollRecords(ctx context.Context, fn func(watermark.Record)) err
 		return ferr
 	}
 	fs.EachRecord(func(r *kgo.Record) {
-		if r.Value == nil {
+		if r.Value == nil || string(r.Key) == watermark.CheckpointKey {
 			return
 		}
 		rec, err := watermark.Decode(r.Value)

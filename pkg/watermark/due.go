@@ -92,14 +92,18 @@ func (t *Tracker) due(x *export, w *change.LSN, pos change.LSN, now time.Time) b
 	return moved && age >= t.interval/4
 }
 
-// Published reports that every record returned by Due so far is durable in Kafka. Only now do
-// their own positions count for Confirmable.
+// Published reports that every record returned by Due and every checkpoint returned by
+// Checkpoint so far are durable in Kafka. Only now do their positions count for Confirmable.
 func (t *Tracker) Published() {
 	for _, x := range t.pending {
 		x.durable, x.durableState, x.durablePos = true, x.pendingState, x.pendingPos
 		x.hasPending, x.hasPendingHyd = false, false
 	}
 	t.pending = t.pending[:0]
+	if t.hasCPPending {
+		t.cpDurable = max(t.cpDurable, t.cpPending)
+		t.hasCPPending = false
+	}
 }
 
 // watermark computes what x's record says now: the mode's value, but never less than x

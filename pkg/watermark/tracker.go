@@ -45,6 +45,14 @@ type Tracker struct {
 
 	// pending are the exports with records returned by Due and not yet Published.
 	pending []*export
+
+	// Checkpoints: cpDurable is the position of the last durable checkpoint (a restart resumes
+	// every export restored hydrated at or above it), cpPending the one in flight, cpReturned
+	// the highest one Checkpoint returned.
+	cpDurable    change.LSN
+	cpPending    change.LSN
+	hasCPPending bool
+	cpReturned   change.LSN
 }
 
 // export is the tracker's state of one export.
@@ -354,7 +362,8 @@ func (t *Tracker) pin(x *export) (change.LSN, bool) {
 		}
 	}
 	if x.durable && x.durableState == StateHydrated {
-		lower(x.durablePos)
+		// After a crash it resumes at its record's position or the checkpoint's, the higher.
+		lower(max(x.durablePos, t.cpDurable))
 	}
 	if x.hasPendingHyd {
 		lower(x.pendingHydMin)

@@ -1,0 +1,89 @@
+package watermark
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// CheckpointKey is the key of the checkpoint record in the watermark topic. Export keys always
+// contain a dot ("schema.table"), so it cannot collide with one.
+const CheckpointKey = "__checkpoint"
+
+// checkpointKind tells a checkpoint value from a watermark record value.
+const checkpointKind = "checkpoint"
+
+// Checkpoint is the record that makes a restart resume past everything Kafka holds. The sink
+// writes one into every Kafka transaction (exactly-once) or batch (at-least-once) that moved the
+// durable stream position, in the watermark topic under CheckpointKey. Compaction keeps the
+// latest.
+//
+// Position is the durable stream position S_d as of that transaction: every change with commit
+// LSN below it of every export that was hydrated at the time is in Kafka. An export whose last
+// watermark record says hydrated has stayed hydrated since that record (any state transition gets
+// its record in the same transaction that moves on), so at restart its own position is the
+// higher of its record's position and the checkpoint's.
+type Checkpoint struct {
+	Version  int        `json:"version"`
+	Kind     string     `json:"kind"`
+	Position change.LSN `json:"position"`
+	// PositionLSN is Position as a number.
+	PositionLSN uint64    `json:"position_lsn"`
+	Time        time.Time `json:"ts"`
+}
+
+// EncodeCheckpoint renders the checkpoint value for position at now.
+func EncodeCheckpoint(position change.LSN, now time.Time) ([]byte, error) {
+	b, err := json.Marshal(Checkpoint{Version: Version, Kind: checkpointKind, Position: position, PositionLSN: uint64(position), Time: now.UTC()})
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeCheckpoint parses b if it is a checkpoint value; ok is false for any other value (a
+// watermark record), which Decode reads instead.
+func DecodeCheckpoint(b []byte) (cp Checkpoint, ok bool, err error) {
+	var probe struct {
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil || probe.Kind != checkpointKind {
+		return Checkpoint{}, false, nil
+	}
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: %w", err)
+	}
+	switch {
+	case cp.Version > Version:
+		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+			cp.Version, Version, ErrUnsupportedVersion)
+	case cp.Version < 1:
+		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: missing or invalid version %d", cp.Version)
+	case cp.PositionLSN != 0 && uint64(cp.Position) != cp.PositionLSN:
+		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: position %s and position_lsn %d disagree", cp.Position, cp.PositionLSN)
+	}
+	return cp, true, nil
+}
+
+// RestoreCheckpoint applies the checkpoint read at start-up, after Restore: the durable stream
+// position starts at cp, so every export restored hydrated resumes at or above it, and the
+// exports keep pinning WAL at it until their next durable record.
+func (t *Tracker) RestoreCheckpoint(position change.LSN) {
+	t.Advance(position)
+	t.cpDurable = max(t.cpDurable, position)
+	t.cpReturned = max(t.cpReturned, position)
+}
+
+// Checkpoint returns the durable stream position to write into the transaction being made
+// durable, when it moved since the last one returned. Like Due's records, it is in flight until
+// Published.
+func (t *Tracker) Checkpoint() (change.LSN, bool) {
+	if !t.hasSD || t.sd <= t.cpReturned {
+		return 0, false
+	}
+	t.cpReturned = t.sd
+	t.cpPending, t.hasCPPending = t.sd, true
+	return t.sd, true
+}
