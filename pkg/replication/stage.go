@@ -55,7 +55,13 @@ type Stage struct {
 	hooks Hooks
 	log   *slog.Logger
 
-	ctrl chan func(*streamState)
+	// Control functions run on the stream goroutine in the order they were queued: ctrlMu
+	// guards the queue, ctrlSig (capacity 1) says it is not empty. The queue holds one entry
+	// per lifecycle event of an export, so it stays small; queuing never blocks, which the
+	// sink's callbacks need.
+	ctrlMu  sync.Mutex
+	ctrlQ   []func(*streamState)
+	ctrlSig chan struct{}
 
 	statusMu  sync.Mutex
 	lastFlush change.LSN
@@ -76,10 +82,10 @@ func New(cfg Config, hooks Hooks) *Stage {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Stage{
-		cfg:   cfg,
-		hooks: hooks,
-		log:   cfg.Logger.With("stage", "replication"),
-		ctrl:  make(chan func(*streamState), 64),
+		cfg:     cfg,
+		hooks:   hooks,
+		log:     cfg.Logger.With("stage", "replication"),
+		ctrlSig: make(chan struct{}, 1),
 	}
 	s.state = newStreamState(s)
 	return s
@@ -101,9 +107,14 @@ func (s *Stage) Detect(ctx context.Context, exports []change.ExportID) error {
 }
 
 // SetConsistentPoint records the consistent point of exports' snapshot: held changes below it
-// are dropped, later ones kept.
+// are dropped, later ones kept. An error means some export's held changes could not be kept
+// whole: its snapshot must be restarted (it holds everything until then).
 func (s *Stage) SetConsistentPoint(ctx context.Context, exports []change.ExportID, c change.LSN) error {
-	return s.call(ctx, func(st *streamState) { st.setConsistentPoint(exports, c) })
+	var err error
+	if cerr := s.call(ctx, func(st *streamState) { err = st.setConsistentPoint(exports, c) }); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // CopyDone says e's copy is durable in Kafka: its hold buffer is released once the stream has
@@ -130,11 +141,7 @@ func (s *Stage) Restart(e change.ExportID) {
 
 func (s *Stage) call(ctx context.Context, fn func(*streamState)) error {
 	done := make(chan struct{})
-	select {
-	case s.ctrl <- func(st *streamState) { fn(st); close(done) }:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	s.post(func(st *streamState) { fn(st); close(done) })
 	select {
 	case <-done:
 		return nil
@@ -144,19 +151,82 @@ func (s *Stage) call(ctx context.Context, fn func(*streamState)) error {
 }
 
 // post queues a control function without blocking the caller (sink callbacks must not block).
+// Functions run in the order they were queued, those of call included.
 func (s *Stage) post(fn func(*streamState)) {
+	s.ctrlMu.Lock()
+	s.ctrlQ = append(s.ctrlQ, fn)
+	s.ctrlMu.Unlock()
 	select {
-	case s.ctrl <- fn:
+	case s.ctrlSig <- struct{}{}:
 	default:
-		go func() { s.ctrl <- fn }()
 	}
 }
 
-// Run streams from the slot until ctx ends or an error occurs. Units go to out in stream order.
+// takeControl returns the queued control functions and empties the queue.
+func (s *Stage) takeControl() []func(*streamState) {
+	s.ctrlMu.Lock()
+	defer s.ctrlMu.Unlock()
+	q := s.ctrlQ
+	s.ctrlQ = nil
+	return q
+}
+
+// Run streams from the slot until ctx ends or a permanent error occurs. Units go to out in
+// stream order.
+//
+// A lost connection (a network cut, a server restart) reconnects this stage alone, after a
+// capped exponential backoff and a log line per retry: the stream state (routes, hold buffers,
+// the stream position S) survives, the incomplete transaction is discarded, and streaming
+// resumes at S, skipping every transaction that commits below it (it was handled before the
+// cut). Nothing is produced twice and the hydrating exports keep their copies. Permanent errors
+// end Run: the slot missing or invalidated (ErrSlotLost), settings that do not parse.
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
+	defer s.state.close()
+	backoff := retryMin
+	for attempt := 0; ; attempt++ {
+		started := time.Now()
+		err := s.stream(ctx, out, attempt > 0)
+		if ctx.Err() != nil {
+			// Orderly stop. The pipeline confirms the final position once the sink has
+			// drained (pg_replication_slot_advance), after this connection is gone.
+			return nil
+		}
+		// A slot still active is retried too: the walsender of a cut connection lingers until
+		// the server notices.
+		if err == nil || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) {
+			return err
+		}
+		if time.Since(started) > time.Minute {
+			backoff = retryMin
+		}
+		s.log.Warn("replication connection lost; reconnecting", "err", err, "stream_lsn", s.state.pos.String(), "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// Bounds of the backoff between reconnections.
+const (
+	retryMin = 500 * time.Millisecond
+	retryMax = 30 * time.Second
+)
+
+// errConfig marks a connection string that does not parse: retrying cannot help.
+var errConfig = errors.New("invalid replication connection settings")
+
+// ErrSlotActive means another process streams from the slot.
+var ErrSlotActive = errors.New("replication slot is active for another process")
+
+// stream runs one replication connection until it fails or ctx ends. reconnect says an earlier
+// connection handed units to out: streaming resumes at the stream position.
+func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect bool) error {
 	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
 	if err != nil {
-		return fmt.Errorf("replication connection config: %w", err)
+		return fmt.Errorf("replication connection config: %w", errConfig)
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "tidemark-replication"
@@ -168,17 +238,32 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		return fmt.Errorf("replication connect: %w", err)
 	}
 	defer conn.Close(context.Background())
+	s.statusMu.Lock()
 	s.conn = conn
+	s.statusMu.Unlock()
 
-	start, interval, protoArgs, err := s.prepare(ctx, conn)
+	confirmed, interval, protoArgs, err := s.prepare(ctx, conn)
 	if err != nil {
 		return err
 	}
-	s.lastFlush = start
-	s.state.pos = start
-	s.log.Info("starting replication", "slot", s.cfg.Slot, "start_lsn", start.String(), "publication", s.cfg.Publication)
+	start := confirmed
+	if reconnect {
+		// Everything up to S was handled: held, handed to the sink, or filtered.
+		start = max(confirmed, s.state.pos)
+		s.state.reconnected()
+	} else {
+		s.statusMu.Lock()
+		s.lastFlush = max(s.lastFlush, confirmed)
+		s.statusMu.Unlock()
+		s.state.pos = confirmed
+	}
+	s.log.Info("starting replication", "slot", s.cfg.Slot, "start_lsn", start.String(), "confirmed_lsn", confirmed.String(), "publication", s.cfg.Publication)
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{PluginArgs: protoArgs})
 	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" { // object_in_use: the slot is active
+			return fmt.Errorf("start replication on slot %s: %s: %w", s.cfg.Slot, pgErr.Message, ErrSlotActive)
+		}
 		return fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
 
@@ -187,14 +272,7 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })
 	g.Go(func() error { return s.state.loop(gctx, msgs, out) })
-	err = g.Wait()
-	s.state.close()
-	if ctx.Err() != nil {
-		// Orderly stop. The pipeline confirms the final position once the sink has drained
-		// (pg_replication_slot_advance), after this connection is gone.
-		return nil
-	}
-	return err
+	return g.Wait()
 }
 
 // prepare reads the slot's confirmed position and the server settings that shape the stream.

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -42,7 +43,10 @@ type relation struct {
 
 // txn is the transaction being decoded.
 type txn struct {
-	open    bool
+	open bool
+	// replay: the transaction was handled on an earlier connection; only its Relation
+	// messages count.
+	replay  bool
 	commit  change.LSN
 	xid     uint32
 	seq     int64
@@ -65,6 +69,18 @@ type streamState struct {
 	ctx     context.Context
 	// failed are KindFailed units of exports that failed in the open transaction.
 	failed []*change.Unit
+	// resumeAt is the stream position when the connection was last re-established:
+	// transactions committing below it were handled on an earlier connection.
+	resumeAt change.LSN
+}
+
+// reconnected prepares the state for a new connection that resumes at the stream position:
+// the transaction that was open when the old one broke is discarded (the server sends it again,
+// whole), and anything committing below the position is skipped if the server sends it again.
+func (st *streamState) reconnected() {
+	st.tx = txn{held: st.tx.held}
+	clear(st.tx.held)
+	st.resumeAt = st.pos
 }
 
 func newStreamState(s *Stage) *streamState {
@@ -98,8 +114,8 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 				return err
 			}
 			continue
-		case fn := <-st.s.ctrl:
-			fn(st)
+		case <-st.s.ctrlSig:
+			st.control()
 			continue
 		default:
 		}
@@ -114,11 +130,18 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 			if err := st.handle(data); err != nil {
 				return err
 			}
-		case fn := <-st.s.ctrl:
-			fn(st)
+		case <-st.s.ctrlSig:
+			st.control()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+}
+
+// control runs the queued control functions in order.
+func (st *streamState) control() {
+	for _, fn := range st.s.takeControl() {
+		fn(st)
 	}
 }
 
@@ -132,8 +155,8 @@ func (st *streamState) emit(u *change.Unit) error {
 				st.emitted = max(st.emitted, u.End)
 			}
 			return nil
-		case fn := <-st.s.ctrl:
-			fn(st)
+		case <-st.s.ctrlSig:
+			st.control()
 		case <-st.ctx.Done():
 			return st.ctx.Err()
 		}
@@ -204,7 +227,7 @@ func (st *streamState) handle(data []byte) error {
 func (st *streamState) message(msg pglogrepl.Message) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held}
+		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held, replay: change.LSN(m.FinalLSN) < st.resumeAt}
 		clear(st.tx.held)
 		st.tx.src = codec.Source{LSN: change.LSN(m.FinalLSN), Xid: m.Xid, Time: m.CommitTime}
 	case *pglogrepl.CommitMessage:
@@ -303,6 +326,9 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	}
 	r, ok := st.routes[rel.export]
 	if !ok {
+		return nil
+	}
+	if st.tx.replay {
 		return nil
 	}
 	st.tx.seq++
@@ -424,7 +450,12 @@ func (st *streamState) detect(exports []change.ExportID) {
 	}
 }
 
-func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LSN) {
+// setConsistentPoint records c for exports and drops what they hold below it. An export whose
+// held changes cannot be read back (a spill file that broke) may have lost some: it gets a
+// fresh buffer without a consistent point, holding everything until its snapshot is restarted,
+// and the error says so. Nothing is dropped silently.
+func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LSN) error {
+	var errs []error
 	for _, e := range exports {
 		r, ok := st.routes[e]
 		if !ok || r.hold == nil {
@@ -432,9 +463,13 @@ func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LS
 		}
 		r.c, r.hasC = c, true
 		if err := r.hold.DropBelow(c); err != nil {
-			st.log.Error("drop held changes below consistent point", "export", e.String(), "err", err)
+			r.hold.Close()
+			r.hold = newHoldBuffer(st.s.cfg.HoldMemory, st.s.cfg.SpillDir)
+			r.c, r.hasC = 0, false
+			errs = append(errs, fmt.Errorf("held changes of %s: %w", e, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 func (st *streamState) copyDone(e change.ExportID) {

@@ -80,7 +80,13 @@ func New(cfg Config, hooks Hooks) (*Stage, error) {
 // an export has been sent, one KindSnapshotDone unit for it. Sends block, respecting ctx. An error
 // that is not confined to one export ends Run with that error; Run returns only when all of its
 // goroutines have ended.
+//
+// A request that fails otherwise (a lost connection, a server restart, Kafka unavailable while
+// the topics are created) is retried: after a capped exponential backoff, every export of it
+// whose copy had not been sent whole is reported to Hooks.Restart, which asks for it again with a
+// new consistent point. The other exports, and the other stages, go on.
 func (s *Stage) Run(ctx context.Context, reqs <-chan Request, out chan<- *change.Unit) error {
+	backoff := retryMin
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,15 +95,34 @@ func (s *Stage) Run(ctx context.Context, reqs <-chan Request, out chan<- *change
 			if !ok {
 				return nil
 			}
-			if err := s.serve(ctx, req, out); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return err
+			unfinished, err := s.serve(ctx, req, out)
+			if err == nil {
+				backoff = retryMin
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Warn("snapshot interrupted; copying its tables again", slog.Any("error", err),
+				slog.Int("tables", len(unfinished)), slog.Duration("retry_in", backoff))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, retryMax)
+			for _, e := range unfinished {
+				s.hooks.Restart(e, "snapshot interrupted: "+err.Error())
 			}
 		}
 	}
 }
+
+// Bounds of the backoff between attempts of a failed request.
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
 
 // exportState is one export of a running request.
 type exportState struct {
@@ -109,6 +134,7 @@ type exportState struct {
 	remaining atomic.Int64 // ranges not yet copied
 	seq       atomic.Int64 // row numbers (codec.Source.Seq) across workers
 	stopped   atomic.Bool  // restarted or failed in this request
+	finished  atomic.Bool  // its KindSnapshotDone unit was sent
 	progress  *progress
 }
 
@@ -142,6 +168,7 @@ func (r *request) done(ctx context.Context, e *exportState) error {
 	if err := r.send(ctx, u); err != nil {
 		return err
 	}
+	e.finished.Store(true)
 	e.progress.finish(time.Now(), "")
 	return nil
 }
@@ -168,12 +195,28 @@ func (r *request) fail(e *exportState, err error) {
 	r.s.hooks.Failed(e.id, err)
 }
 
-// serve runs one request to its end.
-func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit) error {
+// serve runs one request to its end. When it fails, unfinished are the exports whose copy was
+// not sent whole and that were not stopped (restarted or failed) already.
+func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit) (unfinished []change.ExportID, err error) {
 	exports := dedupe(req.Exports)
 	if len(exports) == 0 {
-		return nil
+		return nil, nil
 	}
+	var states map[change.ExportID]*exportState
+	defer func() {
+		if err == nil {
+			return
+		}
+		if states == nil {
+			unfinished = exports
+			return
+		}
+		for _, e := range exports {
+			if st, ok := states[e]; ok && !st.stopped.Load() && !st.finished.Load() {
+				unfinished = append(unfinished, e)
+			}
+		}
+	}()
 	x, err := s.openExporter(ctx)
 	if err != nil {
 		var waitErr *SlotWaitError
@@ -182,9 +225,9 @@ func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit)
 			for _, e := range exports {
 				s.hooks.Failed(e, err)
 			}
-			return nil
+			return nil, nil
 		}
-		return err
+		return nil, err
 	}
 	defer x.abort()
 	start := time.Now()
@@ -201,21 +244,22 @@ func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit)
 	}()
 	first, err := s.openWorker(ctx, x.snapshotID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conns = append(conns, first)
 
 	// pg_relation_size locks each table until the transaction ends; the savepoint's rollback
 	// releases those locks (keeping the snapshot), so DDL is not blocked for the whole copy.
 	if err := execSimple(ctx, first, "SAVEPOINT tidemark_prepare"); err != nil {
-		return fmt.Errorf("read tables: %w", err)
+		return nil, fmt.Errorf("read tables: %w", err)
 	}
-	states, infos, err := s.prepare(ctx, first, exports)
+	var infos []TableInfo
+	states, infos, err = s.prepare(ctx, first, exports)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := execSimple(ctx, first, "ROLLBACK TO SAVEPOINT tidemark_prepare; RELEASE SAVEPOINT tidemark_prepare"); err != nil {
-		return fmt.Errorf("read tables: %w", err)
+		return nil, fmt.Errorf("read tables: %w", err)
 	}
 	rangeBlocks := int64(s.cfg.RangeBlocks)
 	if !tidRangeScans(first.PgConn().ParameterStatus("server_version")) {
@@ -225,28 +269,28 @@ func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit)
 	for len(conns) < min(s.cfg.Workers, len(queue)) {
 		c, err := s.openWorker(ctx, x.snapshotID)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		conns = append(conns, c)
 	}
 	// Every worker holds the snapshot now: drop the temporary slot, so it pins no WAL.
 	if err := x.close(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if len(states) == 0 {
-		return nil
+		return nil, nil
 	}
 
 	attempts, err := s.hooks.Begin(ctx, x.c, infos)
 	if err != nil {
-		return fmt.Errorf("begin snapshot at %s: %w", x.c, err)
+		return nil, fmt.Errorf("begin snapshot at %s: %w", x.c, err)
 	}
 	r := &request{s: s, c: x.c, start: start, out: out, exports: states, queue: make(chan Task, len(queue))}
 	for _, info := range infos {
 		e := states[info.Table.Export]
 		a, ok := attempts[e.id]
 		if !ok {
-			return fmt.Errorf("begin snapshot at %s: no attempt number for %s", x.c, e.id)
+			return nil, fmt.Errorf("begin snapshot at %s: no attempt number for %s", x.c, e.id)
 		}
 		e.attempt = a
 		e.progress = newProgress(e.id.String(), info.EstimatedRows, s.metrics,
@@ -271,10 +315,10 @@ func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit)
 	close(stopTicks)
 	ticks.Wait()
 	if err != nil {
-		return fmt.Errorf("snapshot at %s: %w", x.c, err)
+		return nil, fmt.Errorf("snapshot at %s: %w", x.c, err)
 	}
 	log.Info("snapshot copy finished", slog.Duration("took", time.Since(start).Round(time.Millisecond)))
-	return nil
+	return nil, nil
 }
 
 // prepare reads schema, size and estimate of every export under the snapshot, failing the exports
