@@ -60,6 +60,8 @@ type Config struct {
 	SpillDir string
 	// SlotWaitTimeout bounds how long creating a replication slot may wait for open transactions.
 	SlotWaitTimeout time.Duration
+	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
+	StandbyPoll time.Duration
 
 	// MetricsAddr, when set, serves Prometheus metrics on /metrics (e.g. "127.0.0.1:9187").
 	MetricsAddr string

@@ -69,6 +69,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSlotLost) || firstStart {
 			return err
 		}
+		if errors.Is(err, sink.ErrFenced) {
+			return fmt.Errorf("%w; this instance stops: another instance took over slot %q (a second instance waits as a standby until the slot is free, and takes over when it is)", err, cfg.Slot)
+		}
 		if time.Since(started) > 2*time.Minute {
 			backoff = time.Second
 		}
@@ -118,6 +121,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SnapshotWorkers <= 0 {
 		cfg.SnapshotWorkers = 4
+	}
+	if cfg.StandbyPoll <= 0 {
+		cfg.StandbyPoll = time.Second
 	}
 	if cfg.SlotWaitTimeout <= 0 {
 		cfg.SlotWaitTimeout = 5 * time.Minute
@@ -197,6 +203,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return fatal(err)
 	}
 
+	// One instance per slot: wait while another one streams from it, before the producer is
+	// initialised (that would fence the running instance's transactions).
+	if err := waitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
+		return err
+	}
 	if err := sk.Init(ctx); err != nil {
 		return err
 	}
@@ -299,7 +310,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return fatal(err)
 	}
 
-	poll := newPoller(cfg, conn, repl, positions, log)
+	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, repl, positions, log)
 	coord.rehydrate = poll.rehydrate
 	coord.pollNow = poll.wake
 
@@ -352,6 +363,12 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 	if lsn, ok := coord.Confirmable(); ok {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if conn.IsClosed() { // the server restarted under it
+			if c, err := connect(fctx, cfg.PGURL); err == nil {
+				defer c.Close(context.Background())
+				conn = c
+			}
+		}
 		confirmFinal(fctx, conn, cfg.Slot, lsn, log)
 		cancel()
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -18,8 +19,10 @@ import (
 // poller watches the publication: tables added are detected and hydrated, tables removed get
 // their final record once the stream passes the removal. It also owns the snapshot requests.
 type poller struct {
-	cfg  Config
-	conn *pgx.Conn
+	cfg Config
+	// conn is the poller's own connection (nil after a failure), made with connect.
+	conn    *pgx.Conn
+	connect func(context.Context) (*pgx.Conn, error)
 	repl *replication.Stage
 	log  *slog.Logger
 
@@ -34,9 +37,9 @@ type poller struct {
 
 // newPoller returns a poller that knows the resumed (hydrated) exports; its first poll hydrates
 // every other published table.
-func newPoller(cfg Config, conn *pgx.Conn, repl *replication.Stage, hydrated map[change.ExportID]change.LSN, log *slog.Logger) *poller {
+func newPoller(cfg Config, connect func(context.Context) (*pgx.Conn, error), repl *replication.Stage, hydrated map[change.ExportID]change.LSN, log *slog.Logger) *poller {
 	p := &poller{
-		cfg: cfg, conn: conn, repl: repl, log: log.With("stage", "publication"),
+		cfg: cfg, connect: connect, repl: repl, log: log.With("stage", "publication"),
 		known:    make(map[change.ExportID]bool),
 		requests: make(chan snapshot.Request, 16),
 		wakeCh:   make(chan struct{}, 1),
@@ -61,12 +64,26 @@ func (p *poller) rehydrate(e change.ExportID) {
 	p.wake()
 }
 
+// run polls until ctx ends. A poll that fails on its connection (a server restart, a cut) is
+// logged and retried on a new connection at the next tick; only fatal errors end run.
 func (p *poller) run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.PublicationPollInterval)
 	defer t.Stop()
+	defer func() {
+		if p.conn != nil {
+			p.conn.Close(context.Background())
+		}
+	}()
 	for {
-		if err := p.poll(ctx); err != nil {
-			return err
+		if err := p.pollConn(ctx); err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrFatal) {
+				return err
+			}
+			p.log.Warn("publication poll failed; retrying on a new connection", "err", err, "retry_in", p.cfg.PublicationPollInterval.String())
+			if p.conn != nil {
+				p.conn.Close(context.Background())
+				p.conn = nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -75,6 +92,18 @@ func (p *poller) run(ctx context.Context) error {
 		case <-p.wakeCh:
 		}
 	}
+}
+
+// pollConn polls, connecting first when the last connection was dropped.
+func (p *poller) pollConn(ctx context.Context) error {
+	if p.conn == nil {
+		c, err := p.connect(ctx)
+		if err != nil {
+			return err
+		}
+		p.conn = c
+	}
+	return p.poll(ctx)
 }
 
 func (p *poller) poll(ctx context.Context) error {
