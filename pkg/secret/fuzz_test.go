@@ -43,11 +43,11 @@ var fuzzTemplates = []struct {
 	}},
 	{"dsn unquoted", func(pw string) (string, []string) {
 		var b strings.Builder
-		for _, r := range pw {
-			if strings.ContainsRune(" \t\n\r\v\f\\'", r) {
+		for i := range len(pw) {
+			if strings.IndexByte(" \t\n\r\v\f\\'", pw[i]) >= 0 {
 				b.WriteByte('\\')
 			}
-			b.WriteRune(r)
+			b.WriteByte(pw[i])
 		}
 		return "host=db.example port=5432 password=" + b.String() + " user=alice", []string{pw, b.String()}
 	}},

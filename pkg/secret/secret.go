@@ -152,8 +152,8 @@ func passwords(connString string) []string {
 				raw = append(raw, pw)
 				// libpq reads the user info up to the first '@' and the authority up to the
 				// first '/', so an unencoded separator leaves pieces of the password in the
-				// host, port or database name.
-				raw = append(raw, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:", r) })...)
+				// host, port, database name or query.
+				raw = append(raw, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:&=", r) })...)
 			} else if strings.HasPrefix(rest, "/") {
 				// "alice:////@host": what looked like a scheme was the user name.
 				_, pw, _ := strings.Cut(connString[:len(connString)-len(rest)+at], ":")
