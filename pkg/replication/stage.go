@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // Config configures the replication stage.
@@ -156,7 +157,7 @@ func (s *Stage) post(fn func(*streamState)) {
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
 	if err != nil {
-		return fmt.Errorf("replication connection config: %w", err)
+		return fmt.Errorf("replication connection config: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "tidemark-replication"
@@ -165,7 +166,7 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("replication connect: %w", err)
+		return fmt.Errorf("replication connect: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}
 	defer conn.Close(context.Background())
 	s.conn = conn
