@@ -50,10 +50,10 @@ func Redact(s string) string {
 	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
 		user, _, ok := strings.Cut(rest[:at], ":")
 		switch {
-		case !ok && strings.HasPrefix(rest, "/"):
-			// "alice:////@host": what looked like a scheme was the user name, and the
-			// password starts with "//".
-			scheme, rest = "", Mask+rest[at:]
+		case !ok && (strings.HasPrefix(rest, "/") || !pgScheme(scheme)):
+			// "alice://pw@host": what looks like a scheme may be the user name, and the
+			// password start with "//". Only PostgreSQL's schemes are taken at their word.
+			scheme, rest = strings.TrimSuffix(scheme, "//"), Mask+rest[at:]
 		case ok:
 			if strings.ContainsAny(user, "/?#") {
 				// The ':' is past the authority (host:port/path?...@): which part is the
@@ -106,6 +106,11 @@ func maskQuery(s string) (string, []string) {
 	}
 }
 
+// pgScheme reports whether s starts with PostgreSQL's URL scheme.
+func pgScheme(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
 // isURL reports whether s is read as a URL: it has a scheme, or it does not start like a
 // key=value DSN.
 func isURL(s string) bool {
@@ -154,8 +159,8 @@ func passwords(connString string) []string {
 				// first '/', so an unencoded separator leaves pieces of the password in the
 				// host, port, database name or query.
 				raw = append(raw, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:&=", r) })...)
-			} else if strings.HasPrefix(rest, "/") {
-				// "alice:////@host": what looked like a scheme was the user name.
+			} else if strings.HasPrefix(rest, "/") || !pgScheme(connString) {
+				// "alice://pw@host": what looks like a scheme may be the user name.
 				_, pw, _ := strings.Cut(connString[:len(connString)-len(rest)+at], ":")
 				raw = append(raw, pw)
 			}
