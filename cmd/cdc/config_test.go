@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 const testPassword = "s3cr3t-pw"
@@ -392,5 +393,26 @@ func TestSettingsLogValueRedacts(t *testing.T) {
 	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s)
 	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "cdc:xxxxx@db.example") {
 		t.Errorf("log line does not redact the password: %s", b.String())
+	}
+}
+
+// TestReplicationFactorAcceptedBySink checks that every replication factor the configuration
+// accepts is one the sink accepts too: -1 (the broker default) used to pass here and then stop
+// the service.
+func TestReplicationFactorAcceptedBySink(t *testing.T) {
+	for _, rf := range []string{"-1", "1", "3", "32767"} {
+		t.Run(rf, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_TOPIC_REPLICATION_FACTOR": rf}))
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			p := s.Pipeline
+			sk, err := sink.New(sink.Config{Brokers: p.Brokers, Delivery: sink.Delivery(p.Delivery), TransactionalID: "tidemark-app-" + p.Slot,
+				Partitions: p.TopicPartitions, ReplicationFactor: p.ReplicationFactor, WatermarkTopic: p.WatermarkTopic})
+			if err != nil {
+				t.Fatalf("sink.New refuses what the configuration accepted: %v", err)
+			}
+			sk.Close()
+		})
 	}
 }
