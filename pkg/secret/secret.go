@@ -159,7 +159,8 @@ func passwords(connString string) []string {
 				// first '/', so an unencoded separator leaves pieces of the password in the
 				// host, port, database name or query.
 				raw = append(raw, strings.FieldsFunc(pw, func(r rune) bool { return strings.ContainsRune("@/?#:&=", r) })...)
-			} else if strings.HasPrefix(rest, "/") || !pgScheme(connString) {
+			}
+			if strings.HasPrefix(rest, "/") || !pgScheme(connString) {
 				// "alice://pw@host": what looks like a scheme may be the user name.
 				_, pw, _ := strings.Cut(connString[:len(connString)-len(rest)+at], ":")
 				raw = append(raw, pw)
