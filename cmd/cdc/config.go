@@ -21,6 +21,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // Env is the service's whole configuration surface: one field per environment variable. Tags:
@@ -69,7 +70,7 @@ type Settings struct {
 func (s Settings) LogValue() slog.Value {
 	p := s.Pipeline
 	return slog.GroupValue(
-		slog.String("pg_url", redactDSN(p.PGURL)),
+		slog.String("pg_url", secret.Redact(p.PGURL)),
 		slog.String("publication", p.Publication),
 		slog.Any("tables", p.Tables),
 		slog.String("slot", p.Slot),
@@ -322,15 +323,33 @@ func (c *checker) pgURL(s string, getenv func(string) string) string {
 		c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
 		return ""
 	}
+	const want = "want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)"
+	if m := urlSchemeRE.FindStringSubmatch(s); m != nil && m[1] != "postgres" && m[1] != "postgresql" {
+		c.add("CDC_PG_URL", secret.Redact(s), "scheme %s: want postgres:// or postgresql://, or a key=value DSN (host=... dbname=...)", m[1])
+		return ""
+	}
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		_, rest, _ := strings.Cut(s, "://")
+		if authority, _, _ := strings.Cut(rest, "/"); strings.Count(authority, "@") > 1 {
+			// libpq ends the user info at the first '@': the rest of the password would be
+			// taken for the host, and show in every connection error.
+			c.add("CDC_PG_URL", secret.Redact(s), "more than one '@' before the host; percent-encode '@' in the user name or password as %%40")
+			return ""
+		}
+	}
 	if _, err := pgconn.ParseConfig(s); err != nil {
-		c.add("CDC_PG_URL", redactDSN(s), "%s; want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)", pgParseReason(err))
+		c.add("CDC_PG_URL", secret.Redact(s), "%s; %s", secret.Scrub(pgParseReason(err), s), want)
 		return ""
 	}
 	return s
 }
 
+// urlSchemeRE is the scheme of a URL.
+var urlSchemeRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
 // pgParseReason is pgconn's reason for rejecting a connection string, without the connection
-// string itself: pgconn's redaction is best effort, and net/url errors quote the URL unredacted.
+// string itself: pgconn's redaction is best effort. The reason may still quote a part of it (a
+// port, an option's value), so callers scrub it.
 func pgParseReason(err error) string {
 	pe, ok := errors.AsType[*pgconn.ParseConfigError](err)
 	if !ok {
@@ -512,37 +531,4 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 	}
 	c.add(name, s, "want one of %s", strings.Join(names, ", "))
 	return ""
-}
-
-var (
-	kvPasswordRE    = regexp.MustCompile(`(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*|'.*)`)
-	queryPasswordRE = regexp.MustCompile(`((?:^|&)(?:ssl)?password=)[^&]*`)
-)
-
-// redactDSN returns the connection string with every password (the URL's userinfo password, and
-// password or sslpassword values in a URL query or a key=value DSN) replaced by "xxxxx". It is for
-// error text and logs.
-func redactDSN(s string) string {
-	const mask = "xxxxx"
-	if !strings.HasPrefix(s, "postgres://") && !strings.HasPrefix(s, "postgresql://") {
-		return kvPasswordRE.ReplaceAllString(s, "${1}"+mask)
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		// Unparseable: the userinfo cannot be told apart reliably, so mask all of it and the
-		// query.
-		scheme, rest, _ := strings.Cut(s, "://")
-		if i := strings.LastIndex(rest, "@"); i >= 0 {
-			rest = mask + rest[i:]
-		}
-		if i := strings.Index(rest, "?"); i >= 0 {
-			rest = rest[:i+1] + mask
-		}
-		return scheme + "://" + rest
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), mask)
-	}
-	u.RawQuery = queryPasswordRE.ReplaceAllString(u.RawQuery, "${1}"+mask)
-	return u.String()
 }

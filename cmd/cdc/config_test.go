@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 const testPassword = "s3cr3t-pw"
@@ -341,6 +342,17 @@ func TestLoadConfigNeverShowsPassword(t *testing.T) {
 		{"password in URL query", map[string]string{"CDC_PG_URL": "postgres://db/app?password=" + testPassword + "&sslmode=maybe"}},
 		{"bad key=value", map[string]string{"CDC_PG_URL": "host=db password=" + testPassword + " sslmode=maybe"}},
 		{"quoted key=value", map[string]string{"CDC_PG_URL": "host=db password='" + testPassword + " x' port=nope"}},
+		{"other scheme", map[string]string{"CDC_PG_URL": "mysql://cdc:" + testPassword + "@db/app"}},
+		{"no scheme", map[string]string{"CDC_PG_URL": "cdc:" + testPassword + "@db/app"}},
+		{"unencoded @ in password", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "@x@db/app"}},
+		{"unencoded / in password", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "/x@db/app"}},
+		{"unencoded ? # : in password, bad port", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "?#:x@db:port/app"}},
+		{"percent-encoded, bad option", map[string]string{"CDC_PG_URL": "postgresql://cdc:" + strings.ReplaceAll(testPassword, "-", "%2D") + "@db/app?sslmode=maybe"}},
+		{"bad percent-encoding", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "%zz@db/app"}},
+		{"sslpassword in URL query", map[string]string{"CDC_PG_URL": "postgres://db:x/app?sslpassword=" + testPassword}},
+		{"key=value escaped quote", map[string]string{"CDC_PG_URL": `host=db password='` + testPassword + `\' x' port=nope`}},
+		{"key=value unterminated quote", map[string]string{"CDC_PG_URL": "host=db password='" + testPassword + " x"}},
+		{"key=value escaped space", map[string]string{"CDC_PG_URL": `host=db password=` + testPassword + `\ x sslmode=maybe`}},
 		{"misspelt password variable", map[string]string{"CDC_PG_PASSWORD": testPassword}},
 		{"valid URL, other problem", map[string]string{"CDC_SLOT": "BAD"}},
 	}
@@ -352,6 +364,9 @@ func TestLoadConfigNeverShowsPassword(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), testPassword) || strings.Contains(err.Error(), "s3cr3t") {
 				t.Errorf("error text shows the password:\n%v", err)
+			}
+			if testing.Verbose() {
+				t.Log(err)
 			}
 		})
 	}
@@ -369,32 +384,6 @@ func TestLoadConfigIgnoresProcessEnvironment(t *testing.T) {
 	}
 }
 
-func TestRedactDSN(t *testing.T) {
-	tests := []struct {
-		name, in, want string
-	}{
-		{"URL", "postgres://cdc:pw@db:5432/app?sslmode=require", "postgres://cdc:xxxxx@db:5432/app?sslmode=require"},
-		{"postgresql scheme", "postgresql://cdc:pw@db/app", "postgresql://cdc:xxxxx@db/app"},
-		{"URL without password", "postgres://cdc@db/app", "postgres://cdc@db/app"},
-		{"URL query password", "postgres://db/app?sslmode=require&password=pw", "postgres://db/app?sslmode=require&password=xxxxx"},
-		{"URL sslpassword", "postgres://db/app?sslpassword=pw", "postgres://db/app?sslpassword=xxxxx"},
-		{"unparseable URL", "postgres://cdc:pw@[db/app?password=pw", "postgres://xxxxx@[db/app?xxxxx"},
-		{"key=value", "host=db password=pw user=cdc", "host=db password=xxxxx user=cdc"},
-		{"key=value spaces", "host=db password = pw user=cdc", "host=db password = xxxxx user=cdc"},
-		{"key=value quoted", `host=db password='p w\'x' user=cdc`, "host=db password=xxxxx user=cdc"},
-		{"key=value unterminated quote", "host=db password='p w", "host=db password=xxxxx"},
-		{"key=value no password", "host=db user=cdc", "host=db user=cdc"},
-		{"empty", "", ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := redactDSN(tt.in); got != tt.want {
-				t.Errorf("redactDSN(%q) = %q, want %q", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSettingsLogValueRedacts(t *testing.T) {
 	s, err := load(t, validEnv())
 	if err != nil {
@@ -404,5 +393,26 @@ func TestSettingsLogValueRedacts(t *testing.T) {
 	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s)
 	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "cdc:xxxxx@db.example") {
 		t.Errorf("log line does not redact the password: %s", b.String())
+	}
+}
+
+// TestReplicationFactorAcceptedBySink checks that every replication factor the configuration
+// accepts is one the sink accepts too: -1 (the broker default) used to pass here and then stop
+// the service.
+func TestReplicationFactorAcceptedBySink(t *testing.T) {
+	for _, rf := range []string{"-1", "1", "3", "32767"} {
+		t.Run(rf, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_TOPIC_REPLICATION_FACTOR": rf}))
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			p := s.Pipeline
+			sk, err := sink.New(sink.Config{Brokers: p.Brokers, Delivery: sink.Delivery(p.Delivery), TransactionalID: "tidemark-app-" + p.Slot,
+				Partitions: p.TopicPartitions, ReplicationFactor: p.ReplicationFactor, WatermarkTopic: p.WatermarkTopic})
+			if err != nil {
+				t.Fatalf("sink.New refuses what the configuration accepted: %v", err)
+			}
+			sk.Close()
+		})
 	}
 }

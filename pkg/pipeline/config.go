@@ -39,9 +39,10 @@ type Config struct {
 	// Slot is the name of the main logical replication slot.
 	Slot string
 
-	Brokers           []string
-	TopicPrefix       string
-	TopicPartitions   int32
+	Brokers         []string
+	TopicPrefix     string
+	TopicPartitions int32
+	// ReplicationFactor of created topics; -1 is the broker's default, zero means 1.
 	ReplicationFactor int16
 	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
 	WatermarkTopic string

@@ -11,14 +11,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
-// connect opens an ordinary connection with the pinned session settings.
+// connect opens an ordinary connection with the pinned session settings. Its errors are scrubbed
+// of the connection string's passwords.
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fatal(fmt.Errorf("parse CDC_PG_URL: %w", redactErr(err)))
+		return nil, fatal(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
 	}
 	for k, v := range snapshot.SessionParams() {
 		cfg.RuntimeParams[k] = v
@@ -26,29 +28,12 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg.RuntimeParams["application_name"] = "tidemark"
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to PostgreSQL at %s:%d database %s: %w; check CDC_PG_URL and that the server is running",
-			cfg.Host, cfg.Port, cfg.Database, redactErr(err))
+		// The host and database come from the connection string too: a mistyped one may hold
+		// a piece of the password.
+		return nil, secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d database %s: %w; check CDC_PG_URL and that the server is running",
+			cfg.Host, cfg.Port, cfg.Database, err), url)
 	}
 	return conn, nil
-}
-
-// redactErr strips anything that could carry a password from a pgx error: pgconn errors can
-// quote the connection string.
-func redactErr(err error) error {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return errors.New(pe.Message)
-	}
-	msg := err.Error()
-	if i := strings.Index(msg, "password="); i >= 0 {
-		msg = msg[:i] + "password=xxxxx"
-	}
-	if i := strings.Index(msg, "://"); i >= 0 {
-		if j := strings.Index(msg[i:], "@"); j >= 0 {
-			msg = msg[:i+3] + "xxxxx" + msg[i+j:]
-		}
-	}
-	return errors.New(msg)
 }
 
 // checkServer verifies what logical replication needs and says how to fix what is missing.
@@ -194,12 +179,12 @@ func readSlot(ctx context.Context, conn *pgx.Conn, slot string) (slotInfo, error
 func createSlot(ctx context.Context, url, slot string) error {
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
-		return fatal(fmt.Errorf("parse CDC_PG_URL: %w", redactErr(err)))
+		return fatal(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("replication connection: %w", redactErr(err))
+		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
 	}
 	defer conn.Close(context.Background())
 	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})

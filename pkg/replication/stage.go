@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // Config configures the replication stage.
@@ -226,7 +227,7 @@ var ErrSlotActive = errors.New("replication slot is active for another process")
 func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect bool) error {
 	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
 	if err != nil {
-		return fmt.Errorf("replication connection config: %w", errConfig)
+		return fmt.Errorf("replication connection config: %w: %w", errConfig, secret.ScrubError(err, s.cfg.ConnString))
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "tidemark-replication"
@@ -235,7 +236,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect b
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("replication connect: %w", err)
+		return fmt.Errorf("replication connect: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}
 	defer conn.Close(context.Background())
 	s.statusMu.Lock()

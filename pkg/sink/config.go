@@ -50,7 +50,7 @@ type Config struct {
 	// instance with the same id fences the first.
 	TransactionalID string
 	// Partitions and ReplicationFactor apply to topics EnsureTopics creates; zero means the
-	// broker's default.
+	// broker's default, and so does a ReplicationFactor of -1 (as in Kafka's CreateTopics).
 	Partitions        int32
 	ReplicationFactor int16
 	// WatermarkTopic is created (compacted, one partition) by EnsureTopics and read by
@@ -123,8 +123,8 @@ func (cfg *Config) validate() error {
 	if cfg.Partitions < 0 {
 		errs = append(errs, fmt.Errorf("topic partitions %d: must not be negative", cfg.Partitions))
 	}
-	if cfg.ReplicationFactor < 0 {
-		errs = append(errs, fmt.Errorf("replication factor %d: must not be negative", cfg.ReplicationFactor))
+	if cfg.ReplicationFactor < -1 {
+		errs = append(errs, fmt.Errorf("replication factor %d: want 1 or more, or -1 for the broker default", cfg.ReplicationFactor))
 	}
 	if cfg.MaxBatchBytes < 0 {
 		errs = append(errs, fmt.Errorf("max batch bytes %d: must not be negative", cfg.MaxBatchBytes))

@@ -26,6 +26,8 @@ func TestNewValidates(t *testing.T) {
 			mutate:  func(c *Config) { c.Brokers = nil; c.WatermarkTopic = ""; c.Partitions = -1; c.MaxBatchBytes = -5 },
 			wantErr: []string{"no Kafka brokers", "no watermark topic", "partitions -1", "max batch bytes -5"},
 		},
+		{name: "replication factor -1 is the broker default", mutate: func(c *Config) { c.ReplicationFactor = -1 }},
+		{name: "replication factor -2", mutate: func(c *Config) { c.ReplicationFactor = -2 }, wantErr: []string{"replication factor -2"}},
 		{name: "short transaction timeout", mutate: func(c *Config) { c.TransactionTimeout = time.Millisecond }, wantErr: []string{"transaction timeout"}},
 	}
 	for _, tc := range tests {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // Defaults for the zero values of Config.
@@ -109,12 +110,12 @@ func (c Config) withDefaults() (Config, error) {
 	return c, errors.Join(problems...)
 }
 
-// parseConnConfig parses the connection string once. Its error never repeats the string, which may
-// hold a password.
+// parseConnConfig parses the connection string once. Its error is scrubbed of the string's
+// passwords.
 func parseConnConfig(s string) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(s)
 	if err != nil {
-		return nil, errors.New("parse connection string: invalid (details omitted because they may contain a password)")
+		return nil, fmt.Errorf("parse connection string: %w", secret.ScrubError(err, s))
 	}
 	return cc, nil
 }

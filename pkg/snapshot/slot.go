@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // ErrNoReplicationCapacity is wrapped by the error of a request that found no free replication
@@ -81,7 +82,7 @@ func (x *exporter) abort() {
 func (s *Stage) openExporter(ctx context.Context) (*exporter, error) {
 	conn, err := pgconn.ConnectConfig(ctx, &replicationConfig(s.connConfig).Config)
 	if err != nil {
-		return nil, classifyCapacity(fmt.Errorf("open replication connection: %w", err))
+		return nil, classifyCapacity(fmt.Errorf("open replication connection: %w", secret.ScrubError(err, s.cfg.ConnString)))
 	}
 	x := &exporter{conn: conn, slot: fmt.Sprintf("%s_snap_%d", s.cfg.SlotPrefix, conn.PID())}
 	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").ReadAll(); err != nil {
@@ -167,6 +168,7 @@ func (s *Stage) createSlotWatched(ctx context.Context, conn *pgconn.PgConn, slot
 				var err error
 				monitor, err = pgx.ConnectConfig(createCtx, workerConfig(s.connConfig))
 				if err != nil {
+					err = secret.ScrubError(err, s.cfg.ConnString)
 					s.log.Warn("slot creation is waiting; cannot connect to look at open transactions",
 						slog.String("slot", slot), slog.Duration("waited", time.Since(start).Round(time.Second)), slog.Any("error", err))
 					monitor = nil

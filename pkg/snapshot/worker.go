@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/secret"
 )
 
 // worker is one COPY connection holding the imported snapshot.
@@ -28,7 +29,7 @@ type worker struct {
 func (s *Stage) openWorker(ctx context.Context, snapshotID string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, workerConfig(s.connConfig))
 	if err != nil {
-		return nil, fmt.Errorf("open worker connection: %w", err)
+		return nil, fmt.Errorf("open worker connection: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}
 	if err := execSimple(ctx, conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		closeQuietly(conn)

@@ -1,0 +1,17 @@
+// Package secret keeps PostgreSQL passwords out of error text and logs.
+//
+// Input: a connection string exactly as the user typed it — a URL of any scheme (postgres://,
+// postgresql://, or a mistaken mysql://), with or without user info, percent-encoded or not,
+// well formed or not, or a libpq key=value DSN with quoted and escaped values — and text or
+// errors that may quote it, or parts of it (pgx's ParseConfigError, a dial error naming a host
+// that a mistyped URL turned into a password fragment).
+//
+// Output: Redact masks every password field of the connection string itself; Scrub and
+// ScrubError mask, in any other text, every password the connection string holds (as typed and as
+// decoded) and every password field of a connection string quoted inside it. ScrubError keeps the
+// error chain, so errors.Is and errors.As still classify the error.
+//
+// Guarantee: where the string is ambiguous (an unencoded '@' or '/' in a URL's password, a '&'
+// in a query password), redaction masks more than the password, never less. Masking is by the
+// fixed text "xxxxx", so the output says nothing about the password's length.
+package secret
