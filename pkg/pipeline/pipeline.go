@@ -70,7 +70,13 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		if errors.Is(err, sink.ErrFenced) {
-			return fmt.Errorf("%w; this instance stops: another instance took over slot %q (a second instance waits as a standby until the slot is free, and takes over when it is)", err, cfg.Slot)
+			// The broker also bumps the producer epoch when it aborts a transaction that
+			// outlived its timeout (Kafka was unreachable for longer): that is not another
+			// instance, and a new life recovers. Another instance holds the slot.
+			if h, held := otherHolder(ctx, cfg); held {
+				return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, cfg.Slot, h))
+			}
+			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
 		if time.Since(started) > 2*time.Minute {
 			backoff = time.Second

@@ -96,3 +96,31 @@ func waitAsStandby(ctx context.Context, conn *pgx.Conn, slot string, poll time.D
 
 // standbyLogEvery is how often a waiting standby repeats who holds the slot.
 const standbyLogEvery = 30 * time.Second
+
+// otherHolder reports whether, a few seconds after this instance let go of the slot, another
+// process streams from it.
+func otherHolder(ctx context.Context, cfg Config) (holder, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := connect(ctx, cfg.PGURL)
+	if err != nil {
+		return holder{}, false
+	}
+	defer conn.Close(context.Background())
+	// This instance's own walsender ends as soon as it notices its connection closed.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h, held, err := slotHolder(ctx, conn, cfg.Slot)
+		if err != nil || !held {
+			return holder{}, false
+		}
+		if time.Now().After(deadline) {
+			return h, true
+		}
+		select {
+		case <-ctx.Done():
+			return holder{}, false
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

@@ -619,3 +619,35 @@ func TestSnapshotNoFreeSlot(t *testing.T) {
 		t.Fatalf("Failed(%v), want ErrNoReplicationCapacity naming max_replication_slots", err)
 	}
 }
+
+// TestSnapshotConnectionLostRetries cuts the copy's connections in the middle: the stage does
+// not end, it reports the unfinished table for a new attempt (Hooks.Restart) and goes on serving.
+func TestSnapshotConnectionLostRetries(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	execTest(t, conn, "CREATE TABLE "+quoteIdent(schema)+".t (id int PRIMARY KEY, v text)")
+	execTest(t, conn, "INSERT INTO "+quoteIdent(schema)+".t SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
+	e := change.ExportID{Schema: schema, Table: "t"}
+	hooks := newRecordingHooks()
+	cut := false
+	runRequest(t, Config{ConnString: url, Workers: 2, SlotPrefix: "snaptest_cut", BatchRows: 100, RangeBlocks: 64,
+		Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}, hooks,
+		Request{Exports: []change.ExportID{e}}, func(u *change.Unit) {
+			if cut || u.Kind != change.KindSnapshot {
+				return
+			}
+			cut = true
+			var n int
+			err := conn.QueryRow(t.Context(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n)
+			if err != nil || n == 0 {
+				t.Errorf("terminate the copy's connections: %d, %v", n, err)
+			}
+		})
+	hooks.mu.Lock()
+	defer hooks.mu.Unlock()
+	if reason := hooks.restarts[e]; !strings.Contains(reason, "snapshot interrupted") {
+		t.Fatalf("restart of %s = %q, want a new attempt after the lost connection (restarts %v, failed %v)", e, reason, hooks.restarts, hooks.failed)
+	}
+}
