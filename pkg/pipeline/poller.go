@@ -23,8 +23,8 @@ type poller struct {
 	// conn is the poller's own connection (nil after a failure), made with connect.
 	conn    *pgx.Conn
 	connect func(context.Context) (*pgx.Conn, error)
-	repl *replication.Stage
-	log  *slog.Logger
+	repl    *replication.Stage
+	log     *slog.Logger
 
 	// known: exports routed (hydrated, hydrating, or queued), by the poller's goroutine only.
 	known    map[change.ExportID]bool
