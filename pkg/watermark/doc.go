@@ -54,6 +54,18 @@
 // number and last watermark: it gets no records until StartHydration (or Removed, or Failed) is
 // called for it, so the pipeline must do that for each one still published before the first Due.
 //
+// # Checkpoint
+//
+// Watermark records are coalesced, so the last record of an export can lag what Kafka holds.
+// After Due, the pipeline asks Checkpoint for the durable stream position S_d and writes it, when
+// it moved, as one checkpoint record (key CheckpointKey, in the watermark topic) into the same
+// Kafka transaction. Every state transition has its record in that transaction too, so the
+// checkpoint covers exactly the exports whose latest record says hydrated. At restart,
+// RestoreCheckpoint after Restore makes each of them resume at max(its record's position, S_d),
+// and pins WAL there. One checkpoint per transaction, whatever the number of exports.
+//
+//	{"version": 1, "kind": "checkpoint", "position": "0/1A2B3C8", "position_lsn": 27439048, "ts": "2026-12-03T10:02:11Z"}
+//
 // # Record format (version 1)
 //
 // The watermark topic <prefix>.__watermarks is compacted and keyed by the export's name
