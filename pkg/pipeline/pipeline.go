@@ -62,21 +62,18 @@ func Run(ctx context.Context, cfg Config) error {
 		if err == nil {
 			err = errors.New("pipeline stopped unexpectedly")
 		}
+		// runOnce made a fence by another instance fatal; one without is a transaction the
+		// broker aborted at its timeout, and a new life recovers.
+		fencedAlone := errors.Is(err, sink.ErrFenced) && !errors.Is(err, ErrFatal)
+		if fencedAlone {
+			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
+		}
 		// Fatal errors end Run; so does a failure in the first seconds of the first attempt
 		// (an unreachable server at start-up is a configuration problem to show at once), and
 		// a slot lost while running (changes may be gone: never continue silently).
-		firstStart := attempt == 1 && time.Since(started) < 5*time.Second
+		firstStart := attempt == 1 && time.Since(started) < 5*time.Second && !fencedAlone
 		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSlotLost) || firstStart {
 			return err
-		}
-		if errors.Is(err, sink.ErrFenced) {
-			// The broker also bumps the producer epoch when it aborts a transaction that
-			// outlived its timeout (Kafka was unreachable for longer): that is not another
-			// instance, and a new life recovers. Another instance holds the slot.
-			if h, held := otherHolder(ctx, cfg); held {
-				return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, cfg.Slot, h))
-			}
-			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
 		if time.Since(started) > 2*time.Minute {
 			backoff = time.Second
@@ -380,6 +377,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 	if ctx.Err() != nil {
 		return nil
+	}
+	if errors.Is(err, sink.ErrFenced) {
+		if h, held := otherHolder(ctx, cfg, repl.BackendPID()); held {
+			return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, cfg.Slot, h))
+		}
 	}
 	return err
 }

@@ -97,9 +97,10 @@ func waitAsStandby(ctx context.Context, conn *pgx.Conn, slot string, poll time.D
 // standbyLogEvery is how often a waiting standby repeats who holds the slot.
 const standbyLogEvery = 30 * time.Second
 
-// otherHolder reports whether, a few seconds after this instance let go of the slot, another
-// process streams from it.
-func otherHolder(ctx context.Context, cfg Config) (holder, bool) {
+// otherHolder reports whether another process streams from the slot in the seconds after this
+// instance let go of it: any holder but own, the backend of this instance's last replication
+// connection (it ends as soon as it notices its connection closed).
+func otherHolder(ctx context.Context, cfg Config, own uint32) (holder, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := connect(ctx, cfg.PGURL)
@@ -107,20 +108,24 @@ func otherHolder(ctx context.Context, cfg Config) (holder, bool) {
 		return holder{}, false
 	}
 	defer conn.Close(context.Background())
-	// This instance's own walsender ends as soon as it notices its connection closed.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	deadline := time.Now().Add(otherHolderWindow)
+	for time.Now().Before(deadline) {
 		h, held, err := slotHolder(ctx, conn, cfg.Slot)
-		if err != nil || !held {
+		if err != nil {
 			return holder{}, false
 		}
-		if time.Now().After(deadline) {
+		if held && uint32(h.pid) != own {
 			return h, true
 		}
 		select {
 		case <-ctx.Done():
 			return holder{}, false
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	return holder{}, false
 }
+
+// otherHolderWindow is how long a fenced instance watches the slot for the instance that fenced
+// it; that one takes the slot as soon as it is free (its standby poll, then its start-up).
+const otherHolderWindow = 5 * time.Second

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -69,7 +70,14 @@ type Stage struct {
 	conn      *pgconn.PgConn
 
 	state *streamState
+
+	// backendPID is the server process of the latest replication connection.
+	backendPID atomic.Uint32
 }
+
+// BackendPID returns the PostgreSQL process id of the stage's latest replication connection (0
+// before the first): the walsender that holds the slot while the stage streams.
+func (s *Stage) BackendPID() uint32 { return s.backendPID.Load() }
 
 // New returns a stage; nothing is connected until Run.
 func New(cfg Config, hooks Hooks) *Stage {
@@ -197,7 +205,8 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		if err == nil || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) {
 			return err
 		}
-		if time.Since(started) > time.Minute {
+		if time.Since(started) > time.Minute || errors.Is(err, ErrSlotActive) {
+			// A slot still held by the walsender of a cut connection is free in a moment.
 			backoff = retryMin
 		}
 		s.log.Warn("replication connection lost; reconnecting", "err", err, "stream_lsn", s.state.pos.String(), "retry_in", backoff.String())
@@ -242,6 +251,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect b
 	s.statusMu.Lock()
 	s.conn = conn
 	s.statusMu.Unlock()
+	s.backendPID.Store(conn.PID())
 
 	confirmed, interval, protoArgs, err := s.prepare(ctx, conn)
 	if err != nil {
