@@ -8,7 +8,9 @@
 //     with the sink's producer settings and transaction sizes).
 //   - stream: a pgbench backlog written while cdc is stopped, then caught up by a restarted cdc,
 //     beside the READ limit (the raw pgoutput stream of the backlog from a second slot) and the
-//     WRITE limit.
+//     WRITE limit. The same backlog is caught up twice, by an exactly-once cdc and then by an
+//     at-least-once cdc, each with its own slot and topics hydrated before the backlog; the
+//     report gives the ratio exactly-once / at-least-once.
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode.
 //

@@ -30,6 +30,14 @@ func newThroughput(count, bytes int64, d time.Duration, note string) throughput 
 	return t
 }
 
+// over is a / b, or 0 when either figure is missing.
+func over(a, b float64) float64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	return a / b
+}
+
 // ratio is cdc's rate over the lower of the two limits (0 when a figure is missing).
 func ratio(cdc, read, write float64) float64 {
 	limit := min(read, write)
@@ -58,21 +66,33 @@ type snapshotResult struct {
 }
 
 type streamResult struct {
-	Tables          []string   `json:"tables"`
-	Scale           int        `json:"pgbench_scale"`
-	BacklogTxns     int64      `json:"backlog_transactions"`
-	BacklogSeconds  float64    `json:"backlog_write_seconds"`
-	BacklogWAL      int64      `json:"backlog_wal_bytes"`
-	Changes         int64      `json:"changes"`
-	Read            throughput `json:"read"`
-	Write           throughput `json:"write"`
+	Tables         []string   `json:"tables"`
+	Scale          int        `json:"pgbench_scale"`
+	BacklogTxns    int64      `json:"backlog_transactions"`
+	BacklogSeconds float64    `json:"backlog_write_seconds"`
+	BacklogWAL     int64      `json:"backlog_wal_bytes"`
+	Changes        int64      `json:"changes"`
+	Read           throughput `json:"read"`
+	Write          throughput `json:"write"`
+	// The exactly-once catch-up, its fields at the top level as before the at-least-once run.
+	catchUp
+	// AtLeastOnce is the same backlog caught up by a second cdc with CDC_DELIVERY=at-least-once.
+	AtLeastOnce *catchUp `json:"at_least_once,omitempty"`
+	// RatioDelivery is exactly-once over at-least-once changes/s (process start -> caught up);
+	// RatioDeliveryAfterStartup the same from replication start.
+	RatioDelivery             float64 `json:"ratio_exactly_once_to_at_least_once"`
+	RatioDeliveryAfterStartup float64 `json:"ratio_exactly_once_to_at_least_once_after_startup"`
+}
+
+// catchUp is one cdc run catching up the streaming backlog.
+type catchUp struct {
+	Delivery        string     `json:"delivery"`
 	CDC             throughput `json:"cdc"`
 	CDCAfterStartup throughput `json:"cdc_after_startup"`
 	StartupSeconds  float64    `json:"startup_seconds"`
 	CDCRecords      int64      `json:"cdc_records"`
 	CDCTxns         int64      `json:"cdc_kafka_transactions"`
 	CDCPerTxn       float64    `json:"cdc_records_per_transaction"`
-	Delivery        string     `json:"delivery"`
 	Ratio           float64    `json:"ratio_cdc_to_min_limit"`
 }
 
@@ -184,12 +204,30 @@ func (r *results) print(w io.Writer) {
 		header(w, "changes/s")
 		row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
-		row(w, "cdc (process start -> watermarks >= backlog end)", s.CDC)
-		row(w, "cdc (replication start -> watermarks >= end)", s.CDCAfterStartup)
-		fmt.Fprintf(w, "   READ MB = pgoutput message bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
-		fmt.Fprintf(w, "   cdc start-up (process start -> \"starting replication\"): %.2fs; cdc wrote %s records in %s Kafka transactions (%.0f records/txn), delivery %s\n",
-			s.StartupSeconds, thousands(s.CDCRecords), thousands(s.CDCTxns), s.CDCPerTxn, s.Delivery)
-		fmt.Fprintf(w, "   ratio cdc / min(read, write) = %.2f\n", s.Ratio)
+		runs := []catchUp{s.catchUp}
+		if s.AtLeastOnce != nil {
+			runs = append(runs, *s.AtLeastOnce)
+		}
+		for _, c := range runs {
+			row(w, "cdc "+c.Delivery+" (process start -> caught up)", c.CDC)
+			row(w, "cdc "+c.Delivery+" (replication start -> caught up)", c.CDCAfterStartup)
+		}
+		fmt.Fprintf(w, "   caught up = every watermark >= the backlog's end. READ MB = pgoutput message bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
+		for _, c := range runs {
+			txns := "no Kafka transactions"
+			if c.CDCTxns > 0 {
+				txns = fmt.Sprintf("%s Kafka transactions, %.0f records/txn", thousands(c.CDCTxns), c.CDCPerTxn)
+			}
+			fmt.Fprintf(w, "   cdc %s: start-up (process start -> \"starting replication\") %.2fs; wrote %s records (%s)\n",
+				c.Delivery, c.StartupSeconds, thousands(c.CDCRecords), txns)
+		}
+		for _, c := range runs {
+			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f\n", c.Delivery, c.Ratio)
+		}
+		if s.AtLeastOnce != nil {
+			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
+				s.RatioDelivery, s.RatioDeliveryAfterStartup)
+		}
 	}
 	if len(r.Lag) > 0 {
 		modes := []string{"independent", "global"}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +62,26 @@ func TestRatio(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := ratio(tt.cdc, tt.read, tt.write); math.Abs(got-tt.want) > 1e-9 {
 				t.Errorf("ratio = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOver(t *testing.T) {
+	tests := []struct {
+		name string
+		a, b float64
+		want float64
+	}{
+		{name: "slower", a: 80, b: 100, want: 0.8},
+		{name: "faster", a: 150, b: 100, want: 1.5},
+		{name: "missing numerator", a: 0, b: 100, want: 0},
+		{name: "missing denominator", a: 80, b: 0, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := over(tt.a, tt.b); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("over(%v, %v) = %v, want %v", tt.a, tt.b, got, tt.want)
 			}
 		})
 	}
@@ -173,7 +196,7 @@ func TestPrintShowsEveryScenario(t *testing.T) {
 	r := &results{
 		Host:     map[string]string{"cpus": "2", "go": "go1.26"},
 		Snapshot: &snapshotResult{Table: "public.t", Rows: 10, Read: newThroughput(10, 100, time.Second, "")},
-		Stream:   &streamResult{Changes: 40, CDC: newThroughput(40, 400, 2*time.Second, "")},
+		Stream:   &streamResult{Changes: 40, catchUp: catchUp{Delivery: "exactly-once", CDC: newThroughput(40, 400, 2*time.Second, "")}},
 		Lag: map[string]lagResult{
 			"independent": {Mode: "independent", CopySeconds: 12, Lag: lagStats{P99Bytes: 1234, P99WALSec: 0.5}},
 			"global":      {Mode: "global", CopySeconds: 13, Lag: lagStats{P99Bytes: 99999, P99WALSec: 12}},
@@ -187,5 +210,99 @@ func TestPrintShowsEveryScenario(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestPrintStreamDeliveryModes(t *testing.T) {
+	eos := catchUp{Delivery: "exactly-once", CDC: newThroughput(40_000, 4e6, 4*time.Second, ""),
+		CDCAfterStartup: newThroughput(40_000, 4e6, 3*time.Second, ""), CDCRecords: 40_000, CDCTxns: 20, CDCPerTxn: 2000, Ratio: 0.4}
+	alo := catchUp{Delivery: "at-least-once", CDC: newThroughput(40_000, 4e6, 2*time.Second, ""),
+		CDCAfterStartup: newThroughput(40_000, 4e6, 1500*time.Millisecond, ""), CDCRecords: 40_000, Ratio: 0.8}
+	tests := []struct {
+		name     string
+		alo      *catchUp
+		want     []string
+		dontWant []string
+	}{
+		{
+			name: "both modes",
+			alo:  &alo,
+			want: []string{
+				"cdc exactly-once (process start -> caught up)", "cdc at-least-once (process start -> caught up)",
+				"cdc at-least-once (replication start -> caught up)",
+				"ratio cdc exactly-once / min(read, write) = 0.40", "ratio cdc at-least-once / min(read, write) = 0.80",
+				"ratio exactly-once / at-least-once = 0.50   (from replication start: 0.50",
+				"20 Kafka transactions, 2000 records/txn", "40,000 records (no Kafka transactions)",
+			},
+		},
+		{
+			name:     "at-least-once run missing",
+			want:     []string{"cdc exactly-once (process start -> caught up)"},
+			dontWant: []string{"at-least-once"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &streamResult{Changes: 40_000, catchUp: eos, AtLeastOnce: tt.alo}
+			if tt.alo != nil {
+				s.RatioDelivery = over(s.CDC.PerSecond, tt.alo.CDC.PerSecond)
+				s.RatioDeliveryAfterStartup = over(s.CDCAfterStartup.PerSecond, tt.alo.CDCAfterStartup.PerSecond)
+			}
+			var out bytes.Buffer
+			(&results{Host: map[string]string{}, Stream: s}).print(&out)
+			for _, want := range tt.want {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+			for _, no := range tt.dontWant {
+				if strings.Contains(out.String(), no) {
+					t.Errorf("output has %q:\n%s", no, out.String())
+				}
+			}
+		})
+	}
+}
+
+// TestStreamJSON checks that the exactly-once run keeps its top-level keys and that the
+// at-least-once run and the ratio between them are in the file.
+func TestStreamJSON(t *testing.T) {
+	s := &streamResult{
+		catchUp:       catchUp{Delivery: "exactly-once", CDC: newThroughput(100, 1000, time.Second, ""), Ratio: 0.5},
+		AtLeastOnce:   &catchUp{Delivery: "at-least-once", CDC: newThroughput(125, 1000, time.Second, "")},
+		RatioDelivery: 0.8,
+	}
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := (&results{Stream: s}).writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Stream map[string]json.RawMessage `json:"stream"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"delivery":                            `"exactly-once"`,
+		"ratio_cdc_to_min_limit":              `0.5`,
+		"ratio_exactly_once_to_at_least_once": `0.8`,
+	} {
+		if string(got.Stream[key]) != want {
+			t.Errorf("stream.%s = %s, want %s", key, got.Stream[key], want)
+		}
+	}
+	var alo catchUp
+	if err := json.Unmarshal(got.Stream["at_least_once"], &alo); err != nil {
+		t.Fatalf("stream.at_least_once: %v", err)
+	}
+	if alo.Delivery != "at-least-once" || alo.CDC.PerSecond != 125 {
+		t.Errorf("stream.at_least_once = %+v, want at-least-once at 125/s", alo)
+	}
+	if _, ok := got.Stream["cdc"]; !ok {
+		t.Errorf("stream lacks the exactly-once run's cdc key: %s", raw)
 	}
 }

@@ -35,7 +35,7 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		return nil, err
 	}
 	defer s.cleanup()
-	res := &streamResult{Tables: pgbenchTables, Scale: b.o.scale, Delivery: "exactly-once"}
+	res := &streamResult{Tables: pgbenchTables, Scale: b.o.scale}
 	exports := make([]change.ExportID, len(pgbenchTables))
 	for i, t := range pgbenchTables {
 		exports[i] = exportID(t)
@@ -49,23 +49,6 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
 		return nil, err
 	}
-
-	// Hydrate the tables, let the watermarks reach the present, stop.
-	b.logf("stream: first cdc run hydrates %s", strings.Join(pgbenchTables, ", "))
-	vars := map[string]string{"CDC_TABLES": strings.Join(pgbenchTables, ",")}
-	p, err := s.startCDC(vars)
-	if err != nil {
-		return res, err
-	}
-	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
-		return res, err
-	}
-	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
-	if err != nil {
-		return res, err
-	}
-	defer wt.close()
 	conn, err := pgx.Connect(ctx, s.db.url)
 	if err != nil {
 		return res, fmt.Errorf("connect: %w", err)
@@ -73,26 +56,16 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	defer conn.Close(context.Background())
 	wctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
-	if _, err := wt.until(wctx, "hydration", allHydrated(0, exports...), p.check); err != nil {
-		return res, err
-	}
-	now, err := currentLSN(ctx, conn)
-	if err != nil {
-		return res, err
-	}
-	if _, err := wt.until(wctx, "watermarks >= "+now.String(), allHydrated(now, exports...), p.check); err != nil {
-		return res, err
-	}
-	if err := p.stop(time.Minute); err != nil {
-		return res, err
-	}
-	topics := make([]string, len(exports))
-	for i, e := range exports {
-		topics[i] = s.topic(e)
-	}
-	startOffsets, err := b.k.endOffsets(ctx, topics...)
-	if err != nil {
-		return res, err
+
+	// One lane per delivery mode, each with its own slot and topics, hydrated before the
+	// backlog so that both slots hold all of it.
+	eos := s.newLane(deliveryExactlyOnce, "", exports)
+	alo := s.newLane(deliveryAtLeastOnce, "alo", exports)
+	for _, l := range []*lane{eos, alo} {
+		defer l.close()
+		if err := l.hydrate(wctx, conn); err != nil {
+			return res, err
+		}
 	}
 
 	// The READ limit's slot, before the backlog.
@@ -141,45 +114,22 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	target := rd.lastEnd
 	b.logf("stream: READ %.0f changes/s; backlog ends at %s", res.Read.PerSecond, target)
 
-	// (c) cdc catches up.
-	b.logf("stream: cdc restarts and catches up to %s", target)
-	p2, err := s.startCDC(vars)
+	// (c) cdc catches up, once per delivery mode, on the same backlog.
+	var stats topicStats
+	res.catchUp, stats, err = eos.catchUp(wctx, target, rd.changes)
 	if err != nil {
 		return res, err
 	}
-	defer p2.stop(time.Minute)
-	doneAt, err := wt.until(wctx, "watermarks >= "+target.String(), allHydrated(target, exports...), p2.check)
+	aloRun, _, err := alo.catchUp(wctx, target, rd.changes)
 	if err != nil {
 		return res, err
 	}
-	replStart, ok := p2.logTime("starting replication")
-	if !ok {
-		replStart, ok = p2.logTime("pipeline running")
-	}
-	if !ok {
-		b.logf("stream: WARNING: no \"starting replication\" line in %s; start-up time unknown", p2.logPath)
-		replStart = p2.started
-	}
-	if err := p2.stop(time.Minute); err != nil {
-		return res, err
-	}
-	stats, err := b.k.readBack(ctx, topics, startOffsets, 20_000)
-	if err != nil {
-		return res, err
-	}
-	if stats.Records != rd.changes {
-		b.logf("stream: WARNING: cdc wrote %d records for %d changes", stats.Records, rd.changes)
-	}
-	res.StartupSeconds = replStart.Sub(p2.started).Seconds()
-	res.CDC = newThroughput(rd.changes, stats.bytes(), doneAt.Sub(p2.started), "")
-	res.CDCAfterStartup = newThroughput(rd.changes, stats.bytes(), doneAt.Sub(replStart), "")
-	res.CDCRecords, res.CDCTxns, res.CDCPerTxn = stats.Records, stats.Transactions, stats.recordsPerTxn()
-	b.logf("stream: cdc %.0f changes/s (start-up %.2fs)", res.CDC.PerSecond, res.StartupSeconds)
+	res.AtLeastOnce = &aloRun
 
 	// (b) WRITE limit: the records cdc wrote, produced again.
 	dest := make(map[string]string)
 	policy := make(map[string]string)
-	for _, t := range topics {
+	for _, t := range eos.topics {
 		dest[t] = s.prefix + ".write." + t[strings.LastIndex(t, ".")+1:]
 		if policy[t], err = b.k.cleanupPolicy(ctx, t); err != nil {
 			return res, err
@@ -195,7 +145,132 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
 	b.logf("stream: WRITE %.0f records/s", res.Write.PerSecond)
 	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	res.AtLeastOnce.Ratio = ratio(res.AtLeastOnce.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	res.RatioDelivery = over(res.CDC.PerSecond, res.AtLeastOnce.CDC.PerSecond)
+	res.RatioDeliveryAfterStartup = over(res.CDCAfterStartup.PerSecond, res.AtLeastOnce.CDCAfterStartup.PerSecond)
+	b.logf("stream: exactly-once / at-least-once = %.2f (after start-up %.2f)", res.RatioDelivery, res.RatioDeliveryAfterStartup)
 	return res, nil
+}
+
+// Delivery modes, as CDC_DELIVERY takes them.
+const (
+	deliveryExactlyOnce = "exactly-once"
+	deliveryAtLeastOnce = "at-least-once"
+)
+
+// lane is one cdc configuration of the stream scenario: a delivery mode with its own slot,
+// topic prefix and watermark topic, on the scenario's database.
+type lane struct {
+	s        *scenario
+	delivery string
+	vars     map[string]string
+	exports  []change.ExportID
+	topics   []string
+	start    map[string]map[int32]int64 // end offsets after hydration
+	wt       *watcher
+}
+
+// newLane returns the lane of delivery. With tag "" it uses the scenario's own slot and prefix;
+// otherwise a slot and a prefix derived from them (under the scenario's prefix, so cleanup
+// deletes its topics; the slot goes with the database).
+func (s *scenario) newLane(delivery, tag string, exports []change.ExportID) *lane {
+	slot, prefix := s.slot, s.prefix
+	if tag != "" {
+		slot, prefix = s.slot+"_"+tag, s.prefix+"."+tag
+	}
+	l := &lane{s: s, delivery: delivery, exports: exports, vars: map[string]string{
+		"CDC_TABLES":       strings.Join(pgbenchTables, ","),
+		"CDC_DELIVERY":     delivery,
+		"CDC_SLOT":         slot,
+		"CDC_TOPIC_PREFIX": prefix,
+		"CDC_SPILL_DIR":    filepath.Join(s.tmp, "spill-"+slot),
+	}}
+	for _, e := range exports {
+		l.topics = append(l.topics, change.TopicName(prefix, e))
+	}
+	return l
+}
+
+func (l *lane) watermarkTopic() string { return l.vars["CDC_TOPIC_PREFIX"] + ".__watermarks" }
+
+// hydrate runs cdc until every table is hydrated and the watermarks reach the present, stops
+// it, and records the topics' end offsets.
+func (l *lane) hydrate(ctx context.Context, conn *pgx.Conn) error {
+	b := l.s.b
+	b.logf("stream: %s cdc run (slot %s) hydrates %s", l.delivery, l.vars["CDC_SLOT"], strings.Join(pgbenchTables, ", "))
+	p, err := l.s.startCDC(l.vars)
+	if err != nil {
+		return err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, l.watermarkTopic(), p.check); err != nil {
+		return err
+	}
+	if l.wt, err = startWatcher(b.svc.brokers, l.watermarkTopic()); err != nil {
+		return err
+	}
+	if _, err := l.wt.until(ctx, "hydration", allHydrated(0, l.exports...), p.check); err != nil {
+		return err
+	}
+	now, err := currentLSN(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if _, err := l.wt.until(ctx, "watermarks >= "+now.String(), allHydrated(now, l.exports...), p.check); err != nil {
+		return err
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return err
+	}
+	l.start, err = b.k.endOffsets(ctx, l.topics...)
+	return err
+}
+
+func (l *lane) close() {
+	if l.wt != nil {
+		l.wt.close()
+	}
+}
+
+// catchUp restarts cdc, waits until every watermark reaches target, stops cdc and reads back
+// what it wrote; changes is the READ limit's count of the backlog.
+func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (catchUp, topicStats, error) {
+	b := l.s.b
+	res := catchUp{Delivery: l.delivery}
+	b.logf("stream: %s cdc restarts and catches up to %s", l.delivery, target)
+	p, err := l.s.startCDC(l.vars)
+	if err != nil {
+		return res, topicStats{}, err
+	}
+	defer p.stop(time.Minute)
+	doneAt, err := l.wt.until(ctx, "watermarks >= "+target.String(), allHydrated(target, l.exports...), p.check)
+	if err != nil {
+		return res, topicStats{}, err
+	}
+	replStart, ok := p.logTime("starting replication")
+	if !ok {
+		replStart, ok = p.logTime("pipeline running")
+	}
+	if !ok {
+		b.logf("stream: WARNING: no \"starting replication\" line in %s; start-up time unknown", p.logPath)
+		replStart = p.started
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return res, topicStats{}, err
+	}
+	stats, err := b.k.readBack(ctx, l.topics, l.start, 20_000)
+	if err != nil {
+		return res, stats, err
+	}
+	if stats.Records != changes {
+		b.logf("stream: WARNING: %s cdc wrote %d records for %d changes", l.delivery, stats.Records, changes)
+	}
+	res.StartupSeconds = replStart.Sub(p.started).Seconds()
+	res.CDC = newThroughput(changes, stats.bytes(), doneAt.Sub(p.started), "")
+	res.CDCAfterStartup = newThroughput(changes, stats.bytes(), doneAt.Sub(replStart), "")
+	res.CDCRecords, res.CDCTxns, res.CDCPerTxn = stats.Records, stats.Transactions, stats.recordsPerTxn()
+	b.logf("stream: %s cdc %.0f changes/s (start-up %.2fs)", l.delivery, res.CDC.PerSecond, res.StartupSeconds)
+	return res, stats, nil
 }
 
 type streamRead struct {
