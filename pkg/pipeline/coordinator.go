@@ -85,15 +85,43 @@ func (c *coordinator) Durable(units []*change.Unit, offsets sink.Offsets) []chan
 	}
 	// After Due: the records above carry every state transition up to this point, so the
 	// checkpoint applies to exactly the exports they (or earlier records) say are hydrated.
+	// (In exactly-once mode Carry wrote it already, into the same transaction.)
 	if lsn, ok := c.tracker.Checkpoint(); ok {
-		v, err := watermark.EncodeCheckpoint(lsn, now)
-		if err != nil {
-			c.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
-		} else {
-			out = append(out, change.Record{Topic: c.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.CheckpointKey), Value: v})
-		}
+		out = c.appendCheckpoint(out, lsn, now)
 	}
 	return out
+}
+
+// Carry returns the checkpoint of an exactly-once transaction, produced with its units: the end
+// of its last stream unit. Durable, called before the same transaction commits, adds the
+// watermark records of every state transition, so the checkpoint covers the same exports as if
+// it were written after them.
+func (c *coordinator) Carry(units []*change.Unit) []change.Record {
+	var end change.LSN
+	for _, u := range units {
+		if u.Kind == change.KindTxn || u.Kind == change.KindProgress {
+			end = max(end, u.End)
+		}
+	}
+	if end == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lsn, ok := c.tracker.CheckpointAt(end)
+	if !ok {
+		return nil
+	}
+	return c.appendCheckpoint(nil, lsn, time.Now())
+}
+
+func (c *coordinator) appendCheckpoint(out []change.Record, lsn change.LSN, now time.Time) []change.Record {
+	v, err := watermark.EncodeCheckpoint(lsn, now)
+	if err != nil {
+		c.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
+		return out
+	}
+	return append(out, change.Record{Topic: c.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.CheckpointKey), Value: v})
 }
 
 // Committed marks the last records durable.

@@ -22,11 +22,18 @@ func TestConnectErrorsHidePassword(t *testing.T) {
 				Logger: slog.New(slog.NewJSONHandler(&logs, nil))}, nil)
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			err := s.Run(ctx, make(chan *change.Unit, 1))
+			// One connection attempt: its error.
+			err := s.stream(ctx, make(chan *change.Unit, 1), false)
 			if err == nil {
-				t.Fatal("Run succeeded, want an error")
+				t.Fatal("stream succeeded, want an error")
 			}
-			secrettest.Check(t, "Run error", err.Error())
+			secrettest.Check(t, "connection error", err.Error())
+			// Run retries connection errors, logging each: the log lines.
+			rctx, rcancel := context.WithTimeout(t.Context(), 1200*time.Millisecond)
+			defer rcancel()
+			if err := s.Run(rctx, make(chan *change.Unit, 1)); err != nil {
+				secrettest.Check(t, "Run error", err.Error())
+			}
 			secrettest.Check(t, "log", logs.String())
 		})
 	}

@@ -38,6 +38,9 @@ const (
 
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
 	producerLinger = 5 * time.Millisecond
+	// concurrentTxnBackoff is kgo's retry delay when the transaction coordinator is still
+	// completing the previous transaction.
+	concurrentTxnBackoff = 5 * time.Millisecond
 )
 
 // Config configures a Sink. The zero value of every field but Brokers is usable.

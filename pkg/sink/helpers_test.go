@@ -190,6 +190,8 @@ func (p *fakeProgress) Durable(units []*change.Unit, offsets Offsets) []change.R
 	return p.respond(n, units)
 }
 
+func (p *fakeProgress) Carry([]*change.Unit) []change.Record { return nil }
+
 func (p *fakeProgress) Committed() {
 	p.mu.Lock()
 	p.events = append(p.events, "C")

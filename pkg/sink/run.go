@@ -25,6 +25,10 @@ type Progress interface {
 	// (acknowledged, or the transaction committed). It is also called when Durable returned
 	// nothing.
 	Committed()
+	// Carry is called in exactly-once mode only, after the batch's units are produced and
+	// before they are flushed: it returns records that must commit in the same transaction
+	// and need no offsets (a checkpoint). Producing them with the units saves a round trip.
+	Carry(units []*change.Unit) []change.Record
 }
 
 // batch is the state of one batch (one transaction in exactly-once mode).
@@ -99,6 +103,14 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		}
 		if closed, err = s.collect(ctx, b, in, linger); err != nil {
 			return closed, err
+		}
+		if s.cfg.Delivery == ExactlyOnce {
+			recs := p.Carry(b.units)
+			for i := range recs {
+				if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
+					return closed, err
+				}
+			}
 		}
 		if err := s.flush(ctx); err != nil {
 			return closed, err

@@ -95,6 +95,10 @@ func (s *Sink) clientOpts() []kgo.Opt {
 		opts = append(opts,
 			kgo.TransactionalID(s.cfg.TransactionalID),
 			kgo.TransactionTimeout(s.cfg.TransactionTimeout),
+			// A transaction begun right after the previous commit often finds the coordinator
+			// still writing its markers (CONCURRENT_TRANSACTIONS); retry sooner than the
+			// default 20ms, which is a large share of one batch while catching up.
+			kgo.ConcurrentTransactionsBackoff(concurrentTxnBackoff),
 		)
 	}
 	return opts

@@ -76,6 +76,17 @@ func (t *Tracker) RestoreCheckpoint(position change.LSN) {
 	t.cpReturned = max(t.cpReturned, position)
 }
 
+// CheckpointAt is Checkpoint for a transaction whose units end at end, called before they are
+// flushed and before Advance (exactly-once: the transaction makes them durable together).
+func (t *Tracker) CheckpointAt(end change.LSN) (change.LSN, bool) {
+	if end <= t.cpReturned {
+		return 0, false
+	}
+	t.cpReturned = end
+	t.cpPending, t.hasCPPending = end, true
+	return end, true
+}
+
 // Checkpoint returns the durable stream position to write into the transaction being made
 // durable, when it moved since the last one returned. Like Due's records, it is in flight until
 // Published.
