@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"github.com/tidemark/cdc/pkg/watermark"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,4 +152,62 @@ func holdSlot(ctx context.Context, url, slot string) error {
 		}
 	}
 	return nil
+}
+
+// TestReplicationCutKeepsCopy cuts the replication connection (the walsender is terminated)
+// several times while a table added to the running pipeline is copied: the replication stage
+// reconnects alone, the copy goes on (its first attempt hydrates the table), and every change
+// arrives once.
+func TestReplicationCutKeepsCopy(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	const bigRows = 400_000
+	e.createWatermarkTables(bigRows)
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.small_a,public.small_b"
+	vars["CDC_SNAPSHOT_WORKERS"] = "1"
+	rec := e.recordWatermarks()
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
+
+	stopWriter := e.smallWriter(ctx, bigRows)
+	defer func() {
+		if stopWriter != nil {
+			stopWriter()
+		}
+	}()
+	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
+	rec.first(t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
+	c := e.conn()
+	cuts := 0
+	for range 3 {
+		time.Sleep(700 * time.Millisecond)
+		var n int
+		if err := c.QueryRow(ctx, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active`, e.slot).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		cuts += n
+	}
+	if cuts == 0 {
+		t.Fatal("no replication connection was cut")
+	}
+	if latest := e.latestWatermarks(); latest[bigID].State != watermark.StateHydrating {
+		t.Fatalf("big was %s after the cuts; they must come during its copy (raise bigRows)", latest[bigID].State)
+	}
+	hyd := rec.first(t, 5*time.Minute, bigID, "hydrated", func(r watermark.Record) bool { return r.State == watermark.StateHydrated })
+	if hyd.Snapshot == nil || hyd.Snapshot.Attempt != 1 {
+		t.Errorf("big hydrated on attempt %+v after %d replication cuts; want its first copy kept", hyd.Snapshot, cuts)
+	}
+	stopWriter()
+	stopWriter = nil
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
+	if n := strings.Count(p.log.String(), "replication connection lost; reconnecting"); n == 0 {
+		t.Errorf("no reconnect logged after %d cuts", cuts)
+	}
+	if strings.Contains(p.log.String(), "pipeline failed; restarting") {
+		t.Errorf("a replication cut restarted the whole pipeline")
+	}
+	t.Logf("%d replication cuts during the copy", cuts)
+	e.assertTopicsEqualTables("public.small_a", "public.small_b", "public.big")
+	e.checkNoDuplicates("public.small_a", "public.small_b", "public.big")
 }
