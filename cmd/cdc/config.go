@@ -39,11 +39,12 @@ type Env struct {
 	Tables       string `env:"CDC_TABLES" helpDefault:"(none)" desc:"comma-separated schema.table list; when set, the service creates the publication or adds these tables to it; when empty the publication must exist"`
 	Slot         string `env:"CDC_SLOT" envDefault:"tidemark" desc:"logical replication slot name (a-z, 0-9, _; at most 63)"`
 
-	TopicPrefix       string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"prefix of every topic: <prefix>.<schema>.<table>"`
-	TopicPartitions   string `env:"CDC_TOPIC_PARTITIONS" envDefault:"1" desc:"partitions of each created topic (1 to 10000)"`
-	ReplicationFactor string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
-	WatermarkTopic    string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
-	Delivery          string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
+	TopicPrefix        string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"prefix of every topic: <prefix>.<schema>.<table>"`
+	TopicPartitions    string `env:"CDC_TOPIC_PARTITIONS" envDefault:"1" desc:"partitions of each created topic (1 to 10000)"`
+	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
+	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
+	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
+	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
 	SnapshotWorkers string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY workers per snapshot (1 to 64)"`
 
@@ -137,6 +138,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			ReplicationFactor:       int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
 			WatermarkTopic:          c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
 			Delivery:                oneOf(&c, "CDC_DELIVERY", e.Delivery, pipeline.ExactlyOnce, pipeline.AtLeastOnce),
+			TransactionTimeout:      c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
 			SnapshotWorkers:         int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
 			WatermarkMode:           oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
 			WatermarkInterval:       c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
@@ -491,6 +493,15 @@ func (c *checker) duration(name, s string, least time.Duration) time.Duration {
 	d, err := time.ParseDuration(s)
 	if err != nil || d < least {
 		c.add(name, s, "want a duration of at least %v, such as 500ms, 10s or 2m", least)
+		return 0
+	}
+	return d
+}
+
+func (c *checker) durationBetween(name, s string, least, most time.Duration) time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < least || d > most {
+		c.add(name, s, "want a duration from %v to %v, such as 30s or 2m", least, most)
 		return 0
 	}
 	return d

@@ -47,6 +47,9 @@ type Config struct {
 	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
 	WatermarkTopic string
 	Delivery       Delivery
+	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
+	// default (60s).
+	TransactionTimeout time.Duration
 
 	SnapshotWorkers int
 

@@ -173,15 +173,16 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 
 	sk, err := sink.New(sink.Config{
-		Brokers:           cfg.Brokers,
-		Delivery:          sink.Delivery(cfg.Delivery),
-		TransactionalID:   "tidemark-" + database + "-" + cfg.Slot,
-		Partitions:        cfg.TopicPartitions,
-		ReplicationFactor: cfg.ReplicationFactor,
-		WatermarkTopic:    cfg.WatermarkTopic,
-		MaxBatchBytes:     sinkBatchBytes,
-		Logger:            log,
-		Registerer:        reg,
+		Brokers:            cfg.Brokers,
+		Delivery:           sink.Delivery(cfg.Delivery),
+		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
+		TransactionTimeout: cfg.TransactionTimeout,
+		Partitions:         cfg.TopicPartitions,
+		ReplicationFactor:  cfg.ReplicationFactor,
+		WatermarkTopic:     cfg.WatermarkTopic,
+		MaxBatchBytes:      sinkBatchBytes,
+		Logger:             log,
+		Registerer:         reg,
 	})
 	if err != nil {
 		return fatal(err)
