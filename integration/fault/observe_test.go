@@ -89,6 +89,17 @@ func (r *wmRecorder) watermarkOf(e change.ExportID) (change.LSN, bool) {
 	return *rec.Watermark, true
 }
 
+// attempt returns the snapshot attempt of the export's latest record (0 when none).
+func (r *wmRecorder) attempt(e change.ExportID) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec, ok := r.latest[e]
+	if !ok || rec.Snapshot == nil {
+		return 0
+	}
+	return rec.Snapshot.Attempt
+}
+
 func (r *wmRecorder) describe(ids []change.ExportID) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
