@@ -301,7 +301,7 @@ func runScenario(t *testing.T, srv *testenv.Servers, kafkaProxy *Proxy, seed uin
 		topic := change.TopicName(prefix, ids[tbl])
 		recs := readTopic(t, brokers, topic)
 		rep := analyse(t, tbl, recs, exactlyOnce)
-		missing, extra, diff, rows := compareWithTable(t, conn, tbl, rep.state)
+		missing, extra, diff, rows := compareWithTable(t, conn, tbl, rep)
 		t.Logf("%s: %d records (%d snapshot rows over all attempts), %d changes, %d duplicates, %d out of order; table %d rows: %d missing, %d extra, %d different",
 			tbl, rep.records, rep.snapshot, rep.changes, rep.duplicates, rep.disorder, rows, missing, extra, diff)
 		changes += rep.changes

@@ -81,6 +81,8 @@ type topicReport struct {
 	duplicates int // records repeating a change already seen
 	disorder   int // changes of a key behind an earlier change of that key
 	state      map[string]string
+	// gone says, for a key the topic deleted, which record deleted it last.
+	gone map[string]string
 }
 
 // lightEnvelope is the part of a record value the checks read.
@@ -91,6 +93,7 @@ type lightEnvelope struct {
 		LSN      uint64 `json:"lsn"`
 		Sequence int64  `json:"sequence"`
 		Snapshot bool   `json:"snapshot"`
+		Attempt  int    `json:"attempt"`
 	} `json:"source"`
 }
 
@@ -104,7 +107,7 @@ func analyse(t testing.TB, table string, recs []*kgo.Record, dupIsError bool) to
 		lsn uint64
 		seq int64
 	}
-	rep := topicReport{records: len(recs), state: make(map[string]string)}
+	rep := topicReport{records: len(recs), state: make(map[string]string), gone: make(map[string]string)}
 	last := make(map[string]pos)
 	seen := make(map[string]int64)
 	for _, r := range recs {
@@ -147,6 +150,8 @@ func analyse(t testing.TB, table string, recs []*kgo.Record, dupIsError bool) to
 		switch env.Op {
 		case "d":
 			delete(rep.state, k)
+			rep.gone[k] = fmt.Sprintf("offset %d: op d, lsn %d, snapshot %t, attempt %d",
+				r.Offset, env.Source.LSN, env.Source.Snapshot, env.Source.Attempt)
 		case "t":
 			clear(rep.state)
 		default:
@@ -161,7 +166,7 @@ func analyse(t testing.TB, table string, recs []*kgo.Record, dupIsError bool) to
 
 // compareWithTable reports every key whose materialised row differs from the table's; it
 // returns the counts of missing, extra and different keys.
-func compareWithTable(t testing.TB, conn *pgx.Conn, table string, state map[string]string) (missing, extra, diff, rows int) {
+func compareWithTable(t testing.TB, conn *pgx.Conn, table string, rep topicReport) (missing, extra, diff, rows int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -187,12 +192,17 @@ func compareWithTable(t testing.TB, conn *pgx.Conn, table string, state map[stri
 		}
 		shown++
 	}
+	state := rep.state
 	for k, v := range want {
 		got, ok := state[k]
 		switch {
 		case !ok:
 			missing++
-			show("%s: key %s is in the table but not in the topic (row %s)", table, k, v)
+			how := "never published"
+			if g, ok := rep.gone[k]; ok {
+				how = "deleted by the record at " + g
+			}
+			show("%s: key %s is in the table but not in the topic (%s; row %s)", table, k, how, v)
 		case !sameJSON(got, v):
 			diff++
 			show("%s: key %s: topic has %s, table has %s", table, k, got, v)
