@@ -31,9 +31,11 @@ test-race:
 # Services come from CDC_TEST_PG_URL/CDC_TEST_KAFKA_BROKERS, Docker, or local binaries started by
 # integration/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
 # pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
+# ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
+# restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run).
 test-integration:
 	scripts/services.sh install
-	CI=$${CI:-} $(GO) test -count=1 -timeout 12m ./integration/... ./pkg/snapshot/ ./pkg/sink/
+	CI=$${CI:-} $(GO) test -count=1 -timeout 15m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/
 
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -2,7 +2,7 @@
 # Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
 #
-# Usage: scripts/services.sh install|up|down|clean|env|status
+# Usage: scripts/services.sh install|up|down|clean|env|status|pg-crash
 #
 #   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
 #            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib). Idempotent.
@@ -12,6 +12,8 @@
 #   clean    down, then remove the state folder.
 #   env      print the exports only.
 #   status   say what is running.
+#   pg-crash restart PostgreSQL with `pg_ctl restart -m immediate`: a crash and WAL recovery, on
+#            the same data folder and port (fault-injection tests).
 #
 # Environment (defaults in brackets):
 #   TIDEMARK_STATE                    state folder [<repo>/.state]
@@ -19,6 +21,9 @@
 #   TIDEMARK_PG_PORT                  PostgreSQL port [55432]
 #   TIDEMARK_KAFKA_PORT               Kafka PLAINTEXT port [59092]
 #   TIDEMARK_KAFKA_CONTROLLER_PORT    Kafka CONTROLLER port [59093]
+#   TIDEMARK_KAFKA_ADVERTISED_PORT    port the broker advertises to clients on 127.0.0.1 [the
+#                                     PLAINTEXT port]; a test sets it to a proxy in front of the
+#                                     broker so that every client connection goes through the proxy
 #   TIDEMARK_KAFKA_VERSION            Kafka version [4.1.1]
 #   TIDEMARK_LOG4J_VERSION            log4j version matching Kafka's [2.24.3]
 #   TIDEMARK_KAFKA_HEAP               JVM flags [-Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
@@ -68,8 +73,9 @@ load_ports() {
 	PG_PORT="${TIDEMARK_PG_PORT:-${saved_pg:-55432}}"
 	KAFKA_PORT="${TIDEMARK_KAFKA_PORT:-${saved_kafka:-59092}}"
 	KAFKA_CONTROLLER_PORT="${TIDEMARK_KAFKA_CONTROLLER_PORT:-${saved_ctrl:-59093}}"
+	KAFKA_ADVERTISED_PORT="${TIDEMARK_KAFKA_ADVERTISED_PORT:-$KAFKA_PORT}"
 	local p
-	for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+	for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_ADVERTISED_PORT"; do
 		[[ "$p" =~ ^[0-9]+$ ]] || die "port '$p' is not a number"
 	done
 }
@@ -221,15 +227,31 @@ pg_up() {
 		}
 	fi
 	log "starting PostgreSQL on 127.0.0.1:$PG_PORT"
-	local opts="-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories=$sock"
-	opts+=" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
-	opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-	if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 -o "$opts" start >/dev/null; then
+	if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -w -t 60 -o "$(pg_opts "$sock")" start >/dev/null; then
 		tail -n 30 "$PG_LOG" >&2 || true
 		die "PostgreSQL did not start (log: $PG_LOG)"
 	fi
 	if [ "$(psql_pg -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'tidemark'")" != 1 ]; then
 		psql_pg -d postgres -c 'CREATE DATABASE tidemark' >/dev/null
+	fi
+}
+
+pg_opts() {
+	local opts="-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories=$1"
+	opts+=" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
+	opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	printf '%s' "$opts"
+}
+
+# pg_crash restarts a running server without a shutdown checkpoint: like a crash, the restarted
+# server recovers from the WAL. Every connection ends at once.
+pg_crash() {
+	pg_running || die "PostgreSQL is not running"
+	log "restarting PostgreSQL immediately (crash recovery)"
+	if ! as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -m immediate -w -t 60 \
+		-o "$(pg_opts "$(pg_socket_dir)")" restart >/dev/null; then
+		tail -n 30 "$PG_LOG" >&2 || true
+		die "PostgreSQL did not restart (log: $PG_LOG)"
 	fi
 }
 
@@ -269,7 +291,7 @@ process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
 listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_ADVERTISED_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
@@ -468,6 +490,10 @@ main() {
 		print_env
 		;;
 	status) cmd_status ;;
+	pg-crash)
+		load_ports
+		pg_crash
+		;;
 	*)
 		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
 		exit 2

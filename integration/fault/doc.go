@@ -1,0 +1,16 @@
+// Package fault is a fault-injection suite: it runs the built cdc binary against a PostgreSQL
+// server and a Kafka broker of its own (integration/testenv.StartPrivate), under a random
+// concurrent workload, and meanwhile kills cdc with SIGKILL, kills and restarts the broker,
+// crash-restarts PostgreSQL and cuts cdc's connections through TCP proxies. It then checks the
+// invariants: every topic materialised by key equals its table, no watermark ever moved
+// backwards, the slot was never confirmed past what Kafka held, and in exactly-once mode no
+// change was published twice.
+//
+// The non-test part of the package is the TCP proxy the suite puts between cdc and the servers.
+//
+// Run it with
+//
+//	go test -count=1 -timeout 15m ./integration/fault/
+//
+// CDC_FAULT_SEED fixes the random workload and fault schedule (the seed is printed).
+package fault

@@ -1,0 +1,150 @@
+package fault
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy forwards TCP connections from a local listener to a target address and can cut every
+// connection it carries at once, as a network failure would.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+	cuts   atomic.Int64
+}
+
+// NewProxy listens on addr (e.g. "127.0.0.1:0") and forwards to target. An empty target refuses
+// connections (closes them at once) until SetTarget names one.
+func NewProxy(addr, target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// Addr is the address clients connect to.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Port is the listening port.
+func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
+
+// Cut closes every connection currently open through the proxy (both sides) and returns how
+// many client connections it closed. New connections are accepted as before.
+func (p *Proxy) Cut() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0) // a reset, not a polite FIN
+		}
+		_ = c.Close()
+		delete(p.conns, c)
+		n++
+	}
+	p.cuts.Add(1)
+	// Each forwarded connection is two sockets.
+	return n / 2
+}
+
+// SetTarget changes where new connections are forwarded.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
+
+// Cuts is how many times Cut was called.
+func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
+
+// Close stops listening and closes every connection.
+func (p *Proxy) Close() error {
+	err := p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	return err
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	_ = c.Close()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	if target == "" {
+		_ = client.Close()
+		return
+	}
+	server, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		// The server is down (being restarted): the client sees a closed connection.
+		_ = client.Close()
+		return
+	}
+	if !p.track(client) || !p.track(server) {
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		_, _ = io.Copy(dst, src)
+		// Either side ending ends both: simpler than half-close, and what a cut looks like.
+		p.untrack(dst)
+		p.untrack(src)
+	}
+	go pipe(server, client)
+	go pipe(client, server)
+	wg.Wait()
+}

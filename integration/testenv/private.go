@@ -1,0 +1,209 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PrivateOptions tunes StartPrivate.
+type PrivateOptions struct {
+	// KafkaAdvertisedPort, when not zero, is the port the broker advertises to clients on
+	// 127.0.0.1 instead of its own: a test puts a proxy there so that every client connection,
+	// not only the bootstrap one, goes through it. The proxy must forward to Servers.KafkaAddr.
+	KafkaAdvertisedPort int
+}
+
+// Servers are a PostgreSQL server and a Kafka broker that belong to one test alone, started from
+// local binaries with scripts/services.sh. Unlike the shared services, the test may crash and
+// restart them. They are removed at the test's cleanup (their state folder is kept when the test
+// failed or CDC_TEST_KEEP_STATE=1).
+type Servers struct {
+	t      testing.TB
+	script string
+	state  string
+	env    []string
+	pgPort int
+	kPort  int
+}
+
+// StartPrivate starts private servers for t. It skips under -short; when the servers cannot start
+// it skips, or fails with CI=true or CDC_TEST_REQUIRE=1. Environment-provided and Docker services
+// are not used: the test needs to kill these.
+func StartPrivate(t testing.TB, opts PrivateOptions) *Servers {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("testenv: integration test skipped in -short mode")
+	}
+	root, err := repoRoot()
+	if err != nil {
+		unavailable(t, err)
+	}
+	script := filepath.Join(root, "scripts", "services.sh")
+	ports, err := freePorts(3)
+	if err != nil {
+		unavailable(t, err)
+	}
+	// Not t.TempDir: the folder must be searchable by the postgres user when we are root.
+	state, err := os.MkdirTemp("", "tidemark-private-")
+	if err != nil {
+		t.Fatalf("testenv: create state folder: %v", err)
+	}
+	if err := os.Chmod(state, 0o755); err != nil {
+		t.Fatalf("testenv: chmod state folder: %v", err)
+	}
+	s := &Servers{t: t, script: script, state: state, pgPort: ports[0], kPort: ports[1]}
+	s.env = append(os.Environ(),
+		"TIDEMARK_STATE="+state,
+		"TIDEMARK_PG_PORT="+strconv.Itoa(ports[0]),
+		"TIDEMARK_KAFKA_PORT="+strconv.Itoa(ports[1]),
+		"TIDEMARK_KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[2]),
+		"TIDEMARK_WATCH_PID="+strconv.Itoa(os.Getpid()),
+	)
+	if opts.KafkaAdvertisedPort != 0 {
+		s.env = append(s.env, "TIDEMARK_KAFKA_ADVERTISED_PORT="+strconv.Itoa(opts.KafkaAdvertisedPort))
+	}
+	start := time.Now()
+	if out, err := s.run(acquireTimeout, "up"); err != nil {
+		_, _ = s.run(2*time.Minute, "clean")
+		_ = os.RemoveAll(state)
+		unavailable(t, fmt.Errorf("services.sh up: %w\n%s", err, tail(out, 60)))
+	}
+	fmt.Fprintf(os.Stderr, "testenv: private servers (PostgreSQL 127.0.0.1:%d, Kafka 127.0.0.1:%d, state %s) ready in %s\n",
+		ports[0], ports[1], state, time.Since(start).Round(100*time.Millisecond))
+	t.Cleanup(func() {
+		sub := "clean"
+		if t.Failed() || flagSet(os.Getenv, EnvKeepState) {
+			sub = "down"
+		}
+		if out, err := s.run(2*time.Minute, sub); err != nil {
+			t.Errorf("testenv: services.sh %s (state %s): %v\n%s", sub, state, err, tail(out, 30))
+		}
+		if sub == "down" {
+			fmt.Fprintf(os.Stderr, "testenv: private server logs kept in %s\n", state)
+		}
+	})
+	return s
+}
+
+func (s *Servers) run(timeout time.Duration, sub string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", s.script, sub)
+	cmd.Env = s.env
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// PGURL returns the URL of the "tidemark" database (user postgres, sslmode=disable).
+func (s *Servers) PGURL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/tidemark?sslmode=disable", s.pgPort)
+}
+
+// PGAddr is the PostgreSQL server's host:port.
+func (s *Servers) PGAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.pgPort)) }
+
+// KafkaAddr is the broker's own listener host:port (what a proxy forwards to). With
+// KafkaAdvertisedPort set, clients that bootstrap here are sent to the advertised port.
+func (s *Servers) KafkaAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.kPort)) }
+
+// State is the servers' state folder (logs under postgres/ and kafka/).
+func (s *Servers) State() string { return s.state }
+
+// NewDB creates a fresh database on the private server and returns its URL; it is dropped, with
+// its replication slots, at cleanup.
+func (s *Servers) NewDB(t testing.TB) string {
+	t.Helper()
+	name := "tidemark_" + randomHex(6)
+	dbURL, err := withDatabase(s.PGURL(), name)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	Exec(t, s.PGURL(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+		defer cancel()
+		if err := dropDB(ctx, s.PGURL(), name); err != nil {
+			t.Errorf("testenv: %v", err)
+		}
+	})
+	return dbURL
+}
+
+// KillKafka kills the broker's JVM with SIGKILL and waits until it is gone: an honest crash.
+func (s *Servers) KillKafka() {
+	s.t.Helper()
+	pidFile := filepath.Join(s.state, "kafka", "kafka.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		s.t.Fatalf("testenv: kill kafka: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		s.t.Fatalf("testenv: kill kafka: pid file %s: %v", pidFile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		s.t.Fatalf("testenv: kill kafka (pid %d): %v", pid, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("testenv: kafka (pid %d) still alive 30s after SIGKILL", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The JVM is not our child: if nobody reaps it, `kill -0` in services.sh would still see a
+	// zombie as running. Without the pid file, `up` starts a new broker.
+	if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.t.Fatalf("testenv: kill kafka: %v", err)
+	}
+}
+
+// alive reports whether pid exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// Format: pid (comm) state ...; comm may contain spaces or parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	st := b[i+2]
+	return st != 'Z' && st != 'X'
+}
+
+// StartKafka starts the broker again on the same data folder and ports (it keeps its topics,
+// offsets and transaction state) and returns once it is ready.
+func (s *Servers) StartKafka() {
+	s.t.Helper()
+	if out, err := s.run(3*time.Minute, "up"); err != nil {
+		s.t.Fatalf("testenv: restart kafka: %v\n%s", err, tail(out, 60))
+	}
+}
+
+// RestartPostgres restarts PostgreSQL with `pg_ctl restart -m immediate` (no shutdown
+// checkpoint: crash recovery on start) and returns once it accepts connections again.
+func (s *Servers) RestartPostgres() {
+	s.t.Helper()
+	if out, err := s.run(2*time.Minute, "pg-crash"); err != nil {
+		s.t.Fatalf("testenv: restart postgres: %v\n%s", err, tail(out, 40))
+	}
+}
