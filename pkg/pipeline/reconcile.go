@@ -17,6 +17,9 @@ import (
 type reconcileJob struct {
 	export change.ExportID
 	r      watermark.Reconcile
+	// written: the topic's end offsets the sink had written when the copy became durable; the
+	// scan reads at least that far (the copy's last rows).
+	written map[int32]int64
 }
 
 // copyDurable is called (under c.mu) when e's copy is durable: reconcile first when earlier
@@ -27,10 +30,11 @@ func (c *coordinator) copyDurable(e change.ExportID) {
 		c.repl.CopyDone(e)
 		return
 	}
+	job := reconcileJob{export: e, r: r, written: c.sink.EndOffsets(r.Topic)}
 	select {
-	case c.reconciles <- reconcileJob{export: e, r: r}:
+	case c.reconciles <- job:
 	default:
-		go func() { c.reconciles <- reconcileJob{export: e, r: r} }()
+		go func() { c.reconciles <- job }()
 	}
 }
 
@@ -73,7 +77,7 @@ func (c *coordinator) reconcile(ctx context.Context, job reconcileJob, units cha
 
 	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
 	current := make(map[string]struct{})
-	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, func(r *kgo.Record) {
+	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) {
 		if r.Offset >= job.r.Until[r.Partition] {
 			if r.Key != nil && r.Value != nil {
 				current[string(r.Key)] = struct{}{}

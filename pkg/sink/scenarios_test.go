@@ -31,6 +31,7 @@ var scenarios = []struct {
 	{"FailedBatchAtLeastOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, AtLeastOnce) }},
 	{"FailedBatchExactlyOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, ExactlyOnce) }},
 	{"Heartbeats", scenarioHeartbeats},
+	{"ScanRightAfterCommit", scenarioScanRightAfterCommit},
 }
 
 func TestSinkFake(t *testing.T) {
@@ -603,5 +604,43 @@ func TestCancelAbortsOpenTransaction(t *testing.T) {
 	}
 	if got := env.consume(t, topic, true); len(got) != 0 {
 		t.Errorf("read-committed consumer sees %q of a cancelled batch", strs(values(got)))
+	}
+}
+
+// scenarioScanRightAfterCommit reads a topic right after each of many commits, as the reconcile
+// of a retried snapshot does: with the sink's own end offsets as atLeast, the scan sees every
+// committed record even when Kafka has not yet written the commit markers.
+func scenarioScanRightAfterCommit(t *testing.T, env *testEnv) {
+	ctx := t.Context()
+	cfg := env.config(t, ExactlyOnce)
+	topic := env.topic("scan")
+	s := env.newSink(t, cfg)
+	if err := s.EnsureTopics(ctx, []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatalf("EnsureTopics: %v", err)
+	}
+	in := make(chan *change.Unit)
+	p := newFakeProgress(nil)
+	wait := runSink(t, s, in, p)
+	total := 0
+	for round := range 30 {
+		u := &change.Unit{Kind: change.KindTxn, End: change.LSN(10 * (round + 1))}
+		for i := range 200 {
+			u.Records = append(u.Records, change.Record{Topic: topic, Partition: change.AnyPartition,
+				Key: fmt.Appendf(nil, "k%d-%d", round, i), Value: []byte("v")})
+		}
+		in <- u
+		total += len(u.Records)
+		p.waitCommittedUnits(t, round+1)
+		seen := 0
+		if err := s.ScanTopic(ctx, topic, nil, s.EndOffsets(topic), func(*kgo.Record) { seen++ }); err != nil {
+			t.Fatalf("ScanTopic: %v", err)
+		}
+		if seen != total {
+			t.Fatalf("round %d: scan right after the commit saw %d of %d committed records", round, seen, total)
+		}
+	}
+	close(in)
+	if err := wait(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -22,7 +24,7 @@ func (s *Sink) ReadWatermarks(ctx context.Context) ([][]byte, error) {
 		}
 	}
 	values := make(map[int32][][]byte)
-	err := s.ScanTopic(ctx, s.cfg.WatermarkTopic, nil, func(r *kgo.Record) {
+	err := s.ScanTopic(ctx, s.cfg.WatermarkTopic, nil, nil, func(r *kgo.Record) {
 		if r.Value != nil {
 			values[r.Partition] = append(values[r.Partition], r.Value)
 		}
@@ -46,7 +48,12 @@ func (s *Sink) ReadWatermarks(ctx context.Context) ([][]byte, error) {
 // listed below the log start, is read from its start) up to its last stable offsets as of the
 // call, and calls fn for every data record in offset order per partition. A missing topic reads
 // as empty.
-func (s *Sink) ScanTopic(ctx context.Context, topic string, from map[int32]int64, fn func(*kgo.Record)) error {
+//
+// atLeast, when set, are offsets per partition that committed records reach (the sink's own
+// EndOffsets after a commit): the scan first waits until the last stable offsets pass them.
+// Kafka writes a transaction's commit markers after EndTxn returns, so right after a commit the
+// last stable offset can still stand before that transaction's records.
+func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[int32]int64, fn func(*kgo.Record)) error {
 	metas, err := s.describeTopics(ctx, []string{topic})
 	if err != nil {
 		return err
@@ -54,9 +61,9 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from map[int32]int64
 	if errors.Is(metas[topic].err, kerr.UnknownTopicOrPartition) {
 		return nil
 	}
-	ends, err := s.admin.ListCommittedOffsets(ctx, topic)
+	ends, err := s.stableOffsets(ctx, topic, atLeast)
 	if err != nil {
-		return fmt.Errorf("list end offsets of %s: %w", topic, err)
+		return err
 	}
 	starts, err := s.admin.ListStartOffsets(ctx, topic)
 	if err != nil {
@@ -127,6 +134,31 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from map[int32]int64
 		})
 	}
 	return nil
+}
+
+// stableOffsets lists topic's last stable offsets, waiting until every partition's is past
+// atLeast's.
+func (s *Sink) stableOffsets(ctx context.Context, topic string, atLeast map[int32]int64) (kadm.ListedOffsets, error) {
+	for {
+		ends, err := s.admin.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
+		}
+		behind := false
+		for p, want := range atLeast {
+			if o, ok := ends.Lookup(topic, p); ok && o.Err == nil && o.Offset < want {
+				behind = true
+			}
+		}
+		if !behind {
+			return ends, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("wait for the commit of %s to become readable: %w", topic, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // orDefault returns err, or def when err is nil.
