@@ -143,5 +143,16 @@ func (s *supervisor) tail(n int) string {
 	return out
 }
 
+// mark writes a line into the log of all runs and returns the log's length before it: a
+// position for since.
+func (s *supervisor) mark(what string) int {
+	n := len(s.log.String())
+	fmt.Fprintf(s.log, "=== fault: %s at %s\n", what, time.Now().Format(time.StampMilli))
+	return n
+}
+
+// since returns the log of all runs from position at (see mark).
+func (s *supervisor) since(at int) string { return s.log.String()[at:] }
+
 // count returns how often substr occurs in the logs of all runs.
 func (s *supervisor) count(substr string) int { return strings.Count(s.log.String(), substr) }

@@ -31,7 +31,14 @@ type scenario struct {
 	cuts          int    // connection cuts per proxy (PostgreSQL, Kafka)
 	brokerCrash   bool
 	pgCrash       bool
+	// outage: the broker is down this long, longer than the walsender's timeout and the Kafka
+	// transaction timeout (both set to outageTimeout for the scenario).
+	outage time.Duration
 }
+
+// outageTimeout is wal_sender_timeout and CDC_KAFKA_TRANSACTION_TIMEOUT in a scenario with an
+// outage.
+const outageTimeout = 4 * time.Second
 
 // The sink commits a Kafka transaction about every 100ms (its linger) while watermark records of
 // a moving export are coalesced to one per interval/4. With a 200ms interval nearly every
@@ -42,7 +49,7 @@ var scenarios = []scenario{
 	{name: "exactly-once", delivery: "exactly-once", interval: "200ms", bigRows: 200_000, addedRows: 200_000,
 		snapshotKills: 3, streamKills: 4, addKills: 3, lateKills: 2, cuts: 4, brokerCrash: true, pgCrash: true},
 	{name: "exactly-once-default-interval", delivery: "exactly-once", interval: "1s", bigRows: 100_000, addedRows: 50_000,
-		snapshotKills: 1, streamKills: 6, addKills: 1, lateKills: 3, cuts: 2, pgCrash: true},
+		snapshotKills: 1, streamKills: 6, addKills: 1, lateKills: 3, cuts: 2, pgCrash: true, outage: 10 * time.Second},
 	{name: "at-least-once", delivery: "at-least-once", interval: "200ms", bigRows: 100_000, addedRows: 50_000,
 		snapshotKills: 2, streamKills: 2, addKills: 1, lateKills: 1, cuts: 2, brokerCrash: true, pgCrash: true},
 }
@@ -94,6 +101,7 @@ type tally struct {
 	pgCuts         int
 	kafkaCuts      int
 	brokerRestarts int
+	outages        int
 	pgRestarts     int
 }
 
@@ -127,6 +135,11 @@ func runScenario(t *testing.T, srv *testenv.Servers, kafkaProxy *Proxy, seed uin
 		"CDC_SNAPSHOT_WORKERS":          "2",
 		"CDC_LOG_FORMAT":                "text",
 		"CDC_LOG_LEVEL":                 "info",
+	}
+	if sc.outage > 0 {
+		vars["CDC_KAFKA_TRANSACTION_TIMEOUT"] = outageTimeout.String()
+		testenv.Exec(t, db, fmt.Sprintf("ALTER SYSTEM SET wal_sender_timeout = '%dms'", outageTimeout.Milliseconds()), "SELECT pg_reload_conf()")
+		t.Cleanup(func() { testenv.Exec(t, db, "ALTER SYSTEM RESET wal_sender_timeout", "SELECT pg_reload_conf()") })
 	}
 	ids := make(map[string]change.ExportID)
 	for _, tbl := range allTables {
@@ -192,6 +205,20 @@ func runScenario(t *testing.T, srv *testenv.Servers, kafkaProxy *Proxy, seed uin
 			srv.StartKafka()
 			tl.brokerRestarts++
 			t.Logf("%s: broker restarted on its data folder", time.Since(start).Round(10*time.Millisecond))
+		case "outage":
+			srv.KillKafka()
+			from := sup.mark("broker killed for a long outage")
+			t.Logf("%s: broker killed for %s (walsender and transaction timeouts %s)", time.Since(start).Round(10*time.Millisecond), sc.outage, outageTimeout)
+			time.Sleep(sc.outage)
+			sup.check()
+			// Status updates keep the walsender alive while the sink waits for Kafka.
+			if during := sup.since(from); strings.Contains(during, "replication connection lost") {
+				t.Errorf("the replication connection was lost during the Kafka outage (status updates stopped?):\n%s", during)
+			}
+			srv.StartKafka()
+			tl.brokerRestarts++
+			tl.outages++
+			t.Logf("%s: broker back after the outage", time.Since(start).Round(10*time.Millisecond))
 		case "pgcrash":
 			srv.RestartPostgres()
 			tl.pgRestarts++
@@ -245,6 +272,9 @@ func runScenario(t *testing.T, srv *testenv.Servers, kafkaProxy *Proxy, seed uin
 	}
 	if sc.pgCrash {
 		crashes = append(crashes, "pgcrash")
+	}
+	if sc.outage > 0 {
+		crashes = append(crashes, "outage")
 	}
 	streamCuts := max(sc.cuts-2, 1)
 	for _, a := range actions(sc.streamKills, streamCuts, crashes...) {
@@ -318,13 +348,14 @@ func runScenario(t *testing.T, srv *testenv.Servers, kafkaProxy *Proxy, seed uin
 		kills += n
 	}
 	summary := fmt.Sprintf("fault summary [%s, watermark interval %s] seed=%d kills=%d (initial snapshot %d, added table's copy %d, streaming %d) "+
-		"cdc_restarts=%d unplanned_exits=%d broker_restarts=%d pg_restarts=%d cuts=pg:%d,kafka:%d "+
+		"cdc_restarts=%d unplanned_exits=%d broker_restarts=%d (long outages %d) pg_restarts=%d cuts=pg:%d,kafka:%d "+
 		"changes_checked=%d duplicates=%s missing/extra/different=%s watermark_records=%d watermark_regressions=%d "+
-		"slot_ahead=%d/%d workload=[%s] wall=%s",
+		"slot_ahead=%d/%d replication_reconnects=%d pipeline_restarts=%d snapshot_retries=%d workload=[%s] wall=%s",
 		sc.delivery, sc.interval, seed, kills, tl.killsByPhase["initial snapshot"], tl.killsByPhase["added table's copy"], tl.killsByPhase["streaming"],
-		sup.restarts, sup.unplanned, tl.brokerRestarts, tl.pgRestarts, tl.pgCuts, tl.kafkaCuts,
+		sup.restarts, sup.unplanned, tl.brokerRestarts, tl.outages, tl.pgRestarts, tl.pgCuts, tl.kafkaCuts,
 		changes, strings.Join(dups, ","), strings.Join(loss, ","), wmRecords, regressions,
-		slotAhead, slotChecked, wl.summary(), time.Since(start).Round(time.Second))
+		slotAhead, slotChecked, sup.count("replication connection lost; reconnecting"), sup.count("pipeline failed; restarting"),
+		sup.count("snapshot interrupted; copying its tables again"), wl.summary(), time.Since(start).Round(time.Second))
 	t.Log(summary)
 	fmt.Fprintln(os.Stderr, summary)
 }
