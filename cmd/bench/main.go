@@ -27,18 +27,19 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
-	rows        int64
-	txns        int
-	workers     int
-	only        string
-	out         string
-	lagRows     int64
-	lagRate     int
-	scale       int
-	clients     int
-	keep        bool
-	kafkaHeap   string
-	cdcLogLevel string
+	rows           int64
+	txns           int
+	workers        int
+	only           string
+	out            string
+	lagRows        int64
+	lagRate        int
+	scale          int
+	deliveryRounds int
+	clients        int
+	keep           bool
+	kafkaHeap      string
+	cdcLogLevel    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -54,6 +55,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.lagRate, "lag-rate", 100, "transactions per second on the small tables in the lag scenario")
 	fs.IntVar(&o.scale, "scale", 1, "pgbench scale factor of the streaming scenario (100000 accounts each)")
 	fs.IntVar(&o.clients, "clients", 4, "pgbench clients writing the backlog")
+	fs.IntVar(&o.deliveryRounds, "delivery-rounds", 2, "catch-ups of the streaming backlog per delivery mode, in the order exactly-once, at-least-once, at-least-once, exactly-once, ... (whichever runs first is slower)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
@@ -80,6 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.clients < 1 {
 		errs = append(errs, fmt.Errorf("-clients %d: must be at least 1", o.clients))
+	}
+	if o.deliveryRounds < 1 {
+		errs = append(errs, fmt.Errorf("-delivery-rounds %d: must be at least 1", o.deliveryRounds))
 	}
 	if o.scale < 1 {
 		errs = append(errs, fmt.Errorf("-scale %d: must be at least 1", o.scale))

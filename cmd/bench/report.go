@@ -82,6 +82,10 @@ type streamResult struct {
 	// RatioDeliveryAfterStartup the same from replication start.
 	RatioDelivery             float64 `json:"ratio_exactly_once_to_at_least_once"`
 	RatioDeliveryAfterStartup float64 `json:"ratio_exactly_once_to_at_least_once_after_startup"`
+	// DeliveryRounds is how many times each mode caught up the backlog (order A B B A ...);
+	// DeliveryRatios the ratio of each round's pair.
+	DeliveryRounds int       `json:"delivery_rounds,omitempty"`
+	DeliveryRatios []float64 `json:"delivery_ratios_per_round,omitempty"`
 }
 
 // catchUp is one cdc run catching up the streaming backlog.
@@ -227,6 +231,14 @@ func (r *results) print(w io.Writer) {
 		if s.AtLeastOnce != nil {
 			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
 				s.RatioDelivery, s.RatioDeliveryAfterStartup)
+		}
+		if s.DeliveryRounds > 1 {
+			per := make([]string, len(s.DeliveryRatios))
+			for i, r := range s.DeliveryRatios {
+				per[i] = fmt.Sprintf("%.2f", r)
+			}
+			fmt.Fprintf(w, "   each mode caught up the backlog %d times, in the order exactly-once, at-least-once, at-least-once, exactly-once, ...; the cdc rows are total changes over total time; ratio per round: %s\n",
+				s.DeliveryRounds, strings.Join(per, ", "))
 		}
 	}
 	if len(r.Lag) > 0 {

@@ -32,10 +32,13 @@ const (
 	unitBuffer         = 4096
 	bulkBuffer         = 16
 	snapshotBatchBytes = 256 << 10
-	// sinkBatchBytes bounds one Kafka transaction: small enough that a stream unit arriving
-	// behind a batch of snapshot rows waits a fraction of a second, large enough to amortise
-	// the commit.
-	sinkBatchBytes = 4 << 20
+	// sinkBulkBatchBytes bounds a Kafka transaction that holds snapshot rows: small enough that
+	// a stream unit arriving behind a batch of them waits a fraction of a second, large enough
+	// to amortise the commit.
+	sinkBulkBatchBytes = 4 << 20
+	// sinkBatchBytes bounds a transaction of stream units alone: while catching up, fewer and
+	// larger transactions (the sink's linger still closes a batch after 100ms).
+	sinkBatchBytes = 16 << 20
 )
 
 // Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal
@@ -181,6 +184,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		ReplicationFactor:  cfg.ReplicationFactor,
 		WatermarkTopic:     cfg.WatermarkTopic,
 		MaxBatchBytes:      sinkBatchBytes,
+		MaxBulkBatchBytes:  sinkBulkBatchBytes,
 		Logger:             log,
 		Registerer:         reg,
 	})

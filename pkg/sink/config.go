@@ -63,6 +63,10 @@ type Config struct {
 	// as estimated by change.Unit.Bytes. A single larger unit still forms a batch of its own:
 	// units are never split. Default 16 MiB.
 	MaxBatchBytes int
+	// MaxBulkBatchBytes bounds a batch that holds snapshot rows (KindSnapshot units), so that
+	// stream units arriving behind bulk rows wait less; batches of stream units alone grow to
+	// MaxBatchBytes (fewer, larger transactions while catching up). Default MaxBatchBytes.
+	MaxBulkBatchBytes int
 	// Linger is the longest a batch stays open collecting units. Default 100ms.
 	Linger time.Duration
 	// Tick is how often Progress.Durable is called while no unit arrives. Default 200ms.
@@ -84,6 +88,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxBatchBytes == 0 {
 		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.MaxBulkBatchBytes <= 0 || cfg.MaxBulkBatchBytes > cfg.MaxBatchBytes {
+		cfg.MaxBulkBatchBytes = cfg.MaxBatchBytes
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = DefaultLinger

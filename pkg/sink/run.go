@@ -36,6 +36,7 @@ type batch struct {
 	start    time.Time
 	units    []*change.Unit
 	bytes    int // estimated bytes of units
+	limit    int // MaxBatchBytes, or MaxBulkBatchBytes once a snapshot unit is in
 	records  int // records produced, AllPartitions copies counted
 	recBytes int
 	txn      bool // a Kafka transaction is open
@@ -82,7 +83,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) erro
 // the acknowledged units to p, produces what p returns and makes it all durable. With first
 // nil it is a tick: only p's records are produced. It reports whether in was closed.
 func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, p Progress) (closed bool, err error) {
-	b := &batch{start: time.Now()}
+	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
 	s.resetBatchErr()
 	defer func() {
 		if err != nil && b.txn {
@@ -150,11 +151,11 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 	return closed, nil
 }
 
-// collect adds units to b until Linger passes, b holds MaxBatchBytes, or in is closed.
+// collect adds units to b until Linger passes, b holds its limit, or in is closed.
 func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, linger *time.Timer) (closed bool, err error) {
 	linger.Reset(s.cfg.Linger)
 	defer linger.Stop()
-	for b.bytes < s.cfg.MaxBatchBytes {
+	for b.bytes < b.limit {
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
@@ -219,6 +220,9 @@ func (s *Sink) abort(ctx context.Context) error {
 func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error {
 	b.units = append(b.units, u)
 	b.bytes += u.Bytes()
+	if u.Kind == change.KindSnapshot {
+		b.limit = min(b.limit, s.cfg.MaxBulkBatchBytes)
+	}
 	for i := range u.Records {
 		if err := s.produceRecord(ctx, b, &u.Records[i]); err != nil {
 			return fmt.Errorf("%s unit ending at %s: %w", u.Kind, u.End, err)

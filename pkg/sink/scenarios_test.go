@@ -32,6 +32,7 @@ var scenarios = []struct {
 	{"FailedBatchExactlyOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, ExactlyOnce) }},
 	{"Heartbeats", scenarioHeartbeats},
 	{"ScanRightAfterCommit", scenarioScanRightAfterCommit},
+	{"BulkBatchLimit", scenarioBulkBatchLimit},
 }
 
 func TestSinkFake(t *testing.T) {
@@ -642,5 +643,58 @@ func scenarioScanRightAfterCommit(t *testing.T, env *testEnv) {
 	close(in)
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+}
+
+// scenarioBulkBatchLimit: a batch of stream units alone grows to MaxBatchBytes; one that holds
+// snapshot rows stops at MaxBulkBatchBytes.
+func scenarioBulkBatchLimit(t *testing.T, env *testEnv) {
+	cfg := env.config(t, ExactlyOnce)
+	cfg.Linger = 5 * time.Second // only the byte limits close a batch here
+	cfg.MaxBatchBytes, cfg.MaxBulkBatchBytes = 64<<10, 16<<10
+	topic := env.topic("bulk")
+	s := env.newSink(t, cfg)
+	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatalf("EnsureTopics: %v", err)
+	}
+	unit := func(kind change.Kind, i int) *change.Unit {
+		return &change.Unit{Kind: kind, End: change.LSN(i + 1), Records: []change.Record{
+			{Topic: topic, Partition: change.AnyPartition, Key: fmt.Appendf(nil, "k%d", i), Value: bytes.Repeat([]byte("v"), 2<<10)}}}
+	}
+	const n = 40
+	in := make(chan *change.Unit, 2*n)
+	for i := range n {
+		in <- unit(change.KindTxn, i)
+	}
+	for i := range n {
+		in <- unit(change.KindSnapshot, n+i)
+	}
+	close(in)
+	p := newFakeProgress(nil)
+	if err := runSink(t, s, in, p)(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	_, calls := p.calls()
+	var streamMax, bulkMax int
+	for _, c := range calls {
+		size, bulk := 0, 0
+		for _, u := range c.units {
+			size += u.Bytes()
+			if u.Kind == change.KindSnapshot {
+				bulk += u.Bytes()
+			}
+		}
+		if bulk > 0 {
+			bulkMax = max(bulkMax, bulk)
+		} else {
+			streamMax = max(streamMax, size)
+		}
+	}
+	one := unit(change.KindTxn, 0).Bytes()
+	if streamMax < cfg.MaxBulkBatchBytes*2 || streamMax >= cfg.MaxBatchBytes+one {
+		t.Errorf("largest batch of stream units: %d bytes, want above %d and below %d", streamMax, 2*cfg.MaxBulkBatchBytes, cfg.MaxBatchBytes+one)
+	}
+	if bulkMax == 0 || bulkMax >= cfg.MaxBulkBatchBytes+one {
+		t.Errorf("most snapshot rows in one batch: %d bytes, want below %d", bulkMax, cfg.MaxBulkBatchBytes+one)
 	}
 }
