@@ -37,9 +37,12 @@ type coordinator struct {
 	// keyColumns loads key columns of a table (replica identity FULL).
 	keyConn   func(ctx context.Context) (*pgx.Conn, error)
 	keyConnMu sync.Mutex
-	// codec encodes reconcile deletes; reconciles queues exports to reconcile.
-	codec      codec.Config
-	reconciles chan reconcileJob
+	// codec encodes reconcile deletes. reconciles (under mu) are the exports to reconcile, in
+	// order; reconcileSig (capacity 1) says it is not empty. Queuing never blocks: it happens
+	// in the sink's Committed.
+	codec        codec.Config
+	reconciles   []reconcileJob
+	reconcileSig chan struct{}
 	// copied: exports whose copy became durable in the batch not yet committed.
 	copied []change.ExportID
 }

@@ -268,7 +268,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		keyConn:  func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) },
 		codec:    codecCfg,
 
-		reconciles: make(chan reconcileJob, 16),
+		reconcileSig: make(chan struct{}, 1),
 	}
 	repl := replication.New(replication.Config{
 		ConnString:    cfg.PGURL,

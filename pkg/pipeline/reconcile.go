@@ -30,12 +30,23 @@ func (c *coordinator) copyDurable(e change.ExportID) {
 		c.repl.CopyDone(e)
 		return
 	}
-	job := reconcileJob{export: e, r: r, written: c.sink.EndOffsets(r.Topic)}
+	c.reconciles = append(c.reconciles, reconcileJob{export: e, r: r, written: c.sink.EndOffsets(r.Topic)})
 	select {
-	case c.reconciles <- job:
+	case c.reconcileSig <- struct{}{}:
 	default:
-		go func() { c.reconciles <- job }()
 	}
+}
+
+// nextReconcile takes the oldest queued reconcile job.
+func (c *coordinator) nextReconcile() (reconcileJob, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.reconciles) == 0 {
+		return reconcileJob{}, false
+	}
+	job := c.reconciles[0]
+	c.reconciles = c.reconciles[1:]
+	return job, true
 }
 
 // runReconciles serves reconcile jobs until ctx ends. The deletes it publishes go through the
@@ -46,11 +57,17 @@ func (c *coordinator) runReconciles(ctx context.Context, units chan<- *change.Un
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case job := <-c.reconciles:
-			if err := c.reconcile(ctx, job, units); err != nil {
-				return fmt.Errorf("reconcile %s: %w", job.export, err)
+		case <-c.reconcileSig:
+			for {
+				job, ok := c.nextReconcile()
+				if !ok {
+					break
+				}
+				if err := c.reconcile(ctx, job, units); err != nil {
+					return fmt.Errorf("reconcile %s: %w", job.export, err)
+				}
+				c.repl.CopyDone(job.export)
 			}
-			c.repl.CopyDone(job.export)
 		}
 	}
 }

@@ -102,15 +102,33 @@ func (e *testEnv) consume(t testing.TB, topic string, committed bool) []*kgo.Rec
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	adm := e.admin(t)
-	var ends kadm.ListedOffsets
-	var err error
-	if committed {
-		ends, err = adm.ListCommittedOffsets(ctx, topic)
-	} else {
-		ends, err = adm.ListEndOffsets(ctx, topic)
-	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatalf("list end offsets of %s: %v", topic, err)
+	}
+	if committed {
+		// Kafka writes commit markers after EndTxn returns: wait until the last stable offsets
+		// reach the end (the tests leave no transaction open when they consume).
+		for {
+			stable, err := adm.ListCommittedOffsets(ctx, topic)
+			if err != nil {
+				t.Fatalf("list committed offsets of %s: %v", topic, err)
+			}
+			caught := true
+			ends.Each(func(o kadm.ListedOffset) {
+				if s, ok := stable.Lookup(topic, o.Partition); !ok || s.Offset < o.Offset {
+					caught = false
+				}
+			})
+			if caught {
+				ends = stable
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("last stable offsets of %s never reached the end offsets", topic)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	want := map[int32]int64{}
 	for p, lo := range ends[topic] {
