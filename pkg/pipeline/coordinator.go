@@ -204,6 +204,15 @@ func (c *coordinator) Begin(ctx context.Context, lsn change.LSN, tables []snapsh
 	return attempts, nil
 }
 
+// holding: the replication stage is about to hold exports' changes for a new snapshot.
+func (c *coordinator) holding(exports []change.ExportID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range exports {
+		c.tracker.Holding(e)
+	}
+}
+
 // Restart: the table was rewritten during its copy; hold its changes again and re-snapshot.
 func (c *coordinator) Restart(e change.ExportID, reason string) {
 	c.log.Warn("restarting snapshot", "export", e.String(), "reason", reason)

@@ -319,6 +319,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, repl, positions, log)
+	poll.holding = coord.holding
 	coord.rehydrate = poll.rehydrate
 	coord.pollNow = poll.wake
 

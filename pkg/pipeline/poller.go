@@ -23,6 +23,8 @@ type poller struct {
 	// conn is the poller's own connection (nil after a failure), made with connect.
 	conn    *pgx.Conn
 	connect func(context.Context) (*pgx.Conn, error)
+	// holding tells the tracker which exports are about to be held (coordinator.holding).
+	holding func([]change.ExportID)
 	repl    *replication.Stage
 	log     *slog.Logger
 
@@ -145,7 +147,9 @@ func (p *poller) poll(ctx context.Context) error {
 	if err := change.CheckTopicCollisions(p.cfg.TopicPrefix, append(p.knownList(), added...)); err != nil {
 		return fatal(err)
 	}
-	// Hold their changes before the snapshot's slot exists, so nothing falls in between.
+	// Hold their changes before the snapshot's slot exists, so nothing falls in between. One
+	// still hydrated (added again before its removal took effect) stops advancing first.
+	p.holding(added)
 	if err := p.repl.Detect(ctx, added); err != nil {
 		return err
 	}

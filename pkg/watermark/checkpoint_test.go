@@ -170,3 +170,36 @@ func TestCheckpointEncodeDecode(t *testing.T) {
 		t.Errorf("newer version: %v, want ErrUnsupportedVersion", err)
 	}
 }
+
+// TestCheckpointStopsAtHolding: an export whose changes the replication stage starts holding
+// before its new snapshot exists (added again before its removal took effect) is hydrating from
+// that moment on for the checkpoint, and its topic is reconciled from the beginning.
+func TestCheckpointStopsAtHolding(t *testing.T) {
+	tr := NewTracker(Options{Interval: testInterval})
+	fullHydration(tr, exA, 100, trackerT0)
+	fullHydration(tr, exB, 100, trackerT0)
+	var durable []Record
+	recs, _ := commitBatch(tr, 150, trackerT0, true)
+	durable = append(durable, recs...)
+
+	tr.Holding(exB)
+	recs, cp := commitBatch(tr, 300, trackerT0.Add(time.Millisecond), true)
+	durable = append(durable, recs...)
+	if cp == nil {
+		t.Fatal("no checkpoint")
+	}
+	restarted := NewTracker(Options{Interval: testInterval})
+	restarted.Restore(durable)
+	restarted.RestoreCheckpoint(*cp)
+	resume := restarted.Resume()
+	if p, ok := resume[exB]; ok {
+		t.Errorf("%s resumes at %s, past changes that were held; it must be copied again", exB, p)
+	}
+	if resume[exA] != 300 {
+		t.Errorf("%s resumes at %s, want 0/12C", exA, resume[exA])
+	}
+	tr.StartHydration(exB, "p.b", 310, 100, map[int32]int64{0: 50}, trackerT0.Add(2*time.Millisecond))
+	if r, ok := tr.ReconcileRange(exB); !ok || len(r.From) != 0 || !r.Needed() {
+		t.Errorf("reconcile of %s = %+v, %v; want from the beginning", exB, r, ok)
+	}
+}

@@ -232,6 +232,26 @@ func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, 
 	return attempt
 }
 
+// Holding records that the replication stage holds e's changes back from now on, before e's
+// new snapshot has a consistent point (an export added to the publication again before its
+// removal took effect). A hydrated e stops following the stream at once: it becomes hydrating,
+// and its record says so in the next transaction, so neither a watermark nor a checkpoint passes
+// changes that are held. Its topic is reconciled from the beginning, as for any export added
+// again. StartHydration follows.
+func (t *Tracker) Holding(e change.ExportID) {
+	x, ok := t.exports[e]
+	if !ok || x.restored || x.state != StateHydrated {
+		return
+	}
+	x.state = StateHydrating
+	x.pos, x.hasPos = 0, false
+	if x.snap == nil {
+		x.snap = &SnapshotInfo{}
+	}
+	x.snap.ReconcileFrom = map[int32]int64{}
+	x.owed = true
+}
+
 // hydrating returns e's state if e is hydrating (and not merely restored).
 func (t *Tracker) hydrating(e change.ExportID) *export {
 	x, ok := t.exports[e]
