@@ -23,7 +23,7 @@ func TestConnectErrorsHidePassword(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			// One connection attempt: its error.
-			err := s.stream(ctx, make(chan *change.Unit, 1), false)
+			err := s.stream(ctx, make(chan *change.Unit, 1))
 			if err == nil {
 				t.Fatal("stream succeeded, want an error")
 			}

@@ -70,6 +70,8 @@ type Stage struct {
 	conn      *pgconn.PgConn
 
 	state *streamState
+	// streamed: a connection got as far as streaming; later ones resume at the stream position.
+	streamed bool
 
 	// backendPID is the server process of the latest replication connection.
 	backendPID atomic.Uint32
@@ -192,9 +194,9 @@ func (s *Stage) takeControl() []func(*streamState) {
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	defer s.state.close()
 	backoff := retryMin
-	for attempt := 0; ; attempt++ {
+	for {
 		started := time.Now()
-		err := s.stream(ctx, out, attempt > 0)
+		err := s.stream(ctx, out)
 		if ctx.Err() != nil {
 			// Orderly stop. The pipeline confirms the final position once the sink has
 			// drained (pg_replication_slot_advance), after this connection is gone.
@@ -231,9 +233,9 @@ var errConfig = errors.New("invalid replication connection settings")
 // ErrSlotActive means another process streams from the slot.
 var ErrSlotActive = errors.New("replication slot is active for another process")
 
-// stream runs one replication connection until it fails or ctx ends. reconnect says an earlier
-// connection handed units to out: streaming resumes at the stream position.
-func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect bool) error {
+// stream runs one replication connection until it fails or ctx ends. After an earlier
+// connection started streaming, it resumes at the stream position.
+func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
 	if err != nil {
 		return fmt.Errorf("replication connection config: %w: %w", errConfig, secret.ScrubError(err, s.cfg.ConnString))
@@ -258,7 +260,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect b
 		return err
 	}
 	start := confirmed
-	if reconnect {
+	if s.streamed {
 		// Everything up to S was handled: held, handed to the sink, or filtered.
 		start = max(confirmed, s.state.pos)
 		s.state.reconnected()
@@ -267,6 +269,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit, reconnect b
 		s.lastFlush = max(s.lastFlush, confirmed)
 		s.statusMu.Unlock()
 		s.state.pos = confirmed
+		s.streamed = true
 	}
 	s.log.Info("starting replication", "slot", s.cfg.Slot, "start_lsn", start.String(), "confirmed_lsn", confirmed.String(), "publication", s.cfg.Publication)
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.Slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{PluginArgs: protoArgs})

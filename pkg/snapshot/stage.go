@@ -77,14 +77,14 @@ func New(cfg Config, hooks Hooks) (*Stage, error) {
 
 // Run serves requests one at a time until reqs is closed (it returns nil) or ctx ends (it returns
 // ctx's error). For each request it emits, on out, KindSnapshot units and, after the last unit of
-// an export has been sent, one KindSnapshotDone unit for it. Sends block, respecting ctx. An error
-// that is not confined to one export ends Run with that error; Run returns only when all of its
-// goroutines have ended.
+// an export has been sent, one KindSnapshotDone unit for it. Sends block, respecting ctx. Run
+// returns only when all of its goroutines have ended.
 //
-// A request that fails otherwise (a lost connection, a server restart, Kafka unavailable while
-// the topics are created) is retried: after a capped exponential backoff, every export of it
-// whose copy had not been sent whole is reported to Hooks.Restart, which asks for it again with a
-// new consistent point. The other exports, and the other stages, go on.
+// Errors confined to one export go to Hooks.Failed or Hooks.Restart. A request that fails as a
+// whole (a lost connection, a server restart, Kafka unavailable while the topics are created)
+// does not end Run: after a capped exponential backoff, every export of it whose copy had not been
+// sent whole is reported to Hooks.Restart, which asks for it again with a new consistent point.
+// The other exports, and the other stages, go on.
 func (s *Stage) Run(ctx context.Context, reqs <-chan Request, out chan<- *change.Unit) error {
 	backoff := retryMin
 	for {
