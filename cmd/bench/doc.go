@@ -8,9 +8,11 @@
 //     with the sink's producer settings and transaction sizes).
 //   - stream: a pgbench backlog written while cdc is stopped, then caught up by a restarted cdc,
 //     beside the READ limit (the raw pgoutput stream of the backlog from a second slot) and the
-//     WRITE limit. The same backlog is caught up twice, by an exactly-once cdc and then by an
-//     at-least-once cdc, each with its own slot and topics hydrated before the backlog; the
-//     report gives the ratio exactly-once / at-least-once.
+//     WRITE limit. The same backlog is caught up -delivery-rounds times (default 2) by an
+//     exactly-once cdc and as often by an at-least-once cdc, each run with its own slot and
+//     topics hydrated before the backlog, in the order A B B A A B ... (the first catch-up of a
+//     run is slower, so each mode gets the same places); the report gives each mode's total
+//     changes over total time and the ratio exactly-once / at-least-once.
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode.
 //
