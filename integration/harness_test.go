@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -128,25 +127,8 @@ func (e *env) watermarkTopic() string { return e.prefix + ".__watermarks" }
 type proc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *testenv.LogBuffer
 	done chan error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startCDC runs cdc with vars and stops it (SIGTERM) at cleanup if still running.
@@ -157,7 +139,7 @@ func (e *env) startCDC(vars map[string]string) *proc {
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &proc{t: e.t, cmd: cmd, log: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &proc{t: e.t, cmd: cmd, log: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
 		e.t.Fatalf("start cdc: %v", err)

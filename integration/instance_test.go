@@ -161,23 +161,8 @@ func holdSlot(ctx context.Context, url, slot string) error {
 func TestReplicationCutKeepsCopy(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	const bigRows = 400_000
-	e.createWatermarkTables(bigRows)
-	vars := e.baseVars()
-	vars["CDC_TABLES"] = "public.small_a,public.small_b"
-	vars["CDC_SNAPSHOT_WORKERS"] = "1"
-	rec := e.recordWatermarks()
-	p := e.startCDC(vars)
-	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
-
-	stopWriter := e.smallWriter(ctx, bigRows)
-	defer func() {
-		if stopWriter != nil {
-			stopWriter()
-		}
-	}()
-	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
-	rec.first(t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
+	a := e.startAddedCopy(400_000)
+	rec, p := a.rec, a.p
 	c := e.conn()
 	cuts := 0
 	for range 3 {
@@ -198,8 +183,7 @@ func TestReplicationCutKeepsCopy(t *testing.T) {
 	if hyd.Snapshot == nil || hyd.Snapshot.Attempt != 1 {
 		t.Errorf("big hydrated on attempt %+v after %d replication cuts; want its first copy kept", hyd.Snapshot, cuts)
 	}
-	stopWriter()
-	stopWriter = nil
+	a.stopWriter()
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
 	if n := strings.Count(p.log.String(), "replication connection lost; reconnecting"); n == 0 {
 		t.Errorf("no reconnect logged after %d cuts", cuts)

@@ -251,27 +251,41 @@ func TestAddTableWhileRunning(t *testing.T) {
 	}
 }
 
+// addedCopy is a running cdc publishing the small tables, a steady writer, and big (bigRows rows)
+// just added to the publication: its copy has started.
+type addedCopy struct {
+	vars map[string]string
+	rec  *recorder
+	p    *proc
+	// stopWriter stops the writer; it is also called at cleanup if the test did not.
+	stopWriter func()
+}
+
+func (e *env) startAddedCopy(bigRows int) *addedCopy {
+	e.t.Helper()
+	ctx := e.t.Context()
+	e.createWatermarkTables(bigRows)
+	a := &addedCopy{vars: e.baseVars(), rec: e.recordWatermarks()}
+	a.vars["CDC_TABLES"] = "public.small_a,public.small_b"
+	a.vars["CDC_SNAPSHOT_WORKERS"] = "1"
+	a.p = e.startCDC(a.vars)
+	e.waitFor(a.p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
+
+	stop := e.smallWriter(ctx, int64(bigRows))
+	var once sync.Once
+	a.stopWriter = func() { once.Do(stop) }
+	e.t.Cleanup(a.stopWriter)
+	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
+	a.rec.first(e.t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
+	return a
+}
+
 func TestKilledDuringAddedCopy(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	// Long enough to be killed in the middle of its copy; the ten-second scenario is above.
-	const bigRows = 600_000
-	e.createWatermarkTables(bigRows)
-	vars := e.baseVars()
-	vars["CDC_TABLES"] = "public.small_a,public.small_b"
-	vars["CDC_SNAPSHOT_WORKERS"] = "1"
-	rec := e.recordWatermarks()
-	p := e.startCDC(vars)
-	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
-
-	stopWriter := e.smallWriter(ctx, bigRows)
-	defer func() {
-		if stopWriter != nil {
-			stopWriter()
-		}
-	}()
-	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
-	rec.first(t, time.Minute, bigID, "state hydrating", func(r watermark.Record) bool { return r.State == watermark.StateHydrating })
+	a := e.startAddedCopy(600_000)
+	vars, rec, p := a.vars, a.rec, a.p
 	time.Sleep(time.Second)
 	p.stop(syscall.SIGKILL)
 
@@ -294,8 +308,7 @@ func TestKilledDuringAddedCopy(t *testing.T) {
 		return r.State == watermark.StateHydrated && r.Snapshot != nil && r.Snapshot.Attempt >= 2
 	})
 	t.Logf("big hydrated on attempt %d after the restart", hyd.Snapshot.Attempt)
-	stopWriter()
-	stopWriter = nil
+	a.stopWriter()
 	e.waitFor(p2, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
 
 	for _, s := range []change.ExportID{smallA, smallB} {

@@ -1,41 +1,23 @@
 package fault
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/cdc/integration/testenv"
 )
-
-// lockedBuffer collects the output of every cdc run of a scenario.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // supervisor runs cdc the way a container runtime would: started again after every exit,
 // whether the test killed it or it died on its own.
 type supervisor struct {
 	t    testing.TB
 	vars map[string]string
-	log  *lockedBuffer
+	log  *testenv.LogBuffer
 
 	cmd  *exec.Cmd
 	done chan error
@@ -48,7 +30,7 @@ type supervisor struct {
 
 func newSupervisor(t testing.TB, vars map[string]string) *supervisor {
 	t.Helper()
-	s := &supervisor{t: t, vars: vars, log: &lockedBuffer{}}
+	s := &supervisor{t: t, vars: vars, log: &testenv.LogBuffer{}}
 	t.Cleanup(func() {
 		if s.running() {
 			_ = s.cmd.Process.Kill()

@@ -91,10 +91,8 @@ func (t *Tracker) CheckpointAt(end change.LSN) (change.LSN, bool) {
 // durable, when it moved since the last one returned. Like Due's records, it is in flight until
 // Published.
 func (t *Tracker) Checkpoint() (change.LSN, bool) {
-	if !t.hasSD || t.sd <= t.cpReturned {
+	if !t.hasSD {
 		return 0, false
 	}
-	t.cpReturned = t.sd
-	t.cpPending, t.hasCPPending = t.sd, true
-	return t.sd, true
+	return t.CheckpointAt(t.sd)
 }
