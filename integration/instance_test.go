@@ -161,7 +161,7 @@ func holdSlot(ctx context.Context, url, slot string) error {
 func TestReplicationCutKeepsCopy(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	a := e.startAddedCopy(400_000)
+	a := e.startAddedCopy(400_000, "chunked")
 	rec, p := a.rec, a.p
 	c := e.conn()
 	cuts := 0

@@ -46,7 +46,10 @@ type Env struct {
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
-	SnapshotWorkers string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY workers per snapshot (1 to 64)"`
+	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
+	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
+	SnapshotMaxRows   string `env:"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND" envDefault:"0" desc:"cap on the rows all copies read per second together, to spare the primary (0 = unlimited)"`
+	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 2 MiB of the table each, 1,000 to 20,000 rows; at most 1,000,000)"`
 
 	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
 	WatermarkInterval       string `env:"CDC_WATERMARK_INTERVAL" envDefault:"1s" desc:"how often watermark records are written (at least 10ms)"`
@@ -55,7 +58,8 @@ type Env struct {
 	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
-	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(disabled)" desc:"host:port serving Prometheus metrics on /metrics, e.g. 127.0.0.1:9187"`
+	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: Prometheus metrics on /metrics, POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
+	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 }
@@ -128,25 +132,28 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	}
 	s := Settings{
 		Pipeline: pipeline.Config{
-			PGURL:                   c.pgURL(e.PGURL, getenv),
-			Publication:             c.identifier("CDC_PUBLICATION", e.Publication),
-			Tables:                  c.tables(e.Tables, prefix),
-			Slot:                    c.slot(e.Slot),
-			Brokers:                 c.brokers(e.KafkaBrokers),
-			TopicPrefix:             prefix,
-			TopicPartitions:         int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
-			ReplicationFactor:       int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
-			WatermarkTopic:          c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
-			Delivery:                oneOf(&c, "CDC_DELIVERY", e.Delivery, pipeline.ExactlyOnce, pipeline.AtLeastOnce),
-			TransactionTimeout:      c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
-			SnapshotWorkers:         int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
-			WatermarkMode:           oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
-			WatermarkInterval:       c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
-			PublicationPollInterval: c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
-			HoldMemory:              c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
-			SpillDir:                spillDir,
-			SlotWaitTimeout:         c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
-			MetricsAddr:             c.metricsAddr(e.MetricsAddr),
+			PGURL:                    c.pgURL(e.PGURL, getenv),
+			Publication:              c.identifier("CDC_PUBLICATION", e.Publication),
+			Tables:                   c.tables(e.Tables, prefix),
+			Slot:                     c.slot(e.Slot),
+			Brokers:                  c.brokers(e.KafkaBrokers),
+			TopicPrefix:              prefix,
+			TopicPartitions:          int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
+			ReplicationFactor:        int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
+			WatermarkTopic:           c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
+			Delivery:                 oneOf(&c, "CDC_DELIVERY", e.Delivery, pipeline.ExactlyOnce, pipeline.AtLeastOnce),
+			TransactionTimeout:       c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
+			SnapshotWorkers:          int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
+			SnapshotStrategy:         oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, pipeline.StrategyChunked, pipeline.StrategyCopy),
+			SnapshotMaxRowsPerSecond: int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, "")),
+			SnapshotChunkRows:        int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, "")),
+			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
+			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
+			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
+			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
+			SpillDir:                 spillDir,
+			SlotWaitTimeout:          c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
+			HTTPAddr:                 c.httpAddr(e.HTTPAddr, e.MetricsAddr),
 		},
 		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
 	}
@@ -458,9 +465,18 @@ func (c *checker) brokers(s string) []string {
 	return out
 }
 
-func (c *checker) metricsAddr(s string) string {
+// httpAddr checks CDC_HTTP_ADDR, or its older name CDC_METRICS_ADDR.
+func (c *checker) httpAddr(s, old string) string {
+	name := "CDC_HTTP_ADDR"
+	switch {
+	case s != "" && old != "" && s != old:
+		c.add("CDC_METRICS_ADDR", old, "is the older name of CDC_HTTP_ADDR, which says %q: set one of them", s)
+		return ""
+	case s == "":
+		s, name = old, "CDC_METRICS_ADDR"
+	}
 	if s != "" && !validHostPort(s, true) {
-		c.add("CDC_METRICS_ADDR", s, "want host:port (or :port for every interface) with a port from 1 to 65535")
+		c.add(name, s, "want host:port (or :port for every interface) with a port from 1 to 65535")
 		return ""
 	}
 	return s

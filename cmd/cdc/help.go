@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-const usage = `Usage: cdc [run|help|watermarks|version]
+const usage = `Usage: cdc [run|help|watermarks|resnapshot schema.table|version]
 
 Tidemark streams every row change of a PostgreSQL publication to Kafka, one topic per table,
 with per-table watermark records.
@@ -15,6 +15,9 @@ with per-table watermark records.
 Commands:
   run         stream changes (the default)
   watermarks  print the latest watermark record of every table
+  resnapshot schema.table
+              copy one table again while the service runs (asks the running service at
+              CDC_HTTP_ADDR), e.g. after a consumer lost its state
   help        print this text
   version     print the version
 

@@ -8,10 +8,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 )
 
@@ -49,6 +54,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	case "version", "--version":
 		fmt.Fprintln(stdout, "tidemark cdc", version)
 		return exitOK
+	case "resnapshot":
+		return resnapshot(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "watermarks":
 	default:
 		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n", cmd)
@@ -88,4 +95,49 @@ func newLogger(w io.Writer, s Settings) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// resnapshot asks the running service to copy one table again: POST
+// /exports/<table>/resnapshot on its HTTP address.
+func resnapshot(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "cdc resnapshot: want one table: cdc resnapshot schema.table")
+		return exitConfig
+	}
+	e, err := change.ParseExportID(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
+		return exitConfig
+	}
+	addr := getenv("CDC_HTTP_ADDR")
+	if addr == "" {
+		addr = getenv("CDC_METRICS_ADDR")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		fmt.Fprintln(stderr, "cdc resnapshot: set CDC_HTTP_ADDR to the running service's HTTP address (host:port)")
+		return exitConfig
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	u := "http://" + net.JoinHostPort(host, port) + "/exports/" + url.PathEscape(e.String()) + "/resnapshot"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
+		return exitFailed
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc resnapshot: the service at %s does not answer: %v\n", net.JoinHostPort(host, port), err)
+		return exitFailed
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusAccepted {
+		fmt.Fprintf(stderr, "cdc resnapshot: %s: %s", resp.Status, body)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "%s", body)
+	return exitOK
 }

@@ -72,9 +72,13 @@ const (
 	KindRemoved
 	// KindFailed says Export stopped on a permanent error (Err).
 	KindFailed
+	// KindChunk is one chunk of Export's chunked copy (Chunk), published by the replication
+	// stage at the stream position where its high marker arrived. It does not move the stream
+	// position.
+	KindChunk
 )
 
-var kindNames = [...]string{"", "txn", "progress", "held", "snapshot", "snapshot-done", "hydrated", "removed", "failed"}
+var kindNames = [...]string{"", "txn", "progress", "held", "snapshot", "snapshot-done", "hydrated", "removed", "failed", "chunk"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -95,6 +99,7 @@ type Unit struct {
 	Rows    int       // snapshot rows in this unit
 	Records []Record
 	Err     string // KindFailed
+	Chunk   *Chunk // KindChunk
 }
 
 // Bytes estimates the memory held by the unit's records.

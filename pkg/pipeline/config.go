@@ -16,6 +16,18 @@ const (
 	AtLeastOnce Delivery = "at-least-once"
 )
 
+// SnapshotStrategy is how a table's rows are copied.
+type SnapshotStrategy string
+
+// Snapshot strategies.
+const (
+	// StrategyChunked copies a table in key-range chunks, each read in a short transaction of
+	// its own and merged with the stream: resumable, and no long transaction.
+	StrategyChunked SnapshotStrategy = "chunked"
+	// StrategyCopy copies the tables added together under one exported snapshot.
+	StrategyCopy SnapshotStrategy = "copy"
+)
+
 // WatermarkMode says how watermarks of different exports relate (see pkg/watermark).
 type WatermarkMode string
 
@@ -52,6 +64,15 @@ type Config struct {
 	TransactionTimeout time.Duration
 
 	SnapshotWorkers int
+	// SnapshotStrategy is how tables are copied: StrategyChunked (default) or StrategyCopy.
+	// Tables without a key, and tables whose topic needs reconciling (added again, or whose
+	// earlier copy never finished), are copied with StrategyCopy either way.
+	SnapshotStrategy SnapshotStrategy
+	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited.
+	SnapshotMaxRowsPerSecond int
+	// SnapshotChunkRows is the rows of one chunk (chunked strategy); 0 sizes chunks by the
+	// table's row width.
+	SnapshotChunkRows int
 
 	WatermarkMode     WatermarkMode
 	WatermarkInterval time.Duration
@@ -67,8 +88,9 @@ type Config struct {
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
 	StandbyPoll time.Duration
 
-	// MetricsAddr, when set, serves Prometheus metrics on /metrics (e.g. "127.0.0.1:9187").
-	MetricsAddr string
+	// HTTPAddr, when set, serves Prometheus metrics on /metrics and the control endpoints
+	// (POST /exports/{export}/resnapshot) (e.g. "127.0.0.1:9187").
+	HTTPAddr string
 
 	Logger *slog.Logger
 }

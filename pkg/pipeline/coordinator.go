@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -29,6 +31,8 @@ type coordinator struct {
 	log   *slog.Logger
 	sink  *sink.Sink
 	repl  *replication.Stage
+	// chunker runs the chunked copies.
+	chunker *snapshot.Chunker
 	topic func(change.ExportID) string
 	// rehydrate asks the poller to hydrate an export again (snapshot restart).
 	rehydrate func(change.ExportID)
@@ -50,7 +54,8 @@ type coordinator struct {
 var (
 	_ sink.Progress     = (*coordinator)(nil)
 	_ replication.Hooks = (*coordinator)(nil)
-	_ snapshot.Hooks    = (*coordinator)(nil)
+	_ snapshot.Hooks      = (*coordinator)(nil)
+	_ snapshot.ChunkHooks = (*coordinator)(nil)
 )
 
 // Durable applies units the sink made durable, in order, and returns the watermark records due.
@@ -74,6 +79,9 @@ func (c *coordinator) Durable(units []*change.Unit, offsets sink.Offsets) []chan
 			c.tracker.Removed(u.Export, u.End)
 		case change.KindFailed:
 			c.tracker.Failed(u.Export, u.Err)
+			c.chunker.Stop(u.Export)
+		case change.KindChunk:
+			c.tracker.ChunkDone(u.Export, u.Chunk, now)
 		}
 	}
 	recs := c.tracker.Due(now, func(topic string) map[int32]int64 { return offsets[topic] })
@@ -224,6 +232,7 @@ func (c *coordinator) Restart(e change.ExportID, reason string) {
 func (c *coordinator) Failed(e change.ExportID, err error) {
 	c.log.Error("export failed", "export", e.String(), "err", err)
 	c.repl.Fail(e)
+	c.chunker.Stop(e)
 	c.mu.Lock()
 	c.tracker.Failed(e, err.Error())
 	c.mu.Unlock()
@@ -234,4 +243,86 @@ func (c *coordinator) status() []watermark.ExportStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.tracker.Status()
+}
+
+// Chunked copies: the chunker's hooks go to the replication stage, which merges the chunks
+// with the stream.
+
+func (c *coordinator) OpenWindow(id uint64, e change.ExportID, seq int) { c.repl.OpenWindow(id, e, seq) }
+func (c *coordinator) ChunkRead(id uint64, u *change.Unit, release func()) {
+	c.repl.ChunkRead(id, u, release)
+}
+func (c *coordinator) AbandonWindow(id uint64)                   { c.repl.AbandonWindow(id) }
+func (c *coordinator) CopyComplete(e change.ExportID, total int) { c.repl.CopyComplete(e, total) }
+
+// startChunked starts a chunked copy of each of exports that can take one (chunked strategy,
+// a key, nothing to reconcile) and returns the others, which take a copy. conn reads their
+// schemas.
+func (c *coordinator) startChunked(ctx context.Context, conn *pgx.Conn, exports []change.ExportID) ([]change.ExportID, error) {
+	if c.cfg.SnapshotStrategy != StrategyChunked {
+		return exports, nil
+	}
+	var rest, chunked []change.ExportID
+	var specs []sink.TopicSpec
+	for _, e := range exports {
+		t, err := snapshot.LoadTable(ctx, conn, e)
+		if err != nil {
+			// Missing or unsupported: the copy path reports it for this export alone.
+			rest = append(rest, e)
+			continue
+		}
+		c.mu.Lock()
+		can := c.tracker.CanChunk(e)
+		c.mu.Unlock()
+		if len(t.KeyColumns()) == 0 || !can {
+			rest = append(rest, e)
+			continue
+		}
+		chunked = append(chunked, e)
+		specs = append(specs, sink.TopicSpec{Name: c.topic(e), Compact: true})
+	}
+	if len(chunked) == 0 {
+		return rest, nil
+	}
+	if err := c.sink.EnsureTopics(ctx, specs); err != nil {
+		return nil, err
+	}
+	for _, e := range chunked {
+		topic := c.topic(e)
+		c.mu.Lock()
+		attempt := c.tracker.StartChunked(e, topic, 0, c.sink.EndOffsets(topic), time.Now())
+		c.mu.Unlock()
+		if err := c.repl.StartChunking(ctx, e); err != nil {
+			return nil, err
+		}
+		c.chunker.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
+		c.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
+	}
+	return rest, nil
+}
+
+// errUnknownExport: a re-copy of a table that is not exported.
+var errUnknownExport = errors.New("not an exported table")
+
+// resnapshot copies e again (a consumer lost its state): its rows are published again, with
+// the copy strategy e takes, and rows its topic holds that the table no longer has are deleted
+// as for any re-added table. e must be hydrated.
+func (c *coordinator) resnapshot(e change.ExportID) error {
+	c.mu.Lock()
+	var st *watermark.ExportStatus
+	for _, s := range c.tracker.Status() {
+		if s.Export == e && !s.Restored {
+			st = &s
+			break
+		}
+	}
+	c.mu.Unlock()
+	switch {
+	case st == nil:
+		return fmt.Errorf("%s: %w", e, errUnknownExport)
+	case st.State != watermark.StateHydrated:
+		return fmt.Errorf("%s is %s, not hydrated: only a hydrated table can be copied again", e, st.State)
+	}
+	c.rehydrate(e)
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -48,8 +49,8 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	reg := &lifeRegistry{base: prometheus.NewRegistry()}
 	reg.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.MetricsAddr != "" {
-		stop, err := serveMetrics(cfg.MetricsAddr, reg, log)
+	if cfg.HTTPAddr != "" {
+		stop, err := serveHTTP(cfg.HTTPAddr, reg, log)
 		if err != nil {
 			return fatal(err)
 		}
@@ -128,6 +129,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.SnapshotWorkers <= 0 {
 		cfg.SnapshotWorkers = 4
 	}
+	if cfg.SnapshotStrategy == "" {
+		cfg.SnapshotStrategy = StrategyChunked
+	}
 	if cfg.StandbyPoll <= 0 {
 		cfg.StandbyPoll = time.Second
 	}
@@ -137,13 +141,37 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-func serveMetrics(addr string, reg prometheus.Gatherer, log *slog.Logger) (func(), error) {
+// serveHTTP serves the metrics of reg's current life, the profiles and the control endpoints.
+func serveHTTP(addr string, reg *lifeRegistry, log *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics listener on %s: %w", addr, err)
+		return nil, fmt.Errorf("http listener on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /exports/{export}/resnapshot", func(w http.ResponseWriter, r *http.Request) {
+		e, err := change.ParseExportID(r.PathValue("export"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c := reg.coord.Load()
+		if c == nil {
+			http.Error(w, "the pipeline is not running", http.StatusServiceUnavailable)
+			return
+		}
+		if err := c.resnapshot(e); err != nil {
+			code := http.StatusConflict
+			if errors.Is(err, errUnknownExport) {
+				code = http.StatusNotFound
+			}
+			http.Error(w, err.Error(), code)
+			return
+		}
+		log.Info("re-copy requested", "export", e.String())
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintf(w, "re-copy of %s started\n", e)
+	})
 	// Profiles on the same (operator-chosen, loopback by default) address.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -255,6 +283,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 
 	topic := func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }
+	// The WAL markers of this life's chunked copies: earlier lives and other instances write
+	// their own.
+	markerTag := fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
+	limiter := snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond)
 	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
 		// Room for the key and headers within what Kafka accepts.
 		MaxRecordBytes: sink.MaxRecordBytes - 64<<10}
@@ -277,14 +309,33 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		SessionParams: snapshot.SessionParams(),
 		HoldMemory:    cfg.HoldMemory,
 		SpillDir:      cfg.SpillDir,
+		MarkerTag:     markerTag,
 		Codec:         codecCfg,
 		Logger:        log,
 	}, coord)
 	coord.repl = repl
+	snapCfg := snapshot.Config{
+		ConnString:      cfg.PGURL,
+		Workers:         cfg.SnapshotWorkers,
+		SlotPrefix:      cfg.Slot,
+		Codec:           codecCfg,
+		BatchBytes:      snapshotBatchBytes,
+		SlotWaitTimeout: cfg.SlotWaitTimeout,
+		Limiter:         limiter,
+		ChunkRows:       cfg.SnapshotChunkRows,
+		Logger:          log,
+		Registerer:      reg,
+	}
+	chunker, err := snapshot.NewChunker(snapCfg, markerTag, coord)
+	if err != nil {
+		return fatal(err)
+	}
+	coord.chunker = chunker
 
 	// Hydrated exports still published resume; their topics must exist.
 	var specs []sink.TopicSpec
 	positions := make(map[change.ExportID]change.LSN)
+	var chunkJobs []snapshot.ChunkJob
 	for e, p := range resume {
 		if _, ok := published[e]; !ok {
 			// Left the publication while we were down: its final record.
@@ -292,10 +343,17 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			log.Info("table left the publication while stopped", "export", e.String())
 			continue
 		}
-		positions[e] = p
 		t, err := snapshot.LoadTable(ctx, conn, e)
 		if err != nil {
 			return err
+		}
+		if a, after, ok := tracker.Chunked(e); ok {
+			// A chunked copy goes on after its last durable chunk.
+			repl.ResumeChunking(e, p)
+			chunkJobs = append(chunkJobs, snapshot.ChunkJob{Export: e, Attempt: a, ResumeAfter: after})
+			log.Info("chunked copy resumes", "export", e.String(), "attempt", a, "after", fmt.Sprint(after))
+		} else {
+			positions[e] = p
 		}
 		specs = append(specs, sink.TopicSpec{Name: topic(e), Compact: len(t.KeyColumns()) > 0})
 	}
@@ -303,23 +361,20 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	repl.Resume(positions)
+	for _, j := range chunkJobs {
+		chunker.Add(j)
+		positions[j.Export] = 0 // known to the poller
+	}
 
-	snap, err := snapshot.New(snapshot.Config{
-		ConnString:      cfg.PGURL,
-		Workers:         cfg.SnapshotWorkers,
-		SlotPrefix:      cfg.Slot,
-		Codec:           codecCfg,
-		BatchBytes:      snapshotBatchBytes,
-		SlotWaitTimeout: cfg.SlotWaitTimeout,
-		Logger:          log,
-		Registerer:      reg,
-	}, coord)
+	snap, err := snapshot.New(snapCfg, coord)
 	if err != nil {
 		return fatal(err)
 	}
 
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, repl, positions, log)
 	poll.holding = coord.holding
+	poll.chunk = coord.startChunked
+	poll.stop = chunker.Stop
 	coord.rehydrate = poll.rehydrate
 	coord.pollNow = poll.wake
 
@@ -352,8 +407,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	g.Go(func() error { return snap.Run(gctx, poll.requests, bulk) })
 	g.Go(func() error { return poll.run(gctx) })
 	g.Go(func() error { return coord.runReconciles(gctx, units) })
+	g.Go(func() error { return chunker.Run(gctx) })
+	life.coord.Store(coord)
+	defer life.coord.Store(nil)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(positions),
-		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery))
+		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
 	err = g.Wait()
 
 	// Orderly stop: the stages have stopped sending; let the sink drain what it has.
@@ -473,6 +531,8 @@ func checkSlot(cfg Config, slot slotInfo, resume map[change.ExportID]change.LSN,
 type lifeRegistry struct {
 	base    *prometheus.Registry
 	current atomic.Pointer[prometheus.Registry]
+	// coord is the current life's coordinator while its stages run (the control endpoints).
+	coord atomic.Pointer[coordinator]
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {

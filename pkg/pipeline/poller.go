@@ -25,6 +25,10 @@ type poller struct {
 	connect func(context.Context) (*pgx.Conn, error)
 	// holding tells the tracker which exports are about to be held (coordinator.holding).
 	holding func([]change.ExportID)
+	// chunk starts chunked copies of the exports that can take one and returns the others
+	// (coordinator.startChunked); stop ends an export's chunked copy.
+	chunk   func(context.Context, *pgx.Conn, []change.ExportID) ([]change.ExportID, error)
+	stop    func(change.ExportID)
 	repl    *replication.Stage
 	log     *slog.Logger
 
@@ -137,6 +141,7 @@ func (p *poller) poll(ctx context.Context) error {
 			return fmt.Errorf("read WAL position: %w", err)
 		}
 		p.log.Info("table left the publication", "export", e.String(), "at", at.String())
+		p.stop(e)
 		p.repl.Remove(e, at)
 		delete(p.known, e)
 	}
@@ -146,6 +151,18 @@ func (p *poller) poll(ctx context.Context) error {
 	slices.SortFunc(added, compareExport)
 	if err := change.CheckTopicCollisions(p.cfg.TopicPrefix, append(p.knownList(), added...)); err != nil {
 		return fatal(err)
+	}
+	copied, err := p.chunk(ctx, p.conn, added)
+	if err != nil {
+		return err
+	}
+	for _, e := range added {
+		if !slices.Contains(copied, e) {
+			p.known[e] = true
+		}
+	}
+	if added = copied; len(added) == 0 {
+		return nil
 	}
 	// Hold their changes before the snapshot's slot exists, so nothing falls in between. One
 	// still hydrated (added again before its removal took effect) stops advancing first.

@@ -35,8 +35,11 @@ type Config struct {
 	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest.
 	HoldMemory int64
 	SpillDir   string
-	Codec      codec.Config
-	Logger     *slog.Logger
+	// MarkerTag names this process in the WAL markers of chunked copies (change.ChunkMarker);
+	// markers of other tags are ignored.
+	MarkerTag string
+	Codec     codec.Config
+	Logger    *slog.Logger
 }
 
 // Hooks is what the stage needs from the pipeline.
@@ -315,7 +318,8 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 	}
 	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", escapeLiteral(s.cfg.Publication))}
 	if version >= 140000 {
-		args = append(args, "streaming 'off'")
+		// messages: the WAL markers of chunked copies.
+		args = append(args, "streaming 'off'", "messages 'true'")
 	}
 	return start, interval, args, nil
 }

@@ -20,6 +20,7 @@ const (
 	routeReleasing            // copy durable; release once the stream passes C
 	routeRemoving             // left the publication; routed until the stream passes removeAt
 	routeGone                 // removed or failed: dropped
+	routeChunking             // copied in chunks: changes flow directly, chunks merge in windows
 )
 
 type route struct {
@@ -33,6 +34,8 @@ type route struct {
 	hold *holdBuffer
 	// removeAt is the server WAL position at which the removal was noticed.
 	removeAt change.LSN
+	// chunks: the chunked copy of a routeChunking export.
+	chunks *chunking
 }
 
 type relation struct {
@@ -53,6 +56,8 @@ type txn struct {
 	src     codec.Source
 	records []change.Record
 	held    map[change.ExportID]*change.Unit
+	// touched: keys changed by the transaction, of exports with open chunk windows.
+	touched map[change.ExportID][][]byte
 }
 
 // streamState is owned by the stream goroutine.
@@ -72,14 +77,17 @@ type streamState struct {
 	// resumeAt is the stream position when the connection was last re-established:
 	// transactions committing below it were handled on an earlier connection.
 	resumeAt change.LSN
+	// windows of chunked copies, by chunk id.
+	windows map[uint64]*window
 }
 
 // reconnected prepares the state for a new connection that resumes at the stream position:
 // the transaction that was open when the old one broke is discarded (the server sends it again,
 // whole), and anything committing below the position is skipped if the server sends it again.
 func (st *streamState) reconnected() {
-	st.tx = txn{held: st.tx.held}
+	st.tx = txn{held: st.tx.held, touched: st.tx.touched}
 	clear(st.tx.held)
+	clear(st.tx.touched)
 	st.resumeAt = st.pos
 }
 
@@ -97,6 +105,7 @@ func (st *streamState) close() {
 		if r.hold != nil {
 			r.hold.Close()
 		}
+		st.dropWindows(r)
 	}
 }
 
@@ -180,6 +189,9 @@ func (st *streamState) yield() error {
 			}
 		}
 	}
+	if err := st.chunkingCheck(); err != nil {
+		return err
+	}
 	if st.pos > st.emitted {
 		return st.emit(&change.Unit{Kind: change.KindProgress, End: st.pos})
 	}
@@ -227,11 +239,14 @@ func (st *streamState) handle(data []byte) error {
 func (st *streamState) message(msg pglogrepl.Message) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
-		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held, replay: change.LSN(m.FinalLSN) < st.resumeAt}
+		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held, touched: st.tx.touched, replay: change.LSN(m.FinalLSN) < st.resumeAt}
 		clear(st.tx.held)
+		clear(st.tx.touched)
 		st.tx.src = codec.Source{LSN: change.LSN(m.FinalLSN), Xid: m.Xid, Time: m.CommitTime}
 	case *pglogrepl.CommitMessage:
 		return st.commit(m)
+	case *pglogrepl.LogicalDecodingMessage:
+		return st.marker(m)
 	case *pglogrepl.RelationMessage:
 		return st.relation(m)
 	case *pglogrepl.InsertMessage:
@@ -336,11 +351,15 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	src.Seq = st.tx.seq
 	var err error
 	switch r.state {
-	case routeHydrated, routeRemoving:
+	case routeHydrated, routeRemoving, routeChunking:
 		if st.tx.commit < r.replayBelow {
 			return nil
 		}
+		n := len(st.tx.records)
 		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
+		if err == nil && r.chunks != nil {
+			st.touch(rel.export, r, st.tx.records[n:])
+		}
 	case routeHolding, routeReleasing:
 		if r.hasC && st.tx.commit < r.c {
 			return nil
@@ -375,6 +394,7 @@ func (st *streamState) failExport(e change.ExportID, topic string, err error) {
 	}
 	st.tx.records = kept
 	delete(st.tx.held, e)
+	delete(st.tx.touched, e)
 	st.fail(e)
 	st.failed = append(st.failed, &change.Unit{Kind: change.KindFailed, Export: e, Err: err.Error()})
 }
@@ -392,8 +412,9 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 		}
 	}
 	clear(st.tx.held)
+	st.noteKeys()
 	recs, xid := st.tx.records, st.tx.xid
-	st.tx = txn{held: st.tx.held}
+	st.tx = txn{held: st.tx.held, touched: st.tx.touched}
 	// Register the transaction's records with the sink before the position passes its end.
 	if len(recs) > 0 {
 		if err := st.emit(&change.Unit{
@@ -443,8 +464,11 @@ func tupleValues(t *pglogrepl.TupleData, ncols int) ([][]byte, []bool, error) {
 
 func (st *streamState) detect(exports []change.ExportID) {
 	for _, e := range exports {
-		if r, ok := st.routes[e]; ok && r.hold != nil {
-			r.hold.Close()
+		if r, ok := st.routes[e]; ok {
+			if r.hold != nil {
+				r.hold.Close()
+			}
+			st.dropWindows(r)
 		}
 		st.routes[e] = &route{state: routeHolding, hold: newHoldBuffer(st.s.cfg.HoldMemory, st.s.cfg.SpillDir)}
 	}
@@ -483,10 +507,11 @@ func (st *streamState) remove(e change.ExportID, at change.LSN) {
 	if !ok {
 		return
 	}
-	if r.state != routeHydrated {
+	if r.state != routeHydrated && r.state != routeChunking {
 		// Never hydrated: nothing of it was published directly; drop what it held.
 		r.replayBelow = ^change.LSN(0)
 	}
+	st.dropWindows(r)
 	if r.hold != nil {
 		r.hold.Close()
 		r.hold = nil
@@ -500,6 +525,7 @@ func (st *streamState) fail(e change.ExportID) {
 			r.hold.Close()
 			r.hold = nil
 		}
+		st.dropWindows(r)
 		r.state = routeGone
 	}
 }

@@ -220,7 +220,7 @@ func (s *Sink) abort(ctx context.Context) error {
 func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error {
 	b.units = append(b.units, u)
 	b.bytes += u.Bytes()
-	if u.Kind == change.KindSnapshot {
+	if u.Kind == change.KindSnapshot || u.Kind == change.KindChunk {
 		b.limit = min(b.limit, s.cfg.MaxBulkBatchBytes)
 	}
 	for i := range u.Records {

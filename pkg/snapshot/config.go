@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/secret"
@@ -51,6 +52,13 @@ type Config struct {
 	ProgressInterval time.Duration
 	// SlotWaitTimeout bounds the wait of slot creation for open transactions; default 5m.
 	SlotWaitTimeout time.Duration
+	// Limiter caps the rows all copies read per second together
+	// (CDC_SNAPSHOT_MAX_ROWS_PER_SECOND, see NewLimiter); nil is unlimited. Give the stage and
+	// the chunker the same one.
+	Limiter *rate.Limiter
+	// ChunkRows is the rows of one chunk of a chunked copy; 0 sizes chunks at about 2 MiB of
+	// the table's heap each, between 1,000 and 20,000 rows.
+	ChunkRows int
 	// Logger receives the stage's logs; default slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the stage's metrics; nil registers nothing.
@@ -124,6 +132,9 @@ func parseConnConfig(s string) (*pgx.ConnConfig, error) {
 func workerConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
 	cc := base.Copy()
 	cc.RuntimeParams = mergeParams(cc.RuntimeParams, nil)
+	if _, ok := cc.RuntimeParams["application_name"]; !ok {
+		cc.RuntimeParams["application_name"] = "tidemark-snapshot"
+	}
 	cc.BuildContextWatcherHandler = cancelOnServer
 	return cc
 }

@@ -308,6 +308,11 @@ func (rw *rowWriter) flush() error {
 		return err
 	}
 	rw.e.progress.add(rw.rows, time.Now())
+	if l := rw.w.s.cfg.Limiter; l != nil {
+		if err := l.WaitN(rw.ctx, min(rw.rows, l.Burst())); err != nil {
+			return err
+		}
+	}
 	rw.batch, rw.rows, rw.bytes = nil, 0, 0
 	return nil
 }

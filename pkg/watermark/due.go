@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"maps"
+	"math"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -54,6 +55,9 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 			Snapshot:     x.snap.clone(),
 			Time:         now.UTC(),
 		}
+		if x.state == StateHydrating && r.Snapshot != nil {
+			r.Snapshot.RowsPerSecond, r.Snapshot.ETASeconds = t.rate(x, now)
+		}
 		if x.state == StateFailed {
 			r.Error = x.err
 		}
@@ -65,8 +69,8 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 		if !x.hasPending {
 			t.pending = append(t.pending, x)
 		}
-		x.hasPending, x.pendingState, x.pendingPos = true, x.state, pos
-		if x.state == StateHydrated && (!x.hasPendingHyd || pos < x.pendingHydMin) {
+		x.hasPending, x.pendingState, x.pendingStreams, x.pendingPos = true, x.state, x.streams(), pos
+		if x.streams() && (!x.hasPendingHyd || pos < x.pendingHydMin) {
 			x.hasPendingHyd, x.pendingHydMin = true, pos
 		}
 	}
@@ -96,7 +100,7 @@ func (t *Tracker) due(x *export, w *change.LSN, pos change.LSN, now time.Time) b
 // Checkpoint so far are durable in Kafka. Only now do their positions count for Confirmable.
 func (t *Tracker) Published() {
 	for _, x := range t.pending {
-		x.durable, x.durableState, x.durablePos = true, x.pendingState, x.pendingPos
+		x.durable, x.durableState, x.durableStreams, x.durablePos = true, x.pendingState, x.pendingStreams, x.pendingPos
 		x.hasPending, x.hasPendingHyd = false, false
 	}
 	t.pending = t.pending[:0]
@@ -156,4 +160,20 @@ func (t *Tracker) global() *change.LSN {
 		t.globalW = maxLSN(t.globalW, &lowest)
 	}
 	return t.globalW
+}
+
+// rate returns the copy rate of x's current attempt in this process (rows per second, 0 while
+// unknown) and the estimated seconds left (nil while unknown).
+func (t *Tracker) rate(x *export, now time.Time) (float64, *float64) {
+	elapsed := now.Sub(x.lifeStart).Seconds()
+	if x.lifeStart.IsZero() || elapsed < 0.5 || x.lifeRows == 0 {
+		return 0, nil
+	}
+	r := float64(x.lifeRows) / elapsed
+	left := max(float64(x.snap.RowsEstimated-x.snap.RowsCopied), 0)
+	if x.snap.FinishedAt != nil {
+		left = 0
+	}
+	eta := math.Round(left/r*10) / 10
+	return math.Round(r), &eta
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -39,11 +40,23 @@ type Record struct {
 
 // SnapshotInfo describes the export's current (or, once hydrated, last) snapshot attempt.
 type SnapshotInfo struct {
-	Attempt         int        `json:"attempt"`
+	Attempt int `json:"attempt"`
+	// Strategy is StrategyCopy or StrategyChunked (absent in records of earlier versions: copy).
+	Strategy string `json:"strategy,omitempty"`
+	// ConsistentPoint is C of a copy (0/0 for a chunked copy, whose chunks each read the table
+	// at their own position).
 	ConsistentPoint change.LSN `json:"consistent_point"`
 	RowsCopied      int64      `json:"rows_copied"`
 	RowsEstimated   int64      `json:"rows_estimated"`
-	StartedAt       time.Time  `json:"started_at"`
+	// ChunksDone and ResumeAfter: a chunked copy's durable chunks and the key after which it
+	// goes on (the text of each key column; null before the first chunk).
+	ChunksDone  int      `json:"chunks_done,omitempty"`
+	ResumeAfter []string `json:"resume_after,omitempty"`
+	// RowsPerSecond and ETASeconds: the copy's rate in the running process and the time it
+	// expects to need for the rest (from RowsEstimated), while copying.
+	RowsPerSecond float64   `json:"rows_per_second,omitempty"`
+	ETASeconds    *float64  `json:"eta_seconds,omitempty"`
+	StartedAt     time.Time `json:"started_at"`
 	// FinishedAt is when the whole copy was durable; absent while copying.
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 	// StartOffsets are the end offsets of Topic, per partition, when this attempt began.
@@ -54,6 +67,12 @@ type SnapshotInfo struct {
 	// earliest offset (an export removed and added again is reconciled from the beginning).
 	ReconcileFrom map[int32]int64 `json:"reconcile_from,omitempty"`
 }
+
+// Snapshot strategies.
+const (
+	StrategyCopy    = "copy"
+	StrategyChunked = "chunked"
+)
 
 // clone returns a deep copy (nil for nil).
 func (s *SnapshotInfo) clone() *SnapshotInfo {
@@ -66,6 +85,11 @@ func (s *SnapshotInfo) clone() *SnapshotInfo {
 		c.FinishedAt = &f
 	}
 	c.StartOffsets = maps.Clone(s.StartOffsets)
+	c.ResumeAfter = slices.Clone(s.ResumeAfter)
+	if s.ETASeconds != nil {
+		v := *s.ETASeconds
+		c.ETASeconds = &v
+	}
 	c.ReconcileFrom = maps.Clone(s.ReconcileFrom)
 	return &c
 }

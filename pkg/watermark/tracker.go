@@ -80,15 +80,30 @@ type export struct {
 	lastAt    time.Time   // time of the last record
 	owed      bool        // a state transition waits for its record
 
-	// Durability: the last record known durable, and the records in flight.
-	durable       bool
-	durableState  State
-	durablePos    change.LSN
-	hasPending    bool // a record is in flight (returned by Due, not yet Published)
-	pendingState  State
-	pendingPos    change.LSN
-	hasPendingHyd bool
-	pendingHydMin change.LSN // lowest position of an in-flight hydrated record
+	// Durability: the last record known durable, and the records in flight. A record
+	// "streams" when it says hydrated or copying in chunks: after a crash the export resumes
+	// following the stream from its position, so that position pins WAL.
+	durable        bool
+	durableState   State
+	durableStreams bool
+	durablePos     change.LSN
+	hasPending     bool // a record is in flight (returned by Due, not yet Published)
+	pendingState   State
+	pendingStreams bool
+	pendingPos     change.LSN
+	hasPendingHyd  bool
+	pendingHydMin  change.LSN // lowest position of an in-flight record that streams
+
+	// Copy progress in this process: when the current attempt's first rows of this life became
+	// durable, and how many since (rate and ETA of the records).
+	lifeStart time.Time
+	lifeRows  int64
+}
+
+// streams reports whether x's changes flow directly to its topic, so that x has an own position
+// that follows the stream: hydrated, or hydrating by a chunked copy.
+func (x *export) streams() bool {
+	return x.state == StateHydrated || x.state == StateHydrating && x.snap != nil && x.snap.Strategy == StrategyChunked
 }
 
 // NewTracker returns an empty tracker.
@@ -123,7 +138,7 @@ func (t *Tracker) position(x *export) (change.LSN, bool) {
 	if !x.hasPos {
 		return 0, false
 	}
-	if x.state == StateHydrated && t.hasSD {
+	if x.streams() && t.hasSD {
 		return max(x.pos, t.sd), true
 	}
 	return x.pos, true
@@ -154,16 +169,17 @@ func (t *Tracker) Restore(recs []Record) {
 		x := t.get(r.Export)
 		x.topic = r.Topic
 		x.state = r.State
-		x.restored = r.State != StateHydrated
 		x.snap = r.Snapshot.clone()
+		// A chunked copy resumes where it stopped; any other hydrating export starts over.
+		x.restored = !x.streams()
 		x.err = r.Error
 		x.published = maxLSN(x.published, r.Watermark)
 		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(r.Watermark), r.Position, r.Time
-		x.durable, x.durableState, x.durablePos = true, r.State, r.Position
+		x.durable, x.durableState, x.durableStreams, x.durablePos = true, r.State, x.streams(), r.Position
 		x.owed = false
 		// A removed or failed export keeps the position it had when it stopped (0/0 if it was
-		// never hydrated); a hydrating one has none.
-		x.pos, x.hasPos = r.Position, r.State == StateHydrated || (r.State != StateHydrating && r.Position != 0)
+		// never hydrated); a hydrating one has none, unless it copies in chunks.
+		x.pos, x.hasPos = r.Position, x.streams() || (r.State != StateHydrating && r.Position != 0)
 		if r.State == StateHydrated {
 			if r.Watermark == nil {
 				allHaveW = false
@@ -179,13 +195,14 @@ func (t *Tracker) Restore(recs []Record) {
 	}
 }
 
-// Resume returns each hydrated export with its own position: the replay filter of the
-// replication stage (changes in transactions ending at or below it are not published again).
-// Right after Restore these are the restored hydrated exports.
+// Resume returns each export whose changes follow the stream (hydrated, or copying in chunks)
+// with its own position: the replay filter of the replication stage (changes in transactions
+// ending at or below it are not published again). Right after Restore these are the restored
+// hydrated exports and the chunked copies to resume.
 func (t *Tracker) Resume() map[change.ExportID]change.LSN {
 	out := make(map[change.ExportID]change.LSN)
 	for _, x := range t.order {
-		if x.state == StateHydrated {
+		if x.streams() {
 			p, _ := t.position(x)
 			out[x.id] = p
 		}
@@ -222,14 +239,96 @@ func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, 
 	x.err = ""
 	x.snap = &SnapshotInfo{
 		Attempt:         attempt,
+		Strategy:        StrategyCopy,
 		ConsistentPoint: c,
 		RowsEstimated:   estimatedRows,
 		StartedAt:       now.UTC(),
 		StartOffsets:    maps.Clone(startOffsets),
 		ReconcileFrom:   reconcile,
 	}
+	x.lifeStart, x.lifeRows = time.Time{}, 0
 	x.owed = true
 	return attempt
+}
+
+// CanChunk reports whether e may be copied by a chunked copy: it is new, hydrated (a re-copy),
+// or copying in chunks already. A chunked copy reconciles nothing, so an export whose topic
+// holds rows of an unfinished copy or of an earlier life (removed, failed) takes a copy that
+// does (StartHydration).
+func (t *Tracker) CanChunk(e change.ExportID) bool {
+	x, ok := t.exports[e]
+	return !ok || x.streams()
+}
+
+// StartChunked records the start of a chunked copy of e (a new attempt) and returns its attempt
+// number. e's changes flow to its topic from now on: it keeps (or gets) an own position that
+// follows the stream and pins WAL like a hydrated export's, but publishes no watermark until
+// ChunkDone reports its last chunk and Hydrated follows. Call it only when CanChunk(e).
+func (t *Tracker) StartChunked(e change.ExportID, topic string, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
+	x := t.get(e)
+	attempt := 1
+	if x.snap != nil {
+		attempt = x.snap.Attempt + 1
+	}
+	if x.streams() && !x.restored {
+		t.freeze(x) // a re-copy keeps the position it reached
+	} else {
+		x.pos = 0
+	}
+	x.hasPos = true
+	x.topic = topic
+	x.state = StateHydrating
+	x.restored = false
+	x.err = ""
+	x.snap = &SnapshotInfo{
+		Attempt:       attempt,
+		Strategy:      StrategyChunked,
+		RowsEstimated: estimatedRows,
+		StartedAt:     now.UTC(),
+		StartOffsets:  maps.Clone(startOffsets),
+		ReconcileFrom: maps.Clone(startOffsets),
+	}
+	x.lifeStart, x.lifeRows = time.Time{}, 0
+	x.owed = true
+	return attempt
+}
+
+// Chunked returns the progress of e's chunked copy: its attempt and the key after which the
+// copy goes on (nil: from the first key); ok is false unless e is copying in chunks.
+func (t *Tracker) Chunked(e change.ExportID) (attempt int, resumeAfter []string, ok bool) {
+	x := t.hydrating(e)
+	if x == nil || !x.streams() {
+		return 0, nil, false
+	}
+	return x.snap.Attempt, x.snap.ResumeAfter, true
+}
+
+// ChunkDone records that chunk c of e's chunked copy is durable, with the rows it read. Chunks
+// become durable in key order, so the copy resumes after c's range from now on. The record
+// that says so is due at once: in exactly-once mode it commits with the chunk's rows. Ignored
+// unless e is copying in chunks.
+func (t *Tracker) ChunkDone(e change.ExportID, c *change.Chunk, now time.Time) {
+	x := t.hydrating(e)
+	if x == nil || !x.streams() {
+		return
+	}
+	x.snap.ChunksDone++
+	x.snap.RowsCopied += int64(c.Read)
+	x.snap.ResumeAfter = c.Range.To
+	t.countRows(x, int64(c.Read), now)
+	if c.Last() && x.snap.FinishedAt == nil {
+		f := now.UTC()
+		x.snap.FinishedAt = &f
+	}
+	x.owed = true
+}
+
+// countRows adds rows to x's progress in this process.
+func (t *Tracker) countRows(x *export, rows int64, now time.Time) {
+	if x.lifeStart.IsZero() {
+		x.lifeStart = now
+	}
+	x.lifeRows += rows
 }
 
 // Holding records that the replication stage holds e's changes back from now on, before e's
@@ -240,7 +339,7 @@ func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, 
 // again. StartHydration follows.
 func (t *Tracker) Holding(e change.ExportID) {
 	x, ok := t.exports[e]
-	if !ok || x.restored || x.state != StateHydrated {
+	if !ok || x.restored || !x.streams() {
 		return
 	}
 	x.state = StateHydrating
@@ -248,6 +347,7 @@ func (t *Tracker) Holding(e change.ExportID) {
 	if x.snap == nil {
 		x.snap = &SnapshotInfo{}
 	}
+	x.snap.Strategy = StrategyCopy
 	x.snap.ReconcileFrom = map[int32]int64{}
 	x.owed = true
 }
@@ -265,6 +365,7 @@ func (t *Tracker) hydrating(e change.ExportID) *export {
 func (t *Tracker) SnapshotRows(e change.ExportID, rows int64) {
 	if x := t.hydrating(e); x != nil {
 		x.snap.RowsCopied += rows
+		t.countRows(x, rows, time.Now())
 	}
 }
 
@@ -290,6 +391,10 @@ func (t *Tracker) Hydrated(e change.ExportID, at change.LSN) {
 	}
 	switch x.state {
 	case StateHydrating:
+		if x.streams() { // a chunked copy: the position it reached, or more
+			t.freeze(x)
+			at = max(at, x.pos)
+		}
 		x.state = StateHydrated
 		x.pos, x.hasPos = at, true
 		x.owed = true
@@ -315,7 +420,7 @@ func (t *Tracker) Removed(e change.ExportID, at change.LSN) {
 	if x.state == StateRemoved {
 		return
 	}
-	if x.state == StateHydrated && !x.restored {
+	if x.streams() && !x.restored {
 		t.freeze(x)
 		x.pos = max(x.pos, at)
 	}
@@ -332,7 +437,7 @@ func (t *Tracker) Failed(e change.ExportID, reason string) {
 	if (x.state == StateFailed && !x.restored) || x.state == StateRemoved {
 		return
 	}
-	if x.state == StateHydrated && !x.restored {
+	if x.streams() && !x.restored {
 		t.freeze(x)
 	}
 	x.state = StateFailed
@@ -381,14 +486,14 @@ func (t *Tracker) pin(x *export) (change.LSN, bool) {
 			p, have = v, true
 		}
 	}
-	if x.durable && x.durableState == StateHydrated {
+	if x.durable && x.durableStreams {
 		// After a crash it resumes at its record's position or the checkpoint's, the higher.
 		lower(max(x.durablePos, t.cpDurable))
 	}
 	if x.hasPendingHyd {
 		lower(x.pendingHydMin)
 	}
-	if x.state == StateHydrated && !x.restored {
+	if x.streams() && !x.restored {
 		if pos, ok := t.position(x); ok {
 			lower(pos)
 		}

@@ -1,0 +1,303 @@
+package replication
+
+import (
+	"context"
+	"slices"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// A chunked copy merges with the stream through windows. The snapshot stage opens a window for
+// a chunk (OpenWindow) and then writes the chunk's low marker into the WAL, reads the chunk in a
+// short transaction, hands its rows over (ChunkRead) and writes the high marker. From the low
+// marker on, every key of the export that a stream transaction changes is noted in the window.
+// When the high marker arrives and every earlier chunk of the export was published, the chunk's
+// rows are published without the noted keys: the stream already published a change of those
+// that is at least as new as the chunk's read. A chunk whose turn has not come yet keeps its
+// window open, so rows are never published behind a newer change of their key.
+
+// window is the state of one chunk between OpenWindow and its publication.
+type window struct {
+	export change.ExportID
+	seq    int
+	// open: the low marker arrived; keys changed from now on are noted.
+	open bool
+	// high: the high marker arrived; the chunk is published when its turn comes.
+	high      bool
+	touched   map[string]struct{}
+	truncated bool
+	unit      *change.Unit
+	release   func()
+}
+
+// drop releases the window's rows.
+func (w *window) drop() {
+	if w.release != nil {
+		w.release()
+		w.release = nil
+	}
+	w.unit = nil
+}
+
+// chunking is the per-export state of a chunked copy on the stream goroutine.
+type chunking struct {
+	next int // seq of the next chunk to publish
+	// total is the number of chunks of the copy, once CopyComplete told it (-1 before).
+	total int
+	// windows by seq; active counts the open ones (keys are noted only when there are).
+	windows map[int]*window
+	active  int
+}
+
+// OpenWindow registers chunk id (the seq-th of e's chunked copy) before its low marker is
+// written. It does not block; the stage applies it before it handles the marker.
+func (s *Stage) OpenWindow(id uint64, e change.ExportID, seq int) {
+	s.post(func(st *streamState) { st.openWindow(id, e, seq) })
+}
+
+// ChunkRead hands over the rows of chunk id (a KindChunk unit) before its high marker is
+// written. release is called once the stage no longer holds them: published, or dropped
+// because the export stopped. It does not block.
+func (s *Stage) ChunkRead(id uint64, u *change.Unit, release func()) {
+	s.post(func(st *streamState) { st.chunkRead(id, u, release) })
+}
+
+// AbandonWindow forgets chunk id (its read failed; the snapshot stage reads it again under a
+// new id). It does not block.
+func (s *Stage) AbandonWindow(id uint64) {
+	s.post(func(st *streamState) { st.abandonWindow(id) })
+}
+
+// CopyComplete says e's chunked copy has handed over all its chunks, total of them: once the
+// last is published, e is hydrated (a KindHydrated unit). It does not block.
+func (s *Stage) CopyComplete(e change.ExportID, total int) {
+	s.post(func(st *streamState) { st.copyComplete(e, total) })
+}
+
+// StartChunking makes e's changes flow to its topic from now on, for a chunked copy of it (a
+// new export, or a re-copy of a hydrated one, which keeps its replay filter). It returns once
+// the stream goroutine applied it.
+func (s *Stage) StartChunking(ctx context.Context, e change.ExportID) error {
+	return s.call(ctx, func(st *streamState) { st.startChunking(e, 0) })
+}
+
+// ResumeChunking registers an export whose chunked copy resumes after a restart, like Resume:
+// changes in transactions committing below position are not published again. Call it before Run.
+func (s *Stage) ResumeChunking(e change.ExportID, position change.LSN) {
+	s.state.startChunking(e, position)
+}
+
+func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) {
+	r, ok := st.routes[e]
+	if !ok || r.state != routeHydrated {
+		if ok && r.hold != nil {
+			r.hold.Close()
+		}
+		r = &route{replayBelow: replayBelow}
+		st.routes[e] = r
+	}
+	st.dropWindows(r)
+	r.state = routeChunking
+	r.chunks = &chunking{total: -1, windows: make(map[int]*window)}
+}
+
+func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
+	r, ok := st.routes[e]
+	if !ok || r.state != routeChunking {
+		return
+	}
+	if old, ok := r.chunks.windows[seq]; ok { // a retry of the same chunk
+		st.removeWindow(r, old)
+	}
+	w := &window{export: e, seq: seq}
+	r.chunks.windows[seq] = w
+	if st.windows == nil {
+		st.windows = make(map[uint64]*window)
+	}
+	st.windows[id] = w
+}
+
+func (st *streamState) chunkRead(id uint64, u *change.Unit, release func()) {
+	w, ok := st.windows[id]
+	if !ok {
+		release()
+		return
+	}
+	w.unit, w.release = u, release
+}
+
+func (st *streamState) abandonWindow(id uint64) {
+	w, ok := st.windows[id]
+	if !ok {
+		return
+	}
+	delete(st.windows, id)
+	if r, ok := st.routes[w.export]; ok && r.chunks != nil && r.chunks.windows[w.seq] == w {
+		st.removeWindow(r, w)
+	}
+	w.drop()
+}
+
+func (st *streamState) copyComplete(e change.ExportID, total int) {
+	r, ok := st.routes[e]
+	if !ok || r.state != routeChunking {
+		return
+	}
+	r.chunks.total = total
+}
+
+// removeWindow takes w out of r's windows.
+func (st *streamState) removeWindow(r *route, w *window) {
+	delete(r.chunks.windows, w.seq)
+	if w.open {
+		r.chunks.active--
+	}
+	w.drop()
+}
+
+// dropWindows forgets every window of r (the export stops, or its copy starts over).
+func (st *streamState) dropWindows(r *route) {
+	if r.chunks == nil {
+		return
+	}
+	for id, w := range st.windows {
+		if r.chunks.windows[w.seq] == w {
+			delete(st.windows, id)
+		}
+	}
+	for _, w := range r.chunks.windows {
+		w.drop()
+	}
+	r.chunks = nil
+}
+
+// marker handles a logical decoding message: a chunk's low or high marker.
+func (st *streamState) marker(m *pglogrepl.LogicalDecodingMessage) error {
+	if m.Transactional || m.Prefix != change.MarkerPrefix {
+		return nil
+	}
+	id, high, ok := change.ParseChunkMarker(st.s.cfg.MarkerTag, string(m.Content))
+	if !ok {
+		return nil
+	}
+	// The snapshot stage queued the window (and, for a high marker, the rows) before it wrote
+	// the marker: apply what is queued first.
+	st.control()
+	w, ok := st.windows[id]
+	if !ok {
+		return nil // abandoned
+	}
+	r := st.routes[w.export]
+	if r == nil || r.chunks == nil || r.chunks.windows[w.seq] != w {
+		delete(st.windows, id)
+		w.drop()
+		return nil
+	}
+	if !high {
+		if !w.open {
+			w.open = true
+			w.touched = make(map[string]struct{})
+			r.chunks.active++
+		}
+		return nil
+	}
+	if !w.open || w.unit == nil {
+		// Its low marker or rows never reached us: the chunk cannot be merged safely. Its read
+		// failed on the snapshot side, which abandons and reads it again.
+		return nil
+	}
+	w.high = true
+	delete(st.windows, id)
+	return st.publishChunks(w.export, r)
+}
+
+// publishChunks publishes r's chunks whose turn came, in order, and hydrates the export after
+// the last one.
+func (st *streamState) publishChunks(e change.ExportID, r *route) error {
+	c := r.chunks
+	for {
+		w, ok := c.windows[c.next]
+		if !ok || !w.high {
+			break
+		}
+		u := w.unit
+		kept := u.Records[:0]
+		if !w.truncated {
+			for _, rec := range u.Records {
+				if _, changed := w.touched[string(rec.Key)]; !changed {
+					kept = append(kept, rec)
+				}
+			}
+		}
+		clear(u.Records[len(kept):])
+		u.Records, u.Rows = kept, len(kept)
+		st.removeWindow(r, w)
+		c.next++
+		if err := st.emit(u); err != nil {
+			return err
+		}
+		if r.chunks != c { // the export stopped while emit waited
+			return nil
+		}
+	}
+	if c.total >= 0 && c.next >= c.total {
+		r.state, r.chunks = routeHydrated, nil
+		st.log.Info("export hydrated", "export", e.String(), "chunks", c.total, "stream_lsn", st.pos.String())
+		return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
+	}
+	return nil
+}
+
+// noteKeys adds the keys a committed transaction changed to the open windows of their exports.
+func (st *streamState) noteKeys() {
+	for e, keys := range st.tx.touched {
+		r, ok := st.routes[e]
+		if !ok || r.chunks == nil || r.chunks.active == 0 {
+			continue
+		}
+		for _, w := range r.chunks.windows {
+			if !w.open {
+				continue
+			}
+			for _, k := range keys {
+				if k == nil {
+					w.truncated = true
+					continue
+				}
+				w.touched[string(k)] = struct{}{}
+			}
+		}
+	}
+	clear(st.tx.touched)
+}
+
+// touch notes, for an export with open windows, the keys of records[from:] of the open
+// transaction (a nil key: a truncate).
+func (st *streamState) touch(e change.ExportID, r *route, records []change.Record) {
+	if r.chunks == nil || r.chunks.active == 0 {
+		return
+	}
+	if st.tx.touched == nil {
+		st.tx.touched = make(map[change.ExportID][][]byte)
+	}
+	keys := st.tx.touched[e]
+	for i := range records {
+		keys = append(keys, records[i].Key)
+	}
+	st.tx.touched[e] = slices.Clip(keys)
+}
+
+// chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete
+// arrived (a yield point).
+func (st *streamState) chunkingCheck() error {
+	for e, r := range st.routes {
+		if r.state == routeChunking && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
+			if err := st.publishChunks(e, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package replication
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+)
+
+const testTag = "test/1"
+
+// markerMsg is a non-transactional logical decoding message: a chunk's low or high marker.
+func markerMsg(lsn change.LSN, content string) []byte {
+	b := []byte{'M', 0}
+	b = binary.BigEndian.AppendUint64(b, uint64(lsn))
+	b = append(append(b, change.MarkerPrefix...), 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(content)))
+	return xlog(append(b, content...))
+}
+
+func update(rel uint32, id, v string) []byte {
+	b := []byte{'U'}
+	b = binary.BigEndian.AppendUint32(b, rel)
+	b = append(b, 'N')
+	return xlog(tuple(b, id, v))
+}
+
+func deleteMsg(rel uint32, id string) []byte {
+	b := []byte{'D'}
+	b = binary.BigEndian.AppendUint32(b, rel)
+	b = append(b, 'K')
+	b = binary.BigEndian.AppendUint16(b, 2)
+	b = append(b, 't')
+	b = binary.BigEndian.AppendUint32(b, uint32(len(id)))
+	b = append(b, id...)
+	return xlog(append(b, 'n'))
+}
+
+// chunkStream returns a stream whose export b is copied in chunks (a is hydrated).
+func chunkStream(t *testing.T) (*streamState, chan *change.Unit, *codec.Encoder) {
+	t.Helper()
+	s := New(Config{Codec: codec.Config{TopicPrefix: "p", Tombstones: true}, SpillDir: t.TempDir(), HoldMemory: 1 << 20, MarkerTag: testTag}, fakeHooks{})
+	s.Resume(map[change.ExportID]change.LSN{tA: 0})
+	out := make(chan *change.Unit, 1000)
+	st := s.state
+	st.ctx, st.out = t.Context(), out
+	st.startChunking(tB, 0)
+	feed(t, st, relationMsg(1, "public", "a"), relationMsg(2, "public", "b"))
+	enc := st.rels[2].enc
+	return st, out, enc
+}
+
+// chunkUnit encodes rows (ids) of b as chunk seq's rows read at low.
+func chunkUnit(t *testing.T, enc *codec.Encoder, seq int, low change.LSN, last bool, ids ...string) *change.Unit {
+	t.Helper()
+	u := &change.Unit{Kind: change.KindChunk, Export: tB, Chunk: &change.Chunk{Seq: seq, Low: low, Read: len(ids)}}
+	if !last {
+		u.Chunk.Range.To = []string{"x"}
+	}
+	for _, id := range ids {
+		var err error
+		u.Records, err = enc.Read(u.Records, codec.Source{LSN: low, Snapshot: true}, [][]byte{[]byte(id), []byte("chunk")})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return u
+}
+
+func ids(t *testing.T, u *change.Unit) []string {
+	var out []string
+	for _, r := range u.Records {
+		out = append(out, afterID(t, r))
+	}
+	return out
+}
+
+// A chunk's rows are published at its high marker, without the keys the stream changed after
+// its low marker; changes before the low marker and after the high marker do not count.
+func TestChunkWindowDropsChangedKeys(t *testing.T) {
+	st, out, enc := chunkStream(t)
+	released := 0
+	st.openWindow(7, tB, 0)
+	// Before the low marker: published directly, does not touch the window.
+	feed(t, st, begin(0x100, 1), insert(2, "1", "before"), commit(0x100, 0x108))
+	feed(t, st, markerMsg(0x110, change.ChunkMarker(testTag, 7, false)))
+	// Inside the window: an update of 2, a delete of 3, an insert of 9 (not in the chunk).
+	feed(t, st, begin(0x200, 2), update(2, "2", "new"), deleteMsg(2, "3"), insert(2, "9", "ins"), commit(0x200, 0x208))
+	st.chunkRead(7, chunkUnit(t, enc, 0, 0x110, true, "1", "2", "3", "4"), func() { released++ })
+	st.copyComplete(tB, 1)
+	feed(t, st, markerMsg(0x300, change.ChunkMarker(testTag, 7, true)))
+	// After the high marker: not the chunk's business.
+	feed(t, st, begin(0x400, 3), update(2, "4", "after"), commit(0x400, 0x408))
+
+	units := drain(out)
+	if got := kinds(units); len(got) != 5 || got[2] != change.KindChunk || got[3] != change.KindHydrated {
+		t.Fatalf("units %v, want txn, txn, chunk, hydrated, txn", got)
+	}
+	if got := ids(t, units[2]); len(got) != 2 || got[0] != "1" || got[1] != "4" || units[2].Rows != 2 {
+		t.Fatalf("chunk published ids %v (rows %d), want [1 4]: 2 and 3 changed in its window", got, units[2].Rows)
+	}
+	if released != 1 {
+		t.Fatalf("released %d times, want 1", released)
+	}
+	if st.routes[tB].state != routeHydrated {
+		t.Fatalf("b is not hydrated after its last chunk")
+	}
+}
+
+// Chunks are published in order: a chunk whose high marker comes before an earlier chunk's
+// waits, keeping its window open, so a change after its high marker still wins.
+func TestChunksPublishInOrder(t *testing.T) {
+	st, out, enc := chunkStream(t)
+	st.openWindow(1, tB, 0)
+	st.openWindow(2, tB, 1)
+	feed(t, st, markerMsg(0x100, change.ChunkMarker(testTag, 1, false)), markerMsg(0x110, change.ChunkMarker(testTag, 2, false)))
+	st.chunkRead(2, chunkUnit(t, enc, 1, 0x110, true, "5", "6"), func() {})
+	feed(t, st, markerMsg(0x200, change.ChunkMarker(testTag, 2, true)))
+	// Chunk 1 (seq 1) waits for chunk 0; meanwhile 6 changes: it must not be published after.
+	feed(t, st, begin(0x300, 1), update(2, "6", "newer"), commit(0x300, 0x308))
+	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"), func() {})
+	feed(t, st, markerMsg(0x400, change.ChunkMarker(testTag, 1, true)))
+	st.copyComplete(tB, 2)
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	var chunks [][]string
+	hydrated := false
+	for _, u := range drain(out) {
+		switch u.Kind {
+		case change.KindChunk:
+			chunks = append(chunks, ids(t, u))
+		case change.KindHydrated:
+			hydrated = true
+		}
+	}
+	if len(chunks) != 2 || len(chunks[0]) != 2 || chunks[0][0] != "1" || len(chunks[1]) != 1 || chunks[1][0] != "5" {
+		t.Fatalf("chunks %v, want [[1 2] [5]]", chunks)
+	}
+	if !hydrated {
+		t.Fatal("b not hydrated after both chunks and CopyComplete")
+	}
+}
+
+// A truncate in a window drops the whole chunk; an abandoned window publishes nothing; markers
+// of another tag are ignored.
+func TestChunkWindowTruncateAbandonAndForeignMarkers(t *testing.T) {
+	st, out, enc := chunkStream(t)
+	st.openWindow(1, tB, 0)
+	feed(t, st, markerMsg(0x100, change.ChunkMarker(testTag, 1, false)))
+	b := []byte{'T'}
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint32(b, 2)
+	feed(t, st, begin(0x200, 1), xlog(b), commit(0x200, 0x208))
+	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"), func() {})
+	feed(t, st, markerMsg(0x300, change.ChunkMarker("other/9", 1, true)))
+	for _, u := range drain(out) {
+		if u.Kind == change.KindChunk {
+			t.Fatal("a marker of another tag published the chunk")
+		}
+	}
+	feed(t, st, markerMsg(0x310, change.ChunkMarker(testTag, 1, true)))
+	for _, u := range drain(out) {
+		if u.Kind == change.KindChunk && len(u.Records) != 0 {
+			t.Fatalf("chunk after a truncate in its window published %d rows", len(u.Records))
+		}
+	}
+	// The next chunk is abandoned (its read failed) and read again under a new id.
+	released := 0
+	st.openWindow(2, tB, 1)
+	feed(t, st, markerMsg(0x400, change.ChunkMarker(testTag, 2, false)))
+	st.chunkRead(2, chunkUnit(t, enc, 1, 0x400, true, "3"), func() { released++ })
+	st.abandonWindow(2)
+	if released != 1 {
+		t.Fatalf("abandoned chunk released %d times", released)
+	}
+	feed(t, st, markerMsg(0x410, change.ChunkMarker(testTag, 2, true)))
+	st.openWindow(3, tB, 1)
+	feed(t, st, markerMsg(0x500, change.ChunkMarker(testTag, 3, false)))
+	st.chunkRead(3, chunkUnit(t, enc, 1, 0x500, true, "4"), func() {})
+	feed(t, st, markerMsg(0x510, change.ChunkMarker(testTag, 3, true)))
+	var got [][]string
+	for _, u := range drain(out) {
+		if u.Kind == change.KindChunk {
+			got = append(got, ids(t, u))
+		}
+	}
+	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != "4" {
+		t.Fatalf("after the retry: chunks %v, want [[4]]", got)
+	}
+}
