@@ -210,7 +210,9 @@ func TestChunkedCopyKilled(t *testing.T) {
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b")
 
-	stopSmall := e.smallWriter(ctx, 0)
+	var once sync.Once
+	stopSmallOnce := e.smallWriter(ctx, 0)
+	stopSmall := func() { once.Do(stopSmallOnce) }
 	defer stopSmall()
 	stopBig := e.bigWriter(ctx, rows)
 	defer stopBig()
@@ -323,12 +325,11 @@ func TestChunkedNoLongTransaction(t *testing.T) {
 func TestChunkedCopiesRunTogether(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	e.createWatermarkTables(100_000)
+	e.createWatermarkTables(1_000_000) // about 7 s alone
 	e.exec(`CREATE TABLE big2 (LIKE big INCLUDING ALL)`, `INSERT INTO big2 SELECT * FROM big`, `ANALYZE big2`)
 	rec := e.recordWatermarks()
 	vars := e.baseVars()
 	vars["CDC_TABLES"] = "public.small_a"
-	vars["CDC_SNAPSHOT_MAX_ROWS_PER_SECOND"] = "20000" // 100,000 rows take 5 s alone
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a")
 	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
@@ -367,7 +368,9 @@ func TestResnapshot(t *testing.T) {
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
-	stopSmall := e.smallWriter(ctx, 0)
+	var once sync.Once
+	stopSmallOnce := e.smallWriter(ctx, 0)
+	stopSmall := func() { once.Do(stopSmallOnce) }
 	defer stopSmall()
 	stopBig := e.bigWriter(ctx, rows)
 	defer stopBig()

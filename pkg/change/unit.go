@@ -100,6 +100,8 @@ type Unit struct {
 	Records []Record
 	Err     string // KindFailed
 	Chunk   *Chunk // KindChunk
+	// Release, when set, is called once the sink made the unit durable (a chunk's memory slot).
+	Release func()
 }
 
 // Bytes estimates the memory held by the unit's records.

@@ -83,6 +83,10 @@ func (c *coordinator) Durable(units []*change.Unit, offsets sink.Offsets) []chan
 		case change.KindChunk:
 			c.tracker.ChunkDone(u.Export, u.Chunk, now)
 		}
+		if u.Release != nil {
+			u.Release()
+			u.Release = nil
+		}
 	}
 	recs := c.tracker.Due(now, func(topic string) map[int32]int64 { return offsets[topic] })
 	out := make([]change.Record, 0, len(recs))

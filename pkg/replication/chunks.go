@@ -58,8 +58,9 @@ func (s *Stage) OpenWindow(id uint64, e change.ExportID, seq int) {
 }
 
 // ChunkRead hands over the rows of chunk id (a KindChunk unit) before its high marker is
-// written. release is called once the stage no longer holds them: published, or dropped
-// because the export stopped. It does not block.
+// written. release is called once nothing holds them any more: it becomes the published unit's
+// Release (called by the pipeline once the sink made it durable), or it is called when the
+// chunk is dropped because the export stopped. It does not block.
 func (s *Stage) ChunkRead(id uint64, u *change.Unit, release func()) {
 	s.post(func(st *streamState) { st.chunkRead(id, u, release) })
 }
@@ -233,6 +234,8 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 		clear(u.Records[len(kept):])
 		u.Records, u.Rows = kept, len(kept)
+		// The rows stay in memory until the sink has them: their slot goes with the unit.
+		u.Release, w.release = w.release, nil
 		st.removeWindow(r, w)
 		c.next++
 		if err := st.emit(u); err != nil {

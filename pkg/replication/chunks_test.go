@@ -100,6 +100,11 @@ func TestChunkWindowDropsChangedKeys(t *testing.T) {
 	if got := ids(t, units[2]); len(got) != 2 || got[0] != "1" || got[1] != "4" || units[2].Rows != 2 {
 		t.Fatalf("chunk published ids %v (rows %d), want [1 4]: 2 and 3 changed in its window", got, units[2].Rows)
 	}
+	// The rows' slot is freed once the sink has them, not when they are handed to it.
+	if released != 0 || units[2].Release == nil {
+		t.Fatalf("released %d times before the sink made the chunk durable", released)
+	}
+	units[2].Release()
 	if released != 1 {
 		t.Fatalf("released %d times, want 1", released)
 	}

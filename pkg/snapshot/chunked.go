@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,7 +118,8 @@ func (c *Chunker) Add(job ChunkJob) {
 		}
 		return false
 	})
-	c.tables = append(c.tables, &chunkTable{job: job, cursor: job.ResumeAfter})
+	// Unknown size until a worker sets it up: first come.
+	c.tables = append(c.tables, &chunkTable{job: job, cursor: job.ResumeAfter, remaining: math.MaxInt64})
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -366,6 +368,13 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 	if err := w.ready(ctx, t); err != nil {
 		return ch, err
 	}
+	if c.limiter != nil {
+		// Reserve the chunk's rows before reading them: the cap holds for what the primary
+		// reads, not for what was handed over.
+		if err := c.limiter.WaitN(ctx, min(t.chunkRows, c.limiter.Burst())); err != nil {
+			return ch, err
+		}
+	}
 	id := c.nextID.Add(1)
 	c.hooks.OpenWindow(id, t.job.Export, ch.seq)
 	u, err := w.read(ctx, t, ch, id)
@@ -384,10 +393,6 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 	}
 	ch.slot = nil
 	t.progress.add(u.Chunk.Read, time.Now())
-	if c.limiter != nil && u.Chunk.Read > 0 {
-		// An error is the context's: the chunk is handed over all the same.
-		_ = c.limiter.WaitN(ctx, min(u.Chunk.Read, c.limiter.Burst()))
-	}
 	return ch, nil
 }
 
@@ -682,7 +687,9 @@ func (w *chunkWorker) plan(ctx context.Context, t *chunkTable) (*plannedChunk, e
 	t.cursor = ch.rg.To
 	w.c.mu.Lock()
 	t.exhausted = ch.rg.To == nil
-	t.remaining = max(t.remaining-int64(t.chunkRows), 0)
+	if t.remaining != math.MaxInt64 {
+		t.remaining = max(t.remaining-int64(t.chunkRows), 0)
+	}
 	w.c.mu.Unlock()
 	return ch, nil
 }
