@@ -16,8 +16,8 @@ Commands:
   run         stream changes (the default)
   watermarks  print the latest watermark record of every table
   resnapshot schema.table
-              copy one table again while the service runs (asks the running service at
-              CDC_HTTP_ADDR), e.g. after a consumer lost its state
+              copy one table again while the service runs, e.g. after a consumer lost its
+              state (asks the running service, at the address of CDC_HTTP_ADDR)
   help        print this text
   version     print the version
 
