@@ -5,7 +5,17 @@
 //
 //   - snapshot: one generated table copied by cdc, beside the READ limit (the same parallel COPY
 //     by ctid range, rows discarded) and the WRITE limit (the same records, pre-encoded, produced
-//     with the sink's producer settings and transaction sizes).
+//     with the sink's producer settings and transaction sizes). The same table is copied with
+//     each snapshot strategy (CDC_SNAPSHOT_STRATEGY in cdc's environment, everything else the
+//     same): chunked (the default: key-range chunks in short transactions) and copy (one
+//     exported snapshot, parallel COPY by ctid range), -snapshot-rounds times each (default 2),
+//     each run with its own slot and topics, in the order A B B A A B ... (A chunked) so that a
+//     drift favours neither, after one unmeasured chunked run that warms the broker (the first
+//     run after its start is slower, whatever its strategy). The report gives each strategy's
+//     total rows over total time beside the limits, and the ratio chunked / copy (target >=
+//     0.8). The JSON file keeps the chunked figures at the top level of "snapshot" (with
+//     "strategy") and the copy figures under "snapshot.copy". The WRITE limit replays the
+//     records of the first measured chunked run.
 //   - stream: a pgbench backlog written while cdc is stopped, then caught up by a restarted cdc,
 //     beside the READ limit (the raw pgoutput stream of the backlog from a second slot) and the
 //     WRITE limit. The same backlog is caught up -delivery-rounds times (default 2) by an
@@ -29,7 +39,8 @@
 //	go run ./cmd/bench -rows 100000 -txns 10000 # smaller, for development
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
-// default 100000), -workers (snapshot workers, default 4), -only snapshot|stream|lag, -out
-// (results JSON, default bench-results.json), and a few more (see -h). cdc's logs (text format)
+// default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
+// snapshot table per strategy, default 2), -only snapshot|stream|lag, -out (results JSON,
+// default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.
 package main

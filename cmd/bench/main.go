@@ -36,6 +36,7 @@ type options struct {
 	lagRate        int
 	scale          int
 	deliveryRounds int
+	snapshotRounds int
 	clients        int
 	keep           bool
 	kafkaHeap      string
@@ -56,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.scale, "scale", 1, "pgbench scale factor of the streaming scenario (100000 accounts each)")
 	fs.IntVar(&o.clients, "clients", 4, "pgbench clients writing the backlog")
 	fs.IntVar(&o.deliveryRounds, "delivery-rounds", 2, "catch-ups of the streaming backlog per delivery mode, in the order exactly-once, at-least-once, at-least-once, exactly-once, ... (whichever runs first is slower)")
+	fs.IntVar(&o.snapshotRounds, "snapshot-rounds", 2, "measured copies of the snapshot table per snapshot strategy (CDC_SNAPSHOT_STRATEGY), in the order chunked, copy, copy, chunked, ..., after one unmeasured warm-up copy")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
@@ -85,6 +87,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.deliveryRounds < 1 {
 		errs = append(errs, fmt.Errorf("-delivery-rounds %d: must be at least 1", o.deliveryRounds))
+	}
+	if o.snapshotRounds < 1 {
+		errs = append(errs, fmt.Errorf("-snapshot-rounds %d: must be at least 1", o.snapshotRounds))
 	}
 	if o.scale < 1 {
 		errs = append(errs, fmt.Errorf("-scale %d: must be at least 1", o.scale))

@@ -48,21 +48,72 @@ func ratio(cdc, read, write float64) float64 {
 }
 
 type snapshotResult struct {
-	Table         string     `json:"table"`
-	Rows          int64      `json:"rows"`
-	TableBytes    int64      `json:"table_bytes"`
-	Workers       int        `json:"workers"`
-	Ranges        int        `json:"ranges"`
-	Read          throughput `json:"read"`
-	Write         throughput `json:"write"`
+	Table      string     `json:"table"`
+	Rows       int64      `json:"rows"`
+	TableBytes int64      `json:"table_bytes"`
+	Workers    int        `json:"workers"`
+	Ranges     int        `json:"ranges"`
+	Read       throughput `json:"read"`
+	Write      throughput `json:"write"`
+	Delivery   string     `json:"delivery"`
+	// The chunked copies (CDC_SNAPSHOT_STRATEGY=chunked, the default), their fields at the top
+	// level as before the copy strategy's run.
+	snapshotRun
+	// Copy is the same table copied by cdc with CDC_SNAPSHOT_STRATEGY=copy.
+	Copy *snapshotRun `json:"copy,omitempty"`
+	// RatioStrategy is chunked over copy rows/s (snapshot start -> hydrated);
+	// RatioStrategyFromProc the same from process start.
+	RatioStrategy         float64 `json:"ratio_chunked_to_copy"`
+	RatioStrategyFromProc float64 `json:"ratio_chunked_to_copy_from_process_start"`
+	// StrategyRounds is how many times each strategy copied the table (order A B B A ...);
+	// StrategyRatios the chunked/copy ratio of each round's pair.
+	StrategyRounds int       `json:"strategy_rounds,omitempty"`
+	StrategyRatios []float64 `json:"strategy_ratios_per_round,omitempty"`
+}
+
+// snapshotRun is the snapshot table copied by cdc with one snapshot strategy: one run, or the
+// total of several (combineSnapshotRuns).
+type snapshotRun struct {
+	Strategy      string     `json:"strategy"`
 	CDC           throughput `json:"cdc"`
 	CDCFromStart  throughput `json:"cdc_from_process_start"`
 	CDCCopied     throughput `json:"cdc_copy_durable"`
 	CDCTxns       int64      `json:"cdc_kafka_transactions"`
 	CDCPerTxn     float64    `json:"cdc_records_per_transaction"`
-	Delivery      string     `json:"delivery"`
 	Ratio         float64    `json:"ratio_cdc_to_min_limit"`
 	RatioFromProc float64    `json:"ratio_cdc_from_process_start_to_min_limit"`
+}
+
+// combineSnapshotRuns is runs (of one strategy) as one: each throughput is total rows over total
+// time, and the Kafka transactions are summed. A throughput missing from any run (e.g. copy
+// durable, when a record had no finish time) is missing from the total.
+func combineSnapshotRuns(runs []snapshotRun) snapshotRun {
+	if len(runs) == 0 {
+		return snapshotRun{}
+	}
+	total := func(get func(snapshotRun) throughput) throughput {
+		var count, bytes int64
+		var secs float64
+		for _, r := range runs {
+			t := get(r)
+			if t.Seconds <= 0 {
+				return throughput{}
+			}
+			count, bytes, secs = count+t.Count, bytes+t.Bytes, secs+t.Seconds
+		}
+		return newThroughput(count, bytes, time.Duration(secs*float64(time.Second)), "")
+	}
+	c := snapshotRun{Strategy: runs[0].Strategy}
+	c.CDC = total(func(r snapshotRun) throughput { return r.CDC })
+	c.CDCFromStart = total(func(r snapshotRun) throughput { return r.CDCFromStart })
+	c.CDCCopied = total(func(r snapshotRun) throughput { return r.CDCCopied })
+	for _, r := range runs {
+		c.CDCTxns += r.CDCTxns
+	}
+	if c.CDCTxns > 0 {
+		c.CDCPerTxn = float64(c.CDC.Count) / float64(c.CDCTxns)
+	}
+	return c
 }
 
 type streamResult struct {
@@ -86,6 +137,14 @@ type streamResult struct {
 	// DeliveryRatios the ratio of each round's pair.
 	DeliveryRounds int       `json:"delivery_rounds,omitempty"`
 	DeliveryRatios []float64 `json:"delivery_ratios_per_round,omitempty"`
+}
+
+// label names the run in the report: "cdc chunked", or "cdc" when the strategy is unknown.
+func (r snapshotRun) label() string {
+	if r.Strategy == "" {
+		return "cdc"
+	}
+	return "cdc " + r.Strategy
 }
 
 // catchUp is one cdc run catching up the streaming backlog.
@@ -194,13 +253,35 @@ func (r *results) print(w io.Writer) {
 		header(w, "rows/s")
 		row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
-		row(w, "cdc (snapshot start -> hydrated)", s.CDC)
-		row(w, "cdc (snapshot start -> copy durable)", s.CDCCopied)
-		row(w, "cdc (process start -> hydrated)", s.CDCFromStart)
+		runs := []snapshotRun{s.snapshotRun}
+		if s.Copy != nil {
+			runs = append(runs, *s.Copy)
+		}
+		for _, c := range runs {
+			row(w, c.label()+" (snapshot start -> hydrated)", c.CDC)
+			row(w, c.label()+" (snapshot start -> copy durable)", c.CDCCopied)
+			row(w, c.label()+" (process start -> hydrated)", c.CDCFromStart)
+		}
 		fmt.Fprintf(w, "   READ MB = COPY text bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
-		fmt.Fprintf(w, "   cdc wrote %s records in %s Kafka transactions (%.0f records/txn)\n",
-			thousands(s.CDC.Count), thousands(s.CDCTxns), s.CDCPerTxn)
-		fmt.Fprintf(w, "   ratio cdc / min(read, write) = %.2f   (from process start: %.2f)\n", s.Ratio, s.RatioFromProc)
+		for _, c := range runs {
+			fmt.Fprintf(w, "   %s wrote %s records in %s Kafka transactions (%.0f records/txn)\n",
+				c.label(), thousands(c.CDC.Count), thousands(c.CDCTxns), c.CDCPerTxn)
+		}
+		for _, c := range runs {
+			fmt.Fprintf(w, "   ratio %s / min(read, write) = %.2f   (from process start: %.2f)\n", c.label(), c.Ratio, c.RatioFromProc)
+		}
+		if s.Copy != nil {
+			fmt.Fprintf(w, "   snapshot chunked/copy: %.2f (target >= 0.8); from process start: %.2f\n",
+				s.RatioStrategy, s.RatioStrategyFromProc)
+		}
+		if s.StrategyRounds > 1 {
+			per := make([]string, len(s.StrategyRatios))
+			for i, r := range s.StrategyRatios {
+				per[i] = fmt.Sprintf("%.2f", r)
+			}
+			fmt.Fprintf(w, "   each strategy copied the table %d times, in the order chunked, copy, copy, chunked, ...; the cdc rows are total rows over total time; chunked/copy per round: %s\n",
+				s.StrategyRounds, strings.Join(per, ", "))
+		}
 	}
 	if s := r.Stream; s != nil {
 		fmt.Fprintf(w, "\n2. Streaming catch-up: pgbench tpcb-like scale %d, backlog of %s transactions = %s changes, %s of WAL (written in %.1fs); tables %s\n",

@@ -168,6 +168,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "bad scenario", args: []string{"-only", "all"}, wantErr: "-only"},
 		{name: "every problem at once", args: []string{"-rows", "0", "-workers", "99"}, wantErr: "-workers 99"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "one snapshot round", args: []string{"-only", "snapshot", "-snapshot-rounds", "1"}},
+		{name: "no snapshot round", args: []string{"-snapshot-rounds", "0"}, wantErr: "-snapshot-rounds 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -176,7 +178,7 @@ func TestParseFlags(t *testing.T) {
 				if err != nil {
 					t.Fatalf("parseFlags(%q): %v", tt.args, err)
 				}
-				if tt.args == nil && (o.rows != 1_000_000 || o.txns != 100_000 || o.workers != 4) {
+				if tt.args == nil && (o.rows != 1_000_000 || o.txns != 100_000 || o.workers != 4 || o.snapshotRounds != 2) {
 					t.Errorf("defaults = %+v", o)
 				}
 				return
@@ -304,5 +306,153 @@ func TestStreamJSON(t *testing.T) {
 	}
 	if _, ok := got.Stream["cdc"]; !ok {
 		t.Errorf("stream lacks the exactly-once run's cdc key: %s", raw)
+	}
+}
+
+func TestStrategyOrder(t *testing.T) {
+	for rounds, want := range map[int]string{
+		1: "chunked copy",
+		2: "chunked copy copy chunked",
+		3: "chunked copy copy chunked chunked copy",
+	} {
+		if got := strings.Join(strategyOrder(rounds), " "); got != want {
+			t.Errorf("strategyOrder(%d) = %q, want %q", rounds, got, want)
+		}
+	}
+}
+
+func TestCombineSnapshotRuns(t *testing.T) {
+	runs := []snapshotRun{
+		{Strategy: "copy", CDC: newThroughput(1000, 10_000, time.Second, ""), CDCFromStart: newThroughput(1000, 10_000, 2*time.Second, ""),
+			CDCCopied: newThroughput(1000, 10_000, time.Second, ""), CDCTxns: 4},
+		{Strategy: "copy", CDC: newThroughput(1000, 10_000, 3*time.Second, ""), CDCFromStart: newThroughput(1000, 10_000, 4*time.Second, ""),
+			CDCTxns: 6},
+	}
+	c := combineSnapshotRuns(runs)
+	if c.Strategy != "copy" || c.CDC.Count != 2000 || c.CDC.Bytes != 20_000 || math.Abs(c.CDC.PerSecond-500) > 1e-9 {
+		t.Errorf("combined CDC = %+v (%s), want 2,000 rows at 500/s", c.CDC, c.Strategy)
+	}
+	if math.Abs(c.CDCFromStart.PerSecond-2000.0/6) > 1e-9 {
+		t.Errorf("combined from start = %v/s, want 2000/6", c.CDCFromStart.PerSecond)
+	}
+	if c.CDCCopied.Seconds != 0 {
+		t.Errorf("copy durable is missing from a run, want it missing from the total: %+v", c.CDCCopied)
+	}
+	if c.CDCTxns != 10 || c.CDCPerTxn != 200 {
+		t.Errorf("transactions = %d (%v records/txn), want 10 (200)", c.CDCTxns, c.CDCPerTxn)
+	}
+	if z := combineSnapshotRuns(nil); z.CDC.Seconds != 0 {
+		t.Errorf("no runs = %+v, want zero", z)
+	}
+}
+
+// snapshotRunAt is a run of strategy: 1,000,000 rows in secs seconds from snapshot start, one
+// more second from process start.
+func snapshotRunAt(strategy string, secs float64) snapshotRun {
+	d := time.Duration(secs * float64(time.Second))
+	return snapshotRun{Strategy: strategy, CDC: newThroughput(1_000_000, 400e6, d, ""),
+		CDCFromStart: newThroughput(1_000_000, 400e6, d+time.Second, ""), CDCCopied: newThroughput(1_000_000, 400e6, d, ""),
+		CDCTxns: 100, CDCPerTxn: 10_000}
+}
+
+func TestSnapshotStrategies(t *testing.T) {
+	r := &snapshotResult{Table: "public.t", Rows: 1_000_000, Delivery: "exactly-once",
+		Read: newThroughput(1_000_000, 100e6, time.Second, ""), Write: newThroughput(1_000_000, 400e6, 2*time.Second, "")}
+	// Round 1: chunked 5s, copy 4s; round 2 (copy first): copy 4s, chunked 3s.
+	r.setRuns([]snapshotRun{snapshotRunAt("chunked", 5), snapshotRunAt("chunked", 3)},
+		[]snapshotRun{snapshotRunAt("copy", 4), snapshotRunAt("copy", 4)}, 2)
+	if r.Copy == nil || r.Strategy != "chunked" || r.Copy.Strategy != "copy" {
+		t.Fatalf("runs = %+v / %+v, want chunked at the top level and copy in Copy", r.snapshotRun, r.Copy)
+	}
+	if math.Abs(r.RatioStrategy-1) > 1e-9 {
+		t.Errorf("chunked/copy = %v, want 1 (8s each in total)", r.RatioStrategy)
+	}
+	if math.Abs(r.RatioStrategyFromProc-1) > 1e-9 {
+		t.Errorf("chunked/copy from process start = %v, want 1", r.RatioStrategyFromProc)
+	}
+	if len(r.StrategyRatios) != 2 || math.Abs(r.StrategyRatios[0]-0.8) > 1e-9 || math.Abs(r.StrategyRatios[1]-4.0/3) > 1e-9 {
+		t.Errorf("per round = %v, want [0.8 1.33]", r.StrategyRatios)
+	}
+	// 250,000 rows/s over the lower limit, the WRITE limit's 500,000.
+	if math.Abs(r.Ratio-0.5) > 1e-9 || math.Abs(r.Copy.Ratio-0.5) > 1e-9 {
+		t.Errorf("ratios to the limits = %v and %v, want 0.5", r.Ratio, r.Copy.Ratio)
+	}
+
+	var out bytes.Buffer
+	(&results{Host: map[string]string{}, Snapshot: r}).print(&out)
+	for _, want := range []string{
+		"READ  limit (parallel text COPY, discarded)", "WRITE limit (franz-go, sink settings)",
+		"cdc chunked (snapshot start -> hydrated)", "cdc chunked (snapshot start -> copy durable)",
+		"cdc chunked (process start -> hydrated)", "cdc copy (snapshot start -> hydrated)",
+		"cdc copy (process start -> hydrated)",
+		"cdc chunked wrote 2,000,000 records in 200 Kafka transactions (10000 records/txn)",
+		"ratio cdc chunked / min(read, write) = 0.50   (from process start: 0.40)",
+		"ratio cdc copy / min(read, write) = 0.50",
+		"snapshot chunked/copy: 1.00 (target >= 0.8); from process start: 1.00",
+		"each strategy copied the table 2 times, in the order chunked, copy, copy, chunked",
+		"chunked/copy per round: 0.80, 1.33",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Both strategies' rows sit in the one table, with the same columns.
+	for _, line := range strings.Split(out.String(), "\n") {
+		if strings.Contains(line, "(snapshot start -> hydrated)") && !strings.Contains(line, "250,000") {
+			t.Errorf("row %q: want 250,000 rows/s", line)
+		}
+	}
+
+	// Without the copy run there is no chunked/copy line.
+	r.Copy, r.StrategyRounds, r.StrategyRatios = nil, 1, nil
+	out.Reset()
+	(&results{Host: map[string]string{}, Snapshot: r}).print(&out)
+	if strings.Contains(out.String(), "chunked/copy") || strings.Contains(out.String(), "cdc copy") {
+		t.Errorf("output without a copy run mentions it:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "cdc chunked (snapshot start -> hydrated)") {
+		t.Errorf("output lacks the chunked run:\n%s", out.String())
+	}
+}
+
+// TestSnapshotJSON checks that the chunked runs keep the snapshot's top-level keys and that the
+// copy runs and the ratio between them are in the file.
+func TestSnapshotJSON(t *testing.T) {
+	r := &snapshotResult{Table: "public.t", Read: newThroughput(100, 1000, time.Second, ""), Write: newThroughput(100, 1000, time.Second, "")}
+	r.setRuns([]snapshotRun{snapshotRunAt("chunked", 4)}, []snapshotRun{snapshotRunAt("copy", 5)}, 1)
+	path := filepath.Join(t.TempDir(), "results.json")
+	if err := (&results{Snapshot: r}).writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Snapshot map[string]json.RawMessage `json:"snapshot"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{
+		"strategy":              `"chunked"`,
+		"ratio_chunked_to_copy": `1.25`,
+		"strategy_rounds":       `1`,
+	} {
+		if string(got.Snapshot[key]) != want {
+			t.Errorf("snapshot.%s = %s, want %s", key, got.Snapshot[key], want)
+		}
+	}
+	for _, key := range []string{"cdc", "cdc_from_process_start", "cdc_copy_durable", "ratio_cdc_to_min_limit"} {
+		if _, ok := got.Snapshot[key]; !ok {
+			t.Errorf("snapshot lacks the chunked run's %s key: %s", key, raw)
+		}
+	}
+	var cp snapshotRun
+	if err := json.Unmarshal(got.Snapshot["copy"], &cp); err != nil {
+		t.Fatalf("snapshot.copy: %v", err)
+	}
+	if cp.Strategy != "copy" || cp.CDC.PerSecond != 200_000 {
+		t.Errorf("snapshot.copy = %+v, want copy at 200,000/s", cp)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,28 +84,159 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	res.Read, res.Ranges = rd.tp, rd.ranges
 	b.logf("snapshot: READ %.0f rows/s, %.1f MB/s", res.Read.PerSecond, res.Read.MBPerSecond)
 
-	// (c) cdc.
-	b.logf("snapshot: cdc (CDC_TABLES=%s, exactly-once)", table)
-	p, err := s.startCDC(map[string]string{"CDC_TABLES": table})
+	// (c) cdc copies the same table with each snapshot strategy, snapshotRounds times each, in
+	// the order A B B A A B ... (A chunked, B copy), each run with its own slot and topics, so
+	// that a drift during the runs favours neither. An unmeasured chunked run goes first: the
+	// first cdc run against a fresh broker is slower (its first topic creation alone can take
+	// seconds), and in any order that penalty would fall on one strategy. A strategy whose run
+	// fails runs no more; the other goes on.
+	b.logf("snapshot: warm-up run (not measured)")
+	if _, _, _, err := s.copyTable(ctx, e, strategyChunked, "warmup"); err != nil {
+		b.logf("snapshot: warm-up run: %v (the measured runs follow)", err)
+	}
+	runs := make(map[string][]snapshotRun)
+	failed := make(map[string]error)
+	var stats topicStats // of the first successful run, chunked if any: the WRITE limit's records
+	var statsTopic, statsStrategy string
+	for i, strategy := range strategyOrder(b.o.snapshotRounds) {
+		if ctx.Err() != nil {
+			break
+		}
+		if failed[strategy] != nil {
+			continue
+		}
+		run, st, topic, err := s.copyTable(ctx, e, strategy, fmt.Sprintf("%s%d", strategy, i/2))
+		if err != nil {
+			b.logf("snapshot: cdc %s: %v", strategy, err)
+			failed[strategy] = fmt.Errorf("cdc %s: %w", strategy, err)
+			continue
+		}
+		runs[strategy] = append(runs[strategy], run)
+		if statsTopic == "" || strategy == strategyChunked && statsStrategy != strategyChunked {
+			stats, statsTopic, statsStrategy = st, topic, strategy
+		}
+	}
+	res.setRuns(runs[strategyChunked], runs[strategyCopy], b.o.snapshotRounds)
+	errs := []error{failed[strategyChunked], failed[strategyCopy]}
+	if statsTopic == "" {
+		return res, errors.Join(append(errs, ctx.Err())...)
+	}
+
+	// (b) WRITE limit: the records cdc wrote, produced again with the sink's settings.
+	policy, err := b.k.cleanupPolicy(ctx, statsTopic)
 	if err != nil {
-		return res, err
+		return res, errors.Join(append(errs, err)...)
+	}
+	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
+	b.logf("snapshot: WRITE limit (%s records of the %s run, transactional, %d records/txn)", thousands(stats.Records), statsStrategy, perTxn)
+	w, err := writeLimit(ctx, b.k, stats.samples, map[string]string{statsTopic: s.prefix + ".write.snapshot"},
+		map[string]string{statsTopic: policy}, stats.Records, perTxn, true)
+	if err != nil {
+		return res, errors.Join(append(errs, fmt.Errorf("write limit: %w", err))...)
+	}
+	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
+		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
+	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
+
+	res.setRatios()
+	if res.Copy != nil && res.CDC.Seconds > 0 {
+		b.logf("snapshot: chunked / copy = %.2f (from process start %.2f)", res.RatioStrategy, res.RatioStrategyFromProc)
+	}
+	return res, errors.Join(errs...)
+}
+
+// Snapshot strategies, as CDC_SNAPSHOT_STRATEGY takes them.
+const (
+	strategyChunked = "chunked"
+	strategyCopy    = "copy"
+)
+
+// strategyOrder is the order of the snapshot scenario's cdc runs: rounds runs per strategy,
+// chunked, copy, copy, chunked, chunked, copy, ...
+func strategyOrder(rounds int) []string {
+	var order []string
+	for r := range rounds {
+		if r%2 == 0 {
+			order = append(order, strategyChunked, strategyCopy)
+		} else {
+			order = append(order, strategyCopy, strategyChunked)
+		}
+	}
+	return order
+}
+
+// setRuns combines each strategy's runs (chunked at the top level, copy in Copy) and pairs
+// them by round for the per-round ratios.
+func (r *snapshotResult) setRuns(chunked, cp []snapshotRun, rounds int) {
+	r.StrategyRounds = rounds
+	if len(chunked) > 0 {
+		r.snapshotRun = combineSnapshotRuns(chunked)
+	} else {
+		r.snapshotRun = snapshotRun{Strategy: strategyChunked}
+	}
+	if len(cp) > 0 {
+		c := combineSnapshotRuns(cp)
+		r.Copy = &c
+	}
+	r.StrategyRatios = nil
+	for i := range min(len(chunked), len(cp)) {
+		r.StrategyRatios = append(r.StrategyRatios, over(chunked[i].CDC.PerSecond, cp[i].CDC.PerSecond))
+	}
+	r.setRatios()
+}
+
+// setRatios sets each run's ratio to the limits and chunked over copy.
+func (r *snapshotResult) setRatios() {
+	r.Ratio = ratio(r.CDC.PerSecond, r.Read.PerSecond, r.Write.PerSecond)
+	r.RatioFromProc = ratio(r.CDCFromStart.PerSecond, r.Read.PerSecond, r.Write.PerSecond)
+	if c := r.Copy; c != nil {
+		c.Ratio = ratio(c.CDC.PerSecond, r.Read.PerSecond, r.Write.PerSecond)
+		c.RatioFromProc = ratio(c.CDCFromStart.PerSecond, r.Read.PerSecond, r.Write.PerSecond)
+		r.RatioStrategy = over(r.CDC.PerSecond, c.CDC.PerSecond)
+		r.RatioStrategyFromProc = over(r.CDCFromStart.PerSecond, c.CDCFromStart.PerSecond)
+	}
+}
+
+// copyTable runs cdc with CDC_SNAPSHOT_STRATEGY=strategy on the scenario's table, with a slot
+// and a topic prefix of its own named after tag (under the scenario's, so that cleanup removes
+// them), until the table is hydrated; then it stops cdc and reads back what it wrote. It
+// returns the run, what the topic holds, and the topic.
+func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, tag string) (snapshotRun, topicStats, string, error) {
+	b := s.b
+	run := snapshotRun{Strategy: strategy}
+	slot, prefix := s.slot+"_"+tag, s.prefix+"."+tag
+	topic := change.TopicName(prefix, e)
+	b.logf("snapshot: cdc (CDC_TABLES=%s, CDC_SNAPSHOT_STRATEGY=%s, exactly-once, slot %s)", e, strategy, slot)
+	p, err := s.startCDC(map[string]string{
+		"CDC_TABLES":            e.String(),
+		"CDC_SNAPSHOT_STRATEGY": strategy,
+		"CDC_SLOT":              slot,
+		"CDC_TOPIC_PREFIX":      prefix,
+		"CDC_SPILL_DIR":         filepath.Join(s.tmp, "spill-"+tag),
+	})
+	if err != nil {
+		return run, topicStats{}, topic, err
 	}
 	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
-		return res, err
+	wmTopic := prefix + ".__watermarks"
+	if err := b.k.waitTopic(ctx, wmTopic, p.check); err != nil {
+		return run, topicStats{}, topic, err
 	}
-	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	wt, err := startWatcher(b.svc.brokers, wmTopic)
 	if err != nil {
-		return res, err
+		return run, topicStats{}, topic, err
 	}
 	defer wt.close()
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
-	hydratedAt, err := wt.until(wctx, "hydration of "+table, allHydrated(0, e), p.check)
+	hydratedAt, err := wt.until(wctx, "hydration of "+e.String(), allHydrated(0, e), p.check)
 	cancel()
 	if err != nil {
-		return res, err
+		return run, topicStats{}, topic, err
 	}
 	rec := wt.snapshot()[e]
+	if rec.Snapshot != nil && rec.Snapshot.Strategy != "" && rec.Snapshot.Strategy != strategy {
+		return run, topicStats{}, topic, fmt.Errorf("cdc copied %s with strategy %q, not %q (log %s)", e, rec.Snapshot.Strategy, strategy, p.logPath)
+	}
 	copyStart, ok := wt.firstSeen(e, watermark.StateHydrating)
 	if rec.Snapshot != nil && !rec.Snapshot.StartedAt.IsZero() {
 		copyStart = rec.Snapshot.StartedAt
@@ -112,43 +244,25 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 		copyStart = p.started
 	}
 	if err := p.stop(time.Minute); err != nil {
-		return res, err
+		return run, topicStats{}, topic, err
 	}
-	stats, err := b.k.readBack(ctx, []string{s.topic(e)}, nil, 20_000)
+	stats, err := b.k.readBack(ctx, []string{topic}, nil, 20_000)
 	if err != nil {
-		return res, err
+		return run, stats, topic, err
 	}
 	if stats.Records != b.o.rows {
-		b.logf("snapshot: WARNING: topic %s holds %d records, the table %d rows", s.topic(e), stats.Records, b.o.rows)
+		b.logf("snapshot: WARNING: topic %s holds %d records, the table %d rows", topic, stats.Records, b.o.rows)
 	}
-	res.CDC = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(copyStart), "")
-	res.CDCFromStart = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(p.started), "")
+	run.CDC = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(copyStart), "")
+	run.CDCFromStart = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(p.started), "")
 	if rec.Snapshot != nil && rec.Snapshot.FinishedAt != nil {
 		// The record's own clock: when the whole copy was durable, before the stream passed C.
-		res.CDCCopied = newThroughput(stats.Records, stats.bytes(), rec.Snapshot.FinishedAt.Sub(copyStart), "")
+		run.CDCCopied = newThroughput(stats.Records, stats.bytes(), rec.Snapshot.FinishedAt.Sub(copyStart), "")
 	}
-	res.CDCTxns, res.CDCPerTxn = stats.Transactions, stats.recordsPerTxn()
-	b.logf("snapshot: cdc %.0f rows/s, %.1f MB/s (%d Kafka transactions)", res.CDC.PerSecond, res.CDC.MBPerSecond, stats.Transactions)
-
-	// (b) WRITE limit: the records cdc wrote, produced again with the sink's settings.
-	policy, err := b.k.cleanupPolicy(ctx, s.topic(e))
-	if err != nil {
-		return res, err
-	}
-	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
-	b.logf("snapshot: WRITE limit (%s records, transactional, %d records/txn)", thousands(stats.Records), perTxn)
-	w, err := writeLimit(ctx, b.k, stats.samples, map[string]string{s.topic(e): s.prefix + ".write.snapshot"},
-		map[string]string{s.topic(e): policy}, stats.Records, perTxn, true)
-	if err != nil {
-		return res, fmt.Errorf("write limit: %w", err)
-	}
-	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
-		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
-	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
-
-	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
-	res.RatioFromProc = ratio(res.CDCFromStart.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
-	return res, nil
+	run.CDCTxns, run.CDCPerTxn = stats.Transactions, stats.recordsPerTxn()
+	b.logf("snapshot: cdc %s %.0f rows/s, %.1f MB/s (%d Kafka transactions; %.2fs from process start)",
+		strategy, run.CDC.PerSecond, run.CDC.MBPerSecond, stats.Transactions, run.CDCFromStart.Seconds)
+	return run, stats, topic, nil
 }
 
 type readResult struct {
