@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	cfg.Logger = log
 
 	if cmd == "watermarks" {
-		if err := pipeline.PrintWatermarks(ctx, cfg, stdout); err != nil {
+		if err := printWatermarks(ctx, cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "cdc watermarks: %v\n", err)
 			return exitFailed
 		}
@@ -81,7 +81,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	}
 
 	log.Info("starting tidemark", "version", version, "config", settings)
-	if err := pipeline.Run(ctx, cfg); err != nil {
+	p := pipeline.New(cfg)
+	if cfg.HTTPAddr != "" {
+		stop, err := serveHTTP(cfg.HTTPAddr, p, log)
+		if err != nil {
+			log.Error("stopped", "err", err)
+			return exitFailed
+		}
+		defer stop()
+	}
+	if err := p.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailed
 	}

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
 	"os"
 	"sync/atomic"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 	"golang.org/x/sync/errgroup"
 
@@ -42,20 +38,48 @@ const (
 	sinkBatchBytes = 16 << 20
 )
 
+// Pipeline is Tidemark's pipeline: New, then Run. Metrics and Resnapshot may be used from any
+// goroutine, before, during and after Run.
+type Pipeline struct {
+	cfg  Config
+	life *lifeRegistry
+}
+
+// New returns a pipeline for cfg; nothing is connected until Run.
+func New(cfg Config) *Pipeline {
+	life := &lifeRegistry{base: prometheus.NewRegistry()}
+	life.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Pipeline{cfg: cfg.withDefaults(), life: life}
+}
+
+// Metrics gathers the process's metrics and those of the pipeline's current life.
+func (p *Pipeline) Metrics() prometheus.Gatherer { return p.life }
+
+// Errors of Resnapshot.
+var (
+	// ErrNotRunning: the pipeline is (re)starting; ask again in a moment.
+	ErrNotRunning = errors.New("the pipeline is not running")
+	// ErrUnknownExport: the table is not exported.
+	ErrUnknownExport = errUnknownExport
+	// ErrNotHydrated: the table is being copied, or stopped.
+	ErrNotHydrated = errNotHydrated
+)
+
+// Resnapshot copies one hydrated export again while the pipeline runs (a consumer lost its
+// state). It returns at once; the copy shows in the export's watermark records.
+func (p *Pipeline) Resnapshot(e change.ExportID) error {
+	lc := p.life.lc.Load()
+	if lc == nil {
+		return ErrNotRunning
+	}
+	return lc.resnapshot(e)
+}
+
 // Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal
 // error occurs. Transient errors restart it with capped exponential backoff.
-func Run(ctx context.Context, cfg Config) error {
-	cfg = cfg.withDefaults()
+func (p *Pipeline) Run(ctx context.Context) error {
+	cfg, reg := p.cfg, p.life
 	log := cfg.Logger
-	reg := &lifeRegistry{base: prometheus.NewRegistry()}
-	reg.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.HTTPAddr != "" {
-		stop, err := serveHTTP(cfg.HTTPAddr, reg, log)
-		if err != nil {
-			return fatal(err)
-		}
-		defer stop()
-	}
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
@@ -76,7 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// (an unreachable server at start-up is a configuration problem to show at once), and
 		// a slot lost while running (changes may be gone: never continue silently).
 		firstStart := attempt == 1 && time.Since(started) < 5*time.Second && !fencedAlone
-		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSlotLost) || firstStart {
+		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) || firstStart {
 			return err
 		}
 		if time.Since(started) > 2*time.Minute {
@@ -141,49 +165,6 @@ func (cfg Config) withDefaults() Config {
 	return cfg
 }
 
-// serveHTTP serves the metrics of reg's current life, the profiles and the control endpoints.
-func serveHTTP(addr string, reg *lifeRegistry, log *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("http listener on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("POST /exports/{export}/resnapshot", func(w http.ResponseWriter, r *http.Request) {
-		e, err := change.ParseExportID(r.PathValue("export"))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		c := reg.coord.Load()
-		if c == nil {
-			http.Error(w, "the pipeline is not running", http.StatusServiceUnavailable)
-			return
-		}
-		if err := c.resnapshot(e); err != nil {
-			code := http.StatusConflict
-			if errors.Is(err, errUnknownExport) {
-				code = http.StatusNotFound
-			}
-			http.Error(w, err.Error(), code)
-			return
-		}
-		log.Info("re-copy requested", "export", e.String())
-		w.WriteHeader(http.StatusAccepted)
-		fmt.Fprintf(w, "re-copy of %s started\n", e)
-	})
-	// Profiles on the same (operator-chosen, loopback by default) address.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server", "err", err)
-		}
-	}()
-	return func() { _ = srv.Close() }, nil
-}
-
 // runOnce is one life of the pipeline: checks, restore, stages, orderly stop.
 func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) error {
 	log := cfg.Logger
@@ -195,7 +176,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	defer conn.Close(context.Background())
-	if err := checkServer(ctx, conn); err != nil {
+	if err := replication.CheckServer(ctx, conn); err != nil {
 		return err
 	}
 	var database string
@@ -224,10 +205,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
-	if err := ensurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+	if err := replication.EnsurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
 		return err
 	}
-	published, err := publishedTables(ctx, conn, cfg.Publication)
+	published, err := replication.PublishedTables(ctx, conn, cfg.Publication)
 	if err != nil {
 		return err
 	}
@@ -241,7 +222,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 
 	// One instance per slot: wait while another one streams from it, before the producer is
 	// initialised (that would fence the running instance's transactions).
-	if err := waitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
+	if err := replication.WaitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
 		return err
 	}
 	if err := sk.Init(ctx); err != nil {
@@ -255,7 +236,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	if err != nil {
 		return fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
 	}
-	recs, checkpoint, err := decodeWatermarks(values)
+	recs, checkpoint, err := watermark.DecodeTopic(values)
 	if err != nil {
 		return fatal(fmt.Errorf("watermark topic %s: %w", cfg.WatermarkTopic, err))
 	}
@@ -265,43 +246,33 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 
 	resume := tracker.Resume()
-	slot, err := readSlot(ctx, conn, cfg.Slot)
+	slot, err := replication.ReadSlot(ctx, conn, cfg.Slot)
 	if err != nil {
 		return err
 	}
 	if err := checkSlot(cfg, slot, resume, published); err != nil {
 		return err
 	}
-	if !slot.exists {
-		if err := createSlot(ctx, cfg.PGURL, cfg.Slot); err != nil {
+	if !slot.Exists {
+		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot); err != nil {
 			return err
 		}
-		if slot, err = readSlot(ctx, conn, cfg.Slot); err != nil {
+		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
 			return err
 		}
-		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.confirmed.String())
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.Confirmed.String())
 	}
 
-	topic := func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }
 	// The WAL markers of this life's chunked copies: earlier lives and other instances write
 	// their own.
 	markerTag := fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
-	limiter := snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond)
 	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
 		// Room for the key and headers within what Kafka accepts.
 		MaxRecordBytes: sink.MaxRecordBytes - 64<<10}
-	coord := &coordinator{
-		tracker:  tracker,
-		startLSN: slot.confirmed,
-		cfg:      cfg,
-		log:      log.With("stage", "pipeline"),
-		sink:     sk,
-		topic:    topic,
-		keyConn:  func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) },
-		codec:    codecCfg,
-
-		reconcileSig: make(chan struct{}, 1),
-	}
+	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
+	lc.startLSN = slot.Confirmed
+	lc.sink, lc.topics, lc.codec = sk, sk, codecCfg
+	lc.keyConn = func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }
 	repl := replication.New(replication.Config{
 		ConnString:    cfg.PGURL,
 		Slot:          cfg.Slot,
@@ -312,8 +283,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		MarkerTag:     markerTag,
 		Codec:         codecCfg,
 		Logger:        log,
-	}, coord)
-	coord.repl = repl
+	}, lc)
 	snapCfg := snapshot.Config{
 		ConnString:      cfg.PGURL,
 		Workers:         cfg.SnapshotWorkers,
@@ -321,62 +291,25 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Codec:           codecCfg,
 		BatchBytes:      snapshotBatchBytes,
 		SlotWaitTimeout: cfg.SlotWaitTimeout,
-		Limiter:         limiter,
+		Limiter:         snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond),
 		ChunkRows:       cfg.SnapshotChunkRows,
 		Logger:          log,
 		Registerer:      reg,
 	}
-	chunker, err := snapshot.NewChunker(snapCfg, markerTag, coord)
+	chunker, err := snapshot.NewChunker(snapCfg, markerTag, lc)
 	if err != nil {
 		return fatal(err)
 	}
-	coord.chunker = chunker
-
-	// Hydrated exports still published resume; their topics must exist.
-	var specs []sink.TopicSpec
-	positions := make(map[change.ExportID]change.LSN)
-	var chunkJobs []snapshot.ChunkJob
-	for e, p := range resume {
-		if _, ok := published[e]; !ok {
-			// Left the publication while we were down: its final record.
-			tracker.Removed(e, slot.confirmed)
-			log.Info("table left the publication while stopped", "export", e.String())
-			continue
-		}
-		t, err := snapshot.LoadTable(ctx, conn, e)
-		if err != nil {
-			return err
-		}
-		if a, after, ok := tracker.Chunked(e); ok {
-			// A chunked copy goes on after its last durable chunk.
-			repl.ResumeChunking(e, p)
-			chunkJobs = append(chunkJobs, snapshot.ChunkJob{Export: e, Attempt: a, ResumeAfter: after})
-			log.Info("chunked copy resumes", "export", e.String(), "attempt", a, "after", fmt.Sprint(after))
-		} else {
-			positions[e] = p
-		}
-		specs = append(specs, sink.TopicSpec{Name: topic(e), Compact: len(t.KeyColumns()) > 0})
+	snap, err := snapshot.New(snapCfg, lc)
+	if err != nil {
+		return fatal(err)
 	}
-	if err := sk.EnsureTopics(ctx, specs); err != nil {
+	lc.repl, lc.chunks = repl, chunker
+	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
+	// Exports restored from the watermark topic go on; their topics must exist.
+	if err := lc.resume(ctx, connCatalog{conn}, published, slot.Confirmed); err != nil {
 		return err
 	}
-	repl.Resume(positions)
-	for _, j := range chunkJobs {
-		chunker.Add(j)
-		positions[j.Export] = 0 // known to the poller
-	}
-
-	snap, err := snapshot.New(snapCfg, coord)
-	if err != nil {
-		return fatal(err)
-	}
-
-	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, repl, positions, log)
-	poll.holding = coord.holding
-	poll.chunk = coord.startChunked
-	poll.stop = chunker.Stop
-	coord.rehydrate = poll.rehydrate
-	coord.pollNow = poll.wake
 
 	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
 	// through mergeUnits, stream first.
@@ -387,7 +320,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	defer sinkCancel()
 	go mergeUnits(sinkCtx, units, bulk, merged)
 	sinkErr := make(chan error, 1)
-	go func() { sinkErr <- sk.Run(sinkCtx, merged, coord) }()
+	go func() { sinkErr <- sk.Run(sinkCtx, merged, lc) }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	sinkDone := false
@@ -404,13 +337,13 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		}
 	})
 	g.Go(func() error { return repl.Run(gctx, units) })
-	g.Go(func() error { return snap.Run(gctx, poll.requests, bulk) })
+	g.Go(func() error { return snap.Run(gctx, lc.requests, bulk) })
 	g.Go(func() error { return poll.run(gctx) })
-	g.Go(func() error { return coord.runReconciles(gctx, units) })
+	g.Go(func() error { return lc.runReconciles(gctx, units) })
 	g.Go(func() error { return chunker.Run(gctx) })
-	life.coord.Store(coord)
-	defer life.coord.Store(nil)
-	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(positions),
+	life.lc.Store(lc)
+	defer life.lc.Store(nil)
+	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
 		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
 	err = g.Wait()
 
@@ -428,7 +361,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			<-sinkErr
 		}
 	}
-	if lsn, ok := coord.Confirmable(); ok {
+	if lsn, ok := lc.Confirmable(); ok {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if conn.IsClosed() { // the server restarted under it
 			if c, err := connect(fctx, cfg.PGURL); err == nil {
@@ -450,38 +383,13 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	return err
 }
 
-// decodeWatermarks decodes the values of the watermark topic in offset order: the watermark
-// records and the last checkpoint (nil if there is none).
-func decodeWatermarks(values [][]byte) ([]watermark.Record, *watermark.Checkpoint, error) {
-	recs := make([]watermark.Record, 0, len(values))
-	var last *watermark.Checkpoint
-	for _, v := range values {
-		if v == nil {
-			continue
-		}
-		if cp, ok, err := watermark.DecodeCheckpoint(v); ok {
-			if err != nil {
-				return nil, nil, err
-			}
-			last = &cp
-			continue
-		}
-		r, err := watermark.Decode(v)
-		if err != nil {
-			return nil, nil, err
-		}
-		recs = append(recs, r)
-	}
-	return recs, last, nil
-}
-
 // confirmFinal advances the slot to lsn once the replication connection has let go of it.
 func confirmFinal(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN, log *slog.Logger) {
 	for {
-		s, err := readSlot(ctx, conn, slot)
-		if err == nil && s.exists && !s.active {
-			if lsn > s.confirmed {
-				if err := advanceSlot(ctx, conn, slot, lsn); err != nil {
+		s, err := replication.ReadSlot(ctx, conn, slot)
+		if err == nil && s.Exists && !s.Active {
+			if lsn > s.Confirmed {
+				if err := replication.AdvanceSlot(ctx, conn, slot, lsn); err != nil {
 					log.Warn("confirm final position", "slot", slot, "lsn", lsn.String(), "err", err)
 				} else {
 					log.Info("confirmed final position", "slot", slot, "lsn", lsn.String())
@@ -499,7 +407,7 @@ func confirmFinal(ctx context.Context, conn *pgx.Conn, slot string, lsn change.L
 
 // checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports
 // are hydrated, or a slot confirmed past a hydrated export's own position.
-func checkSlot(cfg Config, slot slotInfo, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
 	live := 0
 	for e := range resume {
 		if _, ok := published[e]; ok {
@@ -507,20 +415,20 @@ func checkSlot(cfg Config, slot slotInfo, resume map[change.ExportID]change.LSN,
 		}
 	}
 	if live == 0 {
-		if slot.walStatus == "lost" {
+		if slot.WALStatus == "lost" {
 			return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost); drop it (SELECT pg_drop_replication_slot('%s')) and restart to take a new snapshot", cfg.Slot, cfg.Slot))
 		}
 		return nil
 	}
-	if !slot.exists {
+	if !slot.Exists {
 		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.WatermarkTopic))
 	}
-	if slot.walStatus == "lost" {
+	if slot.WALStatus == "lost" {
 		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.WatermarkTopic))
 	}
 	for e, p := range resume {
-		if _, ok := published[e]; ok && slot.confirmed > p {
-			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.confirmed, e, p, cfg.WatermarkTopic))
+		if _, ok := published[e]; ok && slot.Confirmed > p {
+			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.Confirmed, e, p, cfg.WatermarkTopic))
 		}
 	}
 	return nil
@@ -531,8 +439,8 @@ func checkSlot(cfg Config, slot slotInfo, resume map[change.ExportID]change.LSN,
 type lifeRegistry struct {
 	base    *prometheus.Registry
 	current atomic.Pointer[prometheus.Registry]
-	// coord is the current life's coordinator while its stages run (the control endpoints).
-	coord atomic.Pointer[coordinator]
+	// lc is the current life's lifecycle owner while its stages run (the control endpoints).
+	lc atomic.Pointer[lifecycle]
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {

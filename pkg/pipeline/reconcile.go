@@ -22,23 +22,24 @@ type reconcileJob struct {
 	written map[int32]int64
 }
 
-// copyDurable is called (under c.mu) when e's copy is durable: reconcile first when earlier
-// attempts left rows in its topic, then let the replication stage release its hold buffer.
-func (c *coordinator) copyDurable(e change.ExportID) {
-	r, ok := c.tracker.ReconcileRange(e)
+// copyDurable is called (under lc.mu) when e's copy is durable. When earlier attempts left
+// rows in its topic it queues a reconcile, after which the replication stage may release e's
+// hold buffer, and returns true; otherwise the caller releases it at once.
+func (lc *lifecycle) copyDurable(e change.ExportID) bool {
+	r, ok := lc.tracker.ReconcileRange(e)
 	if !ok || !r.Needed() {
-		c.repl.CopyDone(e)
-		return
+		return false
 	}
-	c.reconciles = append(c.reconciles, reconcileJob{export: e, r: r, written: c.sink.EndOffsets(r.Topic)})
+	lc.reconciles = append(lc.reconciles, reconcileJob{export: e, r: r, written: lc.topics.EndOffsets(r.Topic)})
 	select {
-	case c.reconcileSig <- struct{}{}:
+	case lc.reconcileSig <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // nextReconcile takes the oldest queued reconcile job.
-func (c *coordinator) nextReconcile() (reconcileJob, bool) {
+func (c *lifecycle) nextReconcile() (reconcileJob, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.reconciles) == 0 {
@@ -52,7 +53,7 @@ func (c *coordinator) nextReconcile() (reconcileJob, bool) {
 // runReconciles serves reconcile jobs until ctx ends. The deletes it publishes go through the
 // same unit channel, before the export's held changes (released only afterwards), so a key
 // re-inserted after the consistent point is deleted first and inserted again after.
-func (c *coordinator) runReconciles(ctx context.Context, units chan<- *change.Unit) error {
+func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,7 +73,7 @@ func (c *coordinator) runReconciles(ctx context.Context, units chan<- *change.Un
 	}
 }
 
-func (c *coordinator) reconcile(ctx context.Context, job reconcileJob, units chan<- *change.Unit) error {
+func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<- *change.Unit) error {
 	conn, err := c.keyConn(ctx)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/secret/secrettest"
 )
 
@@ -23,7 +24,7 @@ func TestConnectErrorsHidePassword(t *testing.T) {
 				t.Fatal("connect succeeded, want an error")
 			}
 			secrettest.Check(t, "connect error", err.Error())
-			if err := createSlot(ctx, tc.ConnString, "tidemark"); err == nil {
+			if err := replication.CreateSlot(ctx, tc.ConnString, "tidemark"); err == nil {
 				t.Fatal("createSlot succeeded, want an error")
 			} else {
 				secrettest.Check(t, "createSlot error", err.Error())

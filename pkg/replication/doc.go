@@ -13,7 +13,18 @@
 //     without anything to publish, including keepalives while no transaction is open,
 //   - KindHeld and then KindHydrated when a hydrating export's copy is durable: its hold buffer is
 //     released in commit order, after which its changes flow directly,
-//   - KindRemoved when the stream passes the position at which an export left the publication.
+//   - KindRemoved when the stream passes the position at which an export left the publication,
+//   - KindChunk for each chunk of a chunked copy, at the stream position of its high marker,
+//     and KindHydrated after the last one.
+//
+// Chunked copies (chunks.go): StartChunking makes an export's changes flow directly while it is
+// copied in chunks. The snapshot stage's chunker registers each chunk (OpenWindow), writes its
+// low marker into the WAL, hands its rows over (ChunkRead) and writes its high marker; the
+// markers arrive as logical decoding messages (pgoutput's messages option). Between a chunk's
+// low marker and its publication, every key of the export that a committed transaction changes
+// is noted in the chunk's window; at the high marker, once every earlier chunk of the export was
+// published, its rows are published without the noted keys (a truncate drops them all). The
+// rows' memory is released by the pipeline once the sink made them durable (Unit.Release).
 //
 // Guarantees:
 //

@@ -1,6 +1,36 @@
-// Package snapshot is the snapshot stage of Tidemark (strategy "copy"): it copies the current
-// rows of tables that are being added to the pipeline ("hydrating" exports) from one consistent
-// PostgreSQL snapshot, in parallel, and hands them to the sink as change.Units.
+// Package snapshot copies the current rows of tables that are being added to the pipeline
+// ("hydrating" exports), with one of two strategies: Chunker ("chunked", the default) and Stage
+// ("copy").
+//
+// # Chunked (Chunker)
+//
+// A table is cut into ranges of its key (the replica identity columns, in the order of their
+// index) of about 2 MiB each: a boundary query reads the key ChunkRows keys past the last
+// boundary. Config.Workers workers read chunks of every table being copied, largest first (a
+// table just added is set up first), each on its own connection:
+//
+//  1. ChunkHooks.OpenWindow registers the chunk with the replication stage;
+//  2. the low marker is written into the WAL (pg_logical_emit_message, not transactional);
+//  3. the worker waits until the transactions running right after the marker are over (a
+//     commit record precedes the moment a transaction stops counting as running: a snapshot
+//     taken at once could miss a transaction the stream delivers before the marker);
+//  4. the chunk is read with COPY in a REPEATABLE READ transaction of its own and encoded as
+//     snapshot reads (op "r") at the low marker's LSN: one change.KindChunk unit;
+//  5. ChunkHooks.ChunkRead hands the unit over, then the high marker is written.
+//
+// The replication stage publishes the unit when the high marker arrives, without the rows whose
+// key the stream changed after the low marker, in chunk order. No transaction lives longer than
+// one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
+// abandoned (ChunkHooks.AbandonWindow) and read again under a new id, on a new connection, after
+// a backoff; a table that is gone, unreadable or unencodable fails alone (ChunkHooks.Failed).
+// Memory: a chunk holds one of 2 × Workers slots from before it is planned until the sink made
+// it durable (the unit's Release). Config.Limiter caps rows read per second, before each read.
+// ChunkJob.ResumeAfter continues a copy after the last durable chunk (a restart).
+//
+// # Copy (Stage)
+//
+// The Stage copies the tables of a request from one consistent PostgreSQL snapshot, in
+// parallel, and hands them to the sink as change.Units.
 //
 // Input: Requests, each a set of exports to hydrate together, served one at a time by Run.
 //

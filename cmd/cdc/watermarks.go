@@ -1,23 +1,27 @@
-package pipeline
+package main
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// PrintWatermarks prints one line per export from the watermark topic: state, watermark, lag
+// printWatermarks prints one line per export from the watermark topic: state, watermark, lag
 // in bytes behind the server's current WAL position, and snapshot progress. It changes nothing.
-func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
-	cfg = cfg.withDefaults()
-	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Delivery: sink.Delivery(AtLeastOnce), WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
+func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) error {
+	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -29,7 +33,7 @@ func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w", cfg.WatermarkTopic, err)
 	}
-	recs, _, err := decodeWatermarks(values)
+	recs, _, err := watermark.DecodeTopic(values)
 	if err != nil {
 		return err
 	}
@@ -38,15 +42,15 @@ func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
 		last[r.Export] = r
 	}
 	var current change.LSN
-	if conn, err := connect(ctx, cfg.PGURL); err == nil {
-		current, _ = currentWAL(ctx, conn)
+	if conn, err := pgx.Connect(ctx, cfg.PGURL); err == nil {
+		current, _ = replication.CurrentWAL(ctx, conn)
 		conn.Close(context.Background())
 	}
 	exports := make([]change.ExportID, 0, len(last))
 	for e := range last {
 		exports = append(exports, e)
 	}
-	slices.SortFunc(exports, compareExport)
+	slices.SortFunc(exports, func(a, b change.ExportID) int { return strings.Compare(a.String(), b.String()) })
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "EXPORT\tSTATE\tWATERMARK\tLAG_BYTES\tSNAPSHOT\tUPDATED")
 	for _, e := range exports {
@@ -61,6 +65,9 @@ func PrintWatermarks(ctx context.Context, cfg Config, w io.Writer) error {
 		snap := "-"
 		if s := r.Snapshot; s != nil {
 			snap = fmt.Sprintf("attempt %d: %d rows", s.Attempt, s.RowsCopied)
+			if s.Strategy == watermark.StrategyChunked {
+				snap = fmt.Sprintf("attempt %d: %d rows in %d chunks", s.Attempt, s.RowsCopied, s.ChunksDone)
+			}
 			switch {
 			case s.FinishedAt != nil:
 				snap += fmt.Sprintf(" copied in %s", s.FinishedAt.Sub(s.StartedAt).Round(time.Millisecond))

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pipeline"
+)
+
+// serveHTTP serves the service's HTTP endpoints on addr (CDC_HTTP_ADDR) until the returned stop
+// is called:
+//
+//   - GET /metrics: Prometheus metrics of the process and the pipeline;
+//   - POST /exports/{schema.table}/resnapshot: copy one hydrated table again (202; 404 for a
+//     table that is not exported, 409 for one that is not hydrated, 503 while the pipeline
+//     restarts);
+//   - /debug/pprof/: profiles.
+func serveHTTP(addr string, p *pipeline.Pipeline, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("CDC_HTTP_ADDR: listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: httpHandler(p, log), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	}()
+	return func() { _ = srv.Close() }, nil
+}
+
+// resnapshotter is what the HTTP endpoints need of the pipeline.
+type resnapshotter interface {
+	Resnapshot(e change.ExportID) error
+}
+
+func httpHandler(p *pipeline.Pipeline, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.Metrics(), promhttp.HandlerOpts{}))
+	mux.Handle("POST /exports/{export}/resnapshot", resnapshotHandler(p, log))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	return mux
+}
+
+func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		e, err := change.ParseExportID(r.PathValue("export"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		switch err := p.Resnapshot(e); {
+		case err == nil:
+			log.Info("re-copy requested", "export", e.String())
+			w.WriteHeader(http.StatusAccepted)
+			fmt.Fprintf(w, "re-copy of %s started\n", e)
+		case errors.Is(err, pipeline.ErrUnknownExport):
+			http.Error(w, err.Error(), http.StatusNotFound)
+		case errors.Is(err, pipeline.ErrNotRunning):
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		default:
+			http.Error(w, err.Error(), http.StatusConflict)
+		}
+	}
+}

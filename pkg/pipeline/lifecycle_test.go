@@ -1,0 +1,353 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// The lifecycle owner's tests: the stages are fakes that record the commands they get.
+
+type recorder struct{ calls []string }
+
+func (r *recorder) add(format string, args ...any) {
+	r.calls = append(r.calls, fmt.Sprintf(format, args...))
+}
+
+// take returns the calls so far and forgets them.
+func (r *recorder) take() []string {
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+type fakeRepl struct{ *recorder }
+
+func (f fakeRepl) Resume(positions map[change.ExportID]change.LSN) {
+	for _, e := range sortedExports(positions) {
+		f.add("resume %s %s", e, positions[e])
+	}
+}
+func (f fakeRepl) ResumeChunking(e change.ExportID, p change.LSN) {
+	f.add("resume-chunking %s %s", e, p)
+}
+func (f fakeRepl) Detect(_ context.Context, es []change.ExportID) error {
+	f.add("detect %v", es)
+	return nil
+}
+func (f fakeRepl) SetConsistentPoint(_ context.Context, es []change.ExportID, c change.LSN) error {
+	f.add("consistent-point %v %s", es, c)
+	return nil
+}
+func (f fakeRepl) CopyDone(e change.ExportID)              { f.add("copy-done %s", e) }
+func (f fakeRepl) Remove(e change.ExportID, at change.LSN) { f.add("remove %s %s", e, at) }
+func (f fakeRepl) Fail(e change.ExportID)                  { f.add("fail %s", e) }
+func (f fakeRepl) Restart(e change.ExportID)               { f.add("restart %s", e) }
+func (f fakeRepl) StartChunking(_ context.Context, e change.ExportID) error {
+	f.add("start-chunking %s", e)
+	return nil
+}
+func (f fakeRepl) OpenWindow(id uint64, e change.ExportID, seq int) {
+	f.add("open-window %d %s %d", id, e, seq)
+}
+func (f fakeRepl) ChunkRead(id uint64, _ *change.Unit, _ func()) { f.add("chunk-read %d", id) }
+func (f fakeRepl) AbandonWindow(id uint64)                       { f.add("abandon-window %d", id) }
+func (f fakeRepl) CopyComplete(e change.ExportID, total int)     { f.add("copy-complete %s %d", e, total) }
+
+type fakeChunks struct{ *recorder }
+
+func (f fakeChunks) Add(j snapshot.ChunkJob) {
+	f.add("chunk-job %s attempt %d after %v", j.Export, j.Attempt, j.ResumeAfter)
+}
+func (f fakeChunks) Stop(e change.ExportID) { f.add("chunk-stop %s", e) }
+
+type fakeTopics struct{ *recorder }
+
+func (f fakeTopics) EnsureTopics(_ context.Context, specs []sink.TopicSpec) error {
+	for _, s := range specs {
+		f.add("topic %s compact=%v", s.Name, s.Compact)
+	}
+	return nil
+}
+func (f fakeTopics) EndOffsets(string) map[int32]int64 { return map[int32]int64{0: 0} }
+
+// fakeCatalog: tables named "keyless..." have no key; "gone..." do not exist.
+type fakeCatalog struct{ wal change.LSN }
+
+func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
+	switch {
+	case strings.HasPrefix(e.Table, "gone"):
+		return nil, snapshot.ErrTableNotFound
+	case strings.HasPrefix(e.Table, "keyless"):
+		return &change.Table{Export: e, Columns: []change.Column{{Name: "v"}}}, nil
+	}
+	return &change.Table{Export: e, Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}, nil
+}
+func (c fakeCatalog) CurrentWAL(context.Context) (change.LSN, error) { return c.wal, nil }
+
+var (
+	exA       = change.ExportID{Schema: "public", Table: "a"}
+	exB       = change.ExportID{Schema: "public", Table: "b"}
+	exKeyless = change.ExportID{Schema: "public", Table: "keyless"}
+)
+
+func newTestLifecycle(t *testing.T, strategy SnapshotStrategy, values [][]byte) (*lifecycle, *recorder) {
+	t.Helper()
+	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", SnapshotStrategy: strategy}
+	tr := watermark.NewTracker(watermark.Options{})
+	recs, cp, err := watermark.DecodeTopic(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Restore(recs)
+	if cp != nil {
+		tr.RestoreCheckpoint(cp.Position)
+	}
+	lc := newLifecycle(cfg, tr, slog.New(slog.DiscardHandler))
+	rec := &recorder{}
+	lc.repl, lc.chunks, lc.topics = fakeRepl{rec}, fakeChunks{rec}, fakeTopics{rec}
+	return lc, rec
+}
+
+func set(es ...change.ExportID) map[change.ExportID]struct{} {
+	m := map[change.ExportID]struct{}{}
+	for _, e := range es {
+		m[e] = struct{}{}
+	}
+	return m
+}
+
+func wantCalls(t *testing.T, rec *recorder, want ...string) {
+	t.Helper()
+	if got := rec.take(); !slices.Equal(got, want) {
+		t.Fatalf("commands:\n got %q\nwant %q", got, want)
+	}
+}
+
+func wantPhase(t *testing.T, lc *lifecycle, e change.ExportID, want phase) {
+	t.Helper()
+	if got := lc.phase(e); got != want {
+		t.Fatalf("%s is %s, want %s", e, got, want)
+	}
+}
+
+// durable makes units durable and committed, as the sink does, and returns the records.
+func durable(lc *lifecycle, units ...*change.Unit) map[change.ExportID]watermark.Record {
+	out := map[change.ExportID]watermark.Record{}
+	for _, r := range lc.Durable(units, nil) {
+		if v, err := watermark.Decode(r.Value); err == nil {
+			out[v.Export] = v
+		}
+	}
+	lc.Committed()
+	return out
+}
+
+// history collects every record and the last checkpoint a lifecycle made durable: what a
+// restart reads back (watermark.DecodeTopic).
+type history struct {
+	values [][]byte
+}
+
+func (h *history) durable(lc *lifecycle, units ...*change.Unit) {
+	for _, r := range lc.Durable(units, nil) {
+		h.values = append(h.values, r.Value)
+	}
+	lc.Committed()
+}
+
+func TestLifecycleChunked(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "topic p.public.a compact=true", "start-chunking public.a", "chunk-job public.a attempt 1 after []")
+	wantPhase(t, lc, exA, phaseChunking)
+	// A second poll changes nothing.
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec)
+
+	lc.CopyComplete(exA, 2)
+	wantCalls(t, rec, "copy-complete public.a 2")
+	chunk := &change.Unit{Kind: change.KindChunk, Export: exA, Chunk: &change.Chunk{Seq: 0, Range: change.KeyRange{To: []string{"9"}}, Read: 5}}
+	recs := durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100}, chunk)
+	if r := recs[exA]; r.State != watermark.StateHydrating || r.Snapshot.ChunksDone != 1 {
+		t.Fatalf("record after a chunk: %+v", r)
+	}
+	last := &change.Unit{Kind: change.KindChunk, Export: exA, Chunk: &change.Chunk{Seq: 1, Range: change.KeyRange{From: []string{"9"}}, Read: 3}}
+	recs = durable(lc, last, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x200})
+	if r := recs[exA]; r.State != watermark.StateHydrated || r.Watermark == nil || *r.Watermark != 0x200 {
+		t.Fatalf("record after the last chunk: %+v", r)
+	}
+	wantPhase(t, lc, exA, phaseHydrated)
+	wantCalls(t, rec)
+
+	// A re-copy on demand: chunked again, attempt 2; refused while it runs.
+	if err := lc.resnapshot(exA); err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "topic p.public.a compact=true", "start-chunking public.a", "chunk-job public.a attempt 2 after []")
+	if err := lc.resnapshot(exA); err == nil {
+		t.Fatal("a re-copy of a table being copied was accepted")
+	}
+	if err := lc.resnapshot(exB); err == nil {
+		t.Fatal("a re-copy of an unknown table was accepted")
+	}
+}
+
+func TestLifecycleCopy(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	// Keyless: the copy strategy whatever the setting.
+	if err := lc.published(ctx, fakeCatalog{}, set(exKeyless)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.keyless]")
+	wantPhase(t, lc, exKeyless, phaseHolding)
+	if req := <-lc.requests; !slices.Equal(req.Exports, []change.ExportID{exKeyless}) {
+		t.Fatalf("request %v", req)
+	}
+	info := []snapshot.TableInfo{{Table: &change.Table{Export: exKeyless}, EstimatedRows: 10}}
+	attempts, err := lc.Begin(ctx, 0x300, info)
+	if err != nil || attempts[exKeyless] != 1 {
+		t.Fatalf("Begin = %v, %v", attempts, err)
+	}
+	wantCalls(t, rec, "topic p.public.keyless compact=false", "consistent-point [public.keyless] 0/300")
+	wantPhase(t, lc, exKeyless, phaseCopying)
+
+	// Rewritten during the copy: held again, copied at the next poll.
+	lc.Restart(exKeyless, "rewritten")
+	wantCalls(t, rec, "restart public.keyless")
+	wantPhase(t, lc, exKeyless, phaseHolding)
+	if err := lc.published(ctx, fakeCatalog{}, set(exKeyless)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.keyless]")
+	<-lc.requests
+	if _, err := lc.Begin(ctx, 0x400, info); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+
+	// The copy is durable (nothing to reconcile: a new table): the held changes are released.
+	durable(lc, &change.Unit{Kind: change.KindSnapshot, Export: exKeyless, Rows: 10},
+		&change.Unit{Kind: change.KindSnapshotDone, Export: exKeyless})
+	wantCalls(t, rec, "copy-done public.keyless")
+	wantPhase(t, lc, exKeyless, phaseReleasing)
+	durable(lc, &change.Unit{Kind: change.KindHydrated, Export: exKeyless, End: 0x500})
+	wantPhase(t, lc, exKeyless, phaseHydrated)
+}
+
+func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	// b fails: stopped for good, not copied again by later polls.
+	lc.Failed(exB, fmt.Errorf("boom"))
+	wantCalls(t, rec, "fail public.b", "chunk-stop public.b")
+	wantPhase(t, lc, exB, phaseFailed)
+	// a leaves the publication while it is being copied.
+	if err := lc.published(ctx, fakeCatalog{wal: 0x900}, set(exB)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "chunk-stop public.a", "remove public.a 0/900")
+	wantPhase(t, lc, exA, phaseRemoving)
+	durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exA, End: 0x900})
+	wantPhase(t, lc, exA, phaseRemoved)
+	// Added again: its topic holds rows of its earlier life, so it takes a copy, which
+	// reconciles.
+	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.a]")
+	wantPhase(t, lc, exA, phaseHolding)
+}
+
+// TestLifecycleRestartInEachPhase crashes the pipeline with an export in each phase and starts
+// a new lifecycle from the records that were durable: hydrated exports resume at their
+// position, a chunked copy goes on after its last durable chunk, a copy that never finished is
+// copied again (with a copy, which reconciles), a removed one stays removed.
+func TestLifecycleRestartInEachPhase(t *testing.T) {
+	ctx := t.Context()
+	exH := change.ExportID{Schema: "public", Table: "hydrated"}
+	exC := change.ExportID{Schema: "public", Table: "chunking"}
+	exCopy := change.ExportID{Schema: "public", Table: "keyless_copying"}
+	exHold := change.ExportID{Schema: "public", Table: "keyless_holding"}
+	exRel := change.ExportID{Schema: "public", Table: "keyless_releasing"}
+	exR := change.ExportID{Schema: "public", Table: "removed"}
+	exF := change.ExportID{Schema: "public", Table: "failed"}
+	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF}
+
+	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	var h history
+	if err := lc.published(ctx, fakeCatalog{}, set(all...)); err != nil {
+		t.Fatal(err)
+	}
+	<-lc.requests
+	var infos []snapshot.TableInfo
+	for _, e := range []change.ExportID{exCopy, exRel} {
+		infos = append(infos, snapshot.TableInfo{Table: &change.Table{Export: e}})
+	}
+	if _, err := lc.Begin(ctx, 0x100, infos); err != nil {
+		t.Fatal(err)
+	}
+	h.durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100})
+	h.durable(lc, &change.Unit{Kind: change.KindChunk, Export: exH, Chunk: &change.Chunk{Read: 1}},
+		&change.Unit{Kind: change.KindHydrated, Export: exH, End: 0x150},
+		&change.Unit{Kind: change.KindChunk, Export: exC, Chunk: &change.Chunk{Read: 7, Range: change.KeyRange{To: []string{"42"}}}},
+		&change.Unit{Kind: change.KindChunk, Export: exR, Chunk: &change.Chunk{Read: 1}},
+		&change.Unit{Kind: change.KindHydrated, Export: exR, End: 0x150},
+		&change.Unit{Kind: change.KindSnapshotDone, Export: exRel})
+	lc.Failed(exF, fmt.Errorf("boom"))
+	if err := lc.published(ctx, fakeCatalog{wal: 0x180}, set(exH, exC, exCopy, exHold, exRel, exF)); err != nil {
+		t.Fatal(err)
+	}
+	h.durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exR, End: 0x180}, &change.Unit{Kind: change.KindProgress, End: 0x200})
+	for e, want := range map[change.ExportID]phase{exH: phaseHydrated, exC: phaseChunking, exCopy: phaseCopying,
+		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed} {
+		wantPhase(t, lc, e, want)
+	}
+	rec.take()
+
+	// The crash; a new life reads the records back.
+	lc2, rec2 := newTestLifecycle(t, StrategyChunked, h.values)
+	published := set(exH, exC, exCopy, exHold, exRel, exF)
+	if err := lc2.resume(ctx, fakeCatalog{}, published, 0x200); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec2,
+		"resume-chunking public.chunking 0/200",
+		"topic p.public.chunking compact=true",
+		"topic p.public.hydrated compact=true",
+		"resume public.hydrated 0/200",
+		"chunk-job public.chunking attempt 1 after [42]")
+	// The first poll copies every other published table again, with a copy: their topics may
+	// hold rows of the unfinished attempt (or of the failed export's chunks) to reconcile.
+	if err := lc2.published(ctx, fakeCatalog{}, published); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec2, "detect [public.failed public.keyless_copying public.keyless_holding public.keyless_releasing]")
+	req := <-lc2.requests
+	if len(req.Exports) != 4 {
+		t.Fatalf("request %v", req.Exports)
+	}
+	wantPhase(t, lc2, exR, 0)
+	wantPhase(t, lc2, exH, phaseHydrated)
+}

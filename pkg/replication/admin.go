@@ -1,0 +1,303 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/secret"
+)
+
+// The replication stage owns the main slot and the publication it reads: their administration
+// lives here, beside the stage.
+
+// ErrSetup marks an error that a retry cannot fix: the server, the role, the publication or
+// the slot needs a person (the message says what to do).
+var ErrSetup = errors.New("setup needs a fix")
+
+type setupErr struct{ err error }
+
+func (e *setupErr) Error() string   { return e.err.Error() }
+func (e *setupErr) Unwrap() []error { return []error{ErrSetup, e.err} }
+
+// setupError wraps err (nil stays nil) as an ErrSetup.
+func setupError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &setupErr{err}
+}
+
+// CheckServer verifies what logical replication needs and says how to fix what is missing.
+func CheckServer(ctx context.Context, conn *pgx.Conn) error {
+	var walLevel string
+	var canReplicate bool
+	var user string
+	err := conn.QueryRow(ctx, `SELECT current_setting('wal_level'), r.rolreplication OR r.rolsuper, current_user
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &canReplicate, &user)
+	if err != nil {
+		return fmt.Errorf("check server settings: %w", err)
+	}
+	var problems []error
+	if walLevel != "logical" {
+		problems = append(problems, fmt.Errorf("PostgreSQL has wal_level=%s; set wal_level=logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", walLevel))
+	}
+	if !canReplicate {
+		problems = append(problems, fmt.Errorf("role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION", user, pgx.Identifier{user}.Sanitize()))
+	}
+	return setupError(errors.Join(problems...))
+}
+
+// EnsurePublication creates the publication or adds missing tables when tables are
+// configured; otherwise it checks that the publication exists.
+func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables []change.ExportID) error {
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
+		return fmt.Errorf("read publication %s: %w", pub, err)
+	}
+	if len(tables) == 0 {
+		if !exists {
+			return setupError(fmt.Errorf("publication %q does not exist; create it (CREATE PUBLICATION %s FOR TABLE ...) or set CDC_TABLES so Tidemark creates it",
+				pub, pgx.Identifier{pub}.Sanitize()))
+		}
+		return nil
+	}
+	var problems []error
+	for _, t := range tables {
+		if err := checkIdentity(ctx, conn, t); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if err := errors.Join(problems...); err != nil {
+		return setupError(err)
+	}
+	if !exists {
+		names := make([]string, len(tables))
+		for i, t := range tables {
+			names[i] = t.Quoted()
+		}
+		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(names, ", ")))
+		if err != nil {
+			return setupError(fmt.Errorf("create publication %s: %w", pub, err))
+		}
+		return nil
+	}
+	current, err := PublishedTables(ctx, conn, pub)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, ok := current[t]; ok {
+			continue
+		}
+		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{pub}.Sanitize(), t.Quoted())); err != nil {
+			return setupError(fmt.Errorf("add %s to publication %s: %w", t, pub, err))
+		}
+	}
+	return nil
+}
+
+// checkIdentity refuses a table PostgreSQL would stop accepting UPDATE and DELETE on once it is
+// published: one with neither a primary key nor a replica identity.
+func checkIdentity(ctx context.Context, conn *pgx.Conn, t change.ExportID) error {
+	var ident string
+	var hasPK bool
+	err := conn.QueryRow(ctx, `SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r','p')`,
+		t.Schema, t.Table).Scan(&ident, &hasPK)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("CDC_TABLES names %s, which does not exist", t)
+	}
+	if err != nil {
+		return fmt.Errorf("read replica identity of %s: %w", t, err)
+	}
+	if ident == "n" || (ident == "d" && !hasPK) {
+		return fmt.Errorf("table %s has no primary key or replica identity, so PostgreSQL would reject UPDATE and DELETE on it once published; add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", t, t.Quoted())
+	}
+	return nil
+}
+
+// PublishedTables lists the tables of the publication.
+func PublishedTables(ctx context.Context, conn *pgx.Conn, pub string) (map[change.ExportID]struct{}, error) {
+	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, pub)
+	if err != nil {
+		return nil, fmt.Errorf("list tables of publication %s: %w", pub, err)
+	}
+	out := make(map[change.ExportID]struct{})
+	for rows.Next() {
+		var e change.ExportID
+		if err := rows.Scan(&e.Schema, &e.Table); err != nil {
+			return nil, err
+		}
+		out[e] = struct{}{}
+	}
+	return out, rows.Err()
+}
+
+// SlotInfo is the main slot's state.
+type SlotInfo struct {
+	Exists    bool
+	Confirmed change.LSN
+	WALStatus string
+	Active    bool
+}
+
+// ReadSlot reads slot's state; Exists is false when there is no such slot.
+func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+	var s SlotInfo
+	var confirmed *string
+	var walStatus *string
+	err := conn.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, wal_status, active FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&confirmed, &walStatus, &s.Active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	s.Exists = true
+	if walStatus != nil {
+		s.WALStatus = *walStatus
+	}
+	if confirmed != nil {
+		if s.Confirmed, err = change.ParseLSN(*confirmed); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// CreateSlot creates the main slot on a replication connection (NOEXPORT_SNAPSHOT: the
+// snapshot stage takes its own consistent points).
+func CreateSlot(ctx context.Context, url, slot string) error {
+	cfg, err := pgconn.ParseConfig(url)
+	if err != nil {
+		return setupError(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+	}
+	defer conn.Close(context.Background())
+	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	if err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "53400" {
+			return setupError(fmt.Errorf("create replication slot %s: all replication slots are in use; raise max_replication_slots or drop unused slots", slot))
+		}
+		return fmt.Errorf("create replication slot %s: %w", slot, err)
+	}
+	return nil
+}
+
+// AdvanceSlot confirms lsn on the slot without streaming (used at shutdown, once the sink has
+// drained and the replication connection is gone).
+func AdvanceSlot(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN) error {
+	_, err := conn.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)`, slot, lsn.String())
+	return err
+}
+
+// CurrentWAL is the server's current WAL insert position.
+func CurrentWAL(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
+	var s string
+	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
+		return 0, err
+	}
+	return change.ParseLSN(s)
+}
+
+// Holder describes the process that streams from a replication slot.
+type Holder struct {
+	PID         int32
+	Application string
+	Client      string
+	Since       time.Time
+}
+
+func (h Holder) String() string {
+	s := fmt.Sprintf("PostgreSQL backend pid %d", h.PID)
+	if h.Application != "" {
+		s += fmt.Sprintf(" (application %q", h.Application)
+		if h.Client != "" {
+			s += " from " + h.Client
+		}
+		s += ")"
+	} else if h.Client != "" {
+		s += " from " + h.Client
+	}
+	if !h.Since.IsZero() {
+		s += " since " + h.Since.UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// SlotHolder returns the process streaming from slot, if any.
+func SlotHolder(ctx context.Context, conn *pgx.Conn, slot string) (Holder, bool, error) {
+	var h Holder
+	var app, client *string
+	var since *time.Time
+	err := conn.QueryRow(ctx, `
+		SELECT s.active_pid, a.application_name, host(a.client_addr) || ':' || a.client_port, a.backend_start
+		FROM pg_replication_slots s LEFT JOIN pg_stat_activity a ON a.pid = s.active_pid
+		WHERE s.slot_name = $1 AND s.active`, slot).Scan(&h.PID, &app, &client, &since)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Holder{}, false, nil
+	}
+	if err != nil {
+		return Holder{}, false, fmt.Errorf("read the Holder of slot %s: %w", slot, err)
+	}
+	if app != nil {
+		h.Application = *app
+	}
+	if client != nil {
+		h.Client = *client
+	}
+	if since != nil {
+		h.Since = *since
+	}
+	return h, true, nil
+}
+
+// WaitAsStandby returns once no process streams from the slot: while another instance holds
+// it, this one is a standby that takes over when the Holder goes away. It logs who holds the
+// slot when it starts waiting and then every standbyLogEvery. Nothing is written to Kafka or
+// PostgreSQL while waiting (the transactional producer is initialised only afterwards, so a
+// standby never fences the running instance).
+func WaitAsStandby(ctx context.Context, conn *pgx.Conn, slot string, poll time.Duration, log *slog.Logger) error {
+	var lastLog time.Time
+	waited := false
+	for {
+		h, held, err := SlotHolder(ctx, conn, slot)
+		if err != nil {
+			return err
+		}
+		if !held {
+			if waited {
+				log.Info("replication slot is free; taking over", "slot", slot)
+			}
+			return nil
+		}
+		if time.Since(lastLog) >= standbyLogEvery {
+			log.Warn("replication slot is held by another process; waiting as a standby", "slot", slot, "Holder", h.String())
+			lastLog = time.Now()
+		}
+		waited = true
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+}
+
+// standbyLogEvery is how often a waiting standby repeats who holds the slot.
+const standbyLogEvery = 30 * time.Second
