@@ -267,6 +267,16 @@ func TestChunkedCopyKilled(t *testing.T) {
 	// The small tables' watermarks advanced while big was copied (between the kills too).
 	start, end := hyd.Snapshot.StartedAt, *hyd.Snapshot.FinishedAt
 	all := rec.all()
+	// Progress in the records while copying: chunks, rows, the estimate, rate and ETA.
+	progress := 0
+	for _, r := range all {
+		if r.Export == bigID && copying(r) && r.Snapshot.RowsEstimated > rows/2 && r.Snapshot.RowsPerSecond > 0 && r.Snapshot.ETASeconds != nil {
+			progress++
+		}
+	}
+	if progress == 0 {
+		t.Errorf("no record of big's copy showed chunks, rows, estimate, rate and ETA together")
+	}
 	for _, s := range []change.ExportID{smallA, smallB} {
 		n, _ := advances(all, s, start, end)
 		secs := end.Sub(start).Seconds()

@@ -26,6 +26,8 @@ type Chunk struct {
 	// Read is the number of rows the chunk read. The unit's Rows are those it publishes: rows
 	// whose key the stream changed while the chunk was in flight are left to the stream.
 	Read int
+	// Estimated is the table's estimated rows when its copy was set up (pg_class).
+	Estimated int64
 }
 
 // Last reports whether the chunk reaches the table's last key.

@@ -155,6 +155,7 @@ type chunkTable struct {
 	enc       *codec.Encoder
 	progress  *progress
 	remaining int64 // estimated rows left: the largest tables go first
+	estimated int64 // estimated rows of the table
 
 	// planMu serialises planning (boundary queries). Under Chunker.mu: retry, busy, stopped.
 	planMu    sync.Mutex
@@ -534,7 +535,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 
 	u := &change.Unit{
 		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
-		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Low: low},
+		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Low: low, Estimated: t.estimated},
 		Records: make([]change.Record, 0, t.chunkRows),
 	}
 	start := time.Now()
@@ -767,6 +768,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 			t.chunkRows = int(min(max(chunkBytes/width, minChunkRows), maxChunkRows))
 		}
 	}
+	t.estimated = st.estimated
 	if t.progress == nil {
 		t.progress = newProgress(e.String(), st.estimated, w.c.metrics,
 			w.c.log.With(slog.Int("attempt", t.job.Attempt)), w.c.cfg.ProgressInterval, time.Now())

@@ -9,7 +9,7 @@ import (
 )
 
 func chunk(seq int, to []string, read int) *change.Chunk {
-	return &change.Chunk{Seq: seq, Range: change.KeyRange{To: to}, Read: read}
+	return &change.Chunk{Seq: seq, Range: change.KeyRange{To: to}, Read: read, Estimated: 1000}
 }
 
 // A chunked copy streams: the export has an own position that follows the stream and pins WAL,
@@ -46,6 +46,9 @@ func TestChunkedCopyLifecycle(t *testing.T) {
 	}
 	if rb == nil || rb.Snapshot.ChunksDone != 1 || !slices.Equal(rb.Snapshot.ResumeAfter, []string{"500"}) || rb.Snapshot.RowsCopied != 400 || rb.Watermark != nil {
 		t.Fatalf("chunk record %+v, want 1 chunk, resume after [500], 400 rows, no watermark", rb)
+	}
+	if rb.Snapshot.RowsEstimated != 1000 {
+		t.Fatalf("rows estimated %d, want the chunk's estimate 1000", rb.Snapshot.RowsEstimated)
 	}
 	// Before it is durable, the slot is confirmed no further than b's durable start record.
 	tr.Advance(0x400)

@@ -314,6 +314,9 @@ func (t *Tracker) ChunkDone(e change.ExportID, c *change.Chunk, now time.Time) {
 	}
 	x.snap.ChunksDone++
 	x.snap.RowsCopied += int64(c.Read)
+	if c.Estimated > 0 {
+		x.snap.RowsEstimated = c.Estimated
+	}
 	x.snap.ResumeAfter = c.Range.To
 	t.countRows(x, int64(c.Read), now)
 	if c.Last() && x.snap.FinishedAt == nil {
