@@ -24,7 +24,8 @@
 //     run is slower, so each mode gets the same places); the report gives each mode's total
 //     changes over total time and the ratio exactly-once / at-least-once.
 //   - lag: the watermark lag of two busy small tables while a big table added to the
-//     publication is copied, in independent and in global watermark mode.
+//     publication is copied, in independent and in global watermark mode, with the copy
+//     strategy of -lag-strategy (chunked by default; copy to compare).
 //
 // Services come from CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS when both are set; otherwise
 // scripts/services.sh starts a private PostgreSQL and Kafka on free ports and removes them at the

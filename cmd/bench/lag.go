@@ -51,6 +51,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 		"CDC_TABLES":                    small[0].String() + "," + small[1].String(),
 		"CDC_PUBLICATION_POLL_INTERVAL": "1s",
 		"CDC_WATERMARK_MODE":            mode,
+		"CDC_SNAPSHOT_STRATEGY":         b.o.lagStrategy,
 	})
 	if err != nil {
 		return nil, err

@@ -33,6 +33,7 @@ type options struct {
 	only           string
 	out            string
 	lagRows        int64
+	lagStrategy    string
 	lagRate        int
 	scale          int
 	deliveryRounds int
@@ -53,6 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream or lag")
 	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
 	fs.Int64Var(&o.lagRows, "lag-rows", 2_500_000, "rows of the big table added in the lag scenario (its copy should take at least 10s)")
+	fs.StringVar(&o.lagStrategy, "lag-strategy", "chunked", "CDC_SNAPSHOT_STRATEGY of the lag scenario's copy: chunked or copy")
 	fs.IntVar(&o.lagRate, "lag-rate", 100, "transactions per second on the small tables in the lag scenario")
 	fs.IntVar(&o.scale, "scale", 1, "pgbench scale factor of the streaming scenario (100000 accounts each)")
 	fs.IntVar(&o.clients, "clients", 4, "pgbench clients writing the backlog")
@@ -96,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.lagRate < 1 || o.lagRate > 5000 {
 		errs = append(errs, fmt.Errorf("-lag-rate %d: want 1 to 5000", o.lagRate))
+	}
+	if o.lagStrategy != "chunked" && o.lagStrategy != "copy" {
+		errs = append(errs, fmt.Errorf("-lag-strategy %q: want chunked or copy", o.lagStrategy))
 	}
 	if o.lagRows < 1 {
 		errs = append(errs, fmt.Errorf("-lag-rows %d: must be at least 1", o.lagRows))
