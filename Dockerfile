@@ -14,4 +14,8 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /cdc /cdc
 # uid/gid 65532; /tmp (the default hold-buffer spill folder) is writable.
 USER nonroot:nonroot
+# The HTTP endpoints (/healthz, /readyz, /exports, /metrics); the health check asks /healthz.
+ENV CDC_HTTP_ADDR=0.0.0.0:9187
+EXPOSE 9187
+HEALTHCHECK --interval=10s --timeout=6s --start-period=30s --retries=3 CMD ["/cdc", "health"]
 ENTRYPOINT ["/cdc"]

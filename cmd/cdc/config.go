@@ -58,7 +58,7 @@ type Env struct {
 	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
-	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: Prometheus metrics on /metrics, POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
+	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`

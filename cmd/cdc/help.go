@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 )
 
-const usage = `Usage: cdc [run|help|watermarks|resnapshot schema.table|version]
+const usage = `Usage: cdc [run|help|watermarks|resnapshot schema.table|health [ready]|version]
 
 Tidemark streams every row change of a PostgreSQL publication to Kafka, one topic per table,
 with per-table watermark records.
@@ -18,6 +18,9 @@ Commands:
   resnapshot schema.table
               copy one table again while the service runs, e.g. after a consumer lost its
               state (asks the running service, at the address of CDC_HTTP_ADDR)
+  health [ready]
+              exit 0 if the running service is alive (or, with ready, streaming with no
+              failed table); the container's health check
   help        print this text
   version     print the version
 

@@ -56,6 +56,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		return exitOK
 	case "resnapshot":
 		return resnapshot(ctx, args[1:], getenv, stdout, stderr)
+	case "health":
+		return health(ctx, args[1:], getenv, stdout, stderr)
 	case "run", "watermarks":
 	default:
 		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n", cmd)
@@ -118,19 +120,12 @@ func resnapshot(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
 		return exitConfig
 	}
-	addr := getenv("CDC_HTTP_ADDR")
-	if addr == "" {
-		addr = getenv("CDC_METRICS_ADDR")
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
+	base, ok := serviceURL(getenv)
+	if !ok {
 		fmt.Fprintln(stderr, "cdc resnapshot: set CDC_HTTP_ADDR to the running service's HTTP address (host:port)")
 		return exitConfig
 	}
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	u := "http://" + net.JoinHostPort(host, port) + "/exports/" + url.PathEscape(e.String()) + "/resnapshot"
+	u := base + "/exports/" + url.PathEscape(e.String()) + "/resnapshot"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
@@ -138,13 +133,68 @@ func resnapshot(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "cdc resnapshot: the service at %s does not answer: %v\n", net.JoinHostPort(host, port), err)
+		fmt.Fprintf(stderr, "cdc resnapshot: the service at %s does not answer: %v\n", base, err)
 		return exitFailed
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusAccepted {
 		fmt.Fprintf(stderr, "cdc resnapshot: %s: %s", resp.Status, body)
+		return exitFailed
+	}
+	fmt.Fprintf(stdout, "%s", body)
+	return exitOK
+}
+
+// serviceURL is the base URL of the running service's HTTP endpoints, from CDC_HTTP_ADDR (or its
+// older name); a wildcard host means this machine.
+func serviceURL(getenv func(string) string) (string, bool) {
+	addr := getenv("CDC_HTTP_ADDR")
+	if addr == "" {
+		addr = getenv("CDC_METRICS_ADDR")
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", false
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port), true
+}
+
+// health asks the running service whether it is alive (GET /healthz), or with "ready" whether it
+// is ready (GET /readyz): exit 0 if so, 1 if not. It is the container's health check.
+func health(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	path := "/healthz"
+	switch {
+	case len(args) == 1 && args[0] == "ready":
+		path = "/readyz"
+	case len(args) > 0:
+		fmt.Fprintln(stderr, "cdc health: usage: cdc health [ready]")
+		return exitConfig
+	}
+	base, ok := serviceURL(getenv)
+	if !ok {
+		fmt.Fprintln(stderr, "cdc health: set CDC_HTTP_ADDR to the service's HTTP address (host:port)")
+		return exitConfig
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc health: %v\n", err)
+		return exitFailed
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc health: the service at %s does not answer: %v\n", base, err)
+		return exitFailed
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "cdc health: %s: %s", resp.Status, body)
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "%s", body)

@@ -120,6 +120,8 @@ type lifecycle struct {
 	topic    func(change.ExportID) string
 	// wakePoll asks the poller to look at the publication now.
 	wakePoll func()
+	// streaming reports whether the replication stage streams now.
+	streaming func() bool
 
 	// keyConn opens connections to read key columns (replica identity FULL) and tables to
 	// reconcile.
@@ -151,6 +153,7 @@ func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lif
 		requests:     make(chan snapshot.Request, 16),
 		topic:        func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
 		wakePoll:     func() {},
+		streaming:    func() bool { return false },
 		reconcileSig: make(chan struct{}, 1),
 	}
 }
@@ -608,4 +611,45 @@ func compareExport(a, b change.ExportID) int {
 		return 1
 	}
 	return 0
+}
+
+// ExportState is one export as the pipeline sees it now (GET /exports).
+type ExportState struct {
+	Export change.ExportID `json:"export"`
+	Topic  string          `json:"topic"`
+	// State is the watermark record's state (hydrating, hydrated, removed, failed); Phase is
+	// where the export is in its lifecycle (chunking, copying, ...).
+	State watermark.State `json:"state"`
+	Phase string          `json:"phase,omitempty"`
+	// Watermark is the last watermark published (null: none yet); Position the own position.
+	Watermark *change.LSN `json:"watermark"`
+	Position  *change.LSN `json:"position"`
+	Attempt   int         `json:"snapshot_attempt,omitempty"`
+	Rows      int64       `json:"snapshot_rows_copied,omitempty"`
+	Estimated int64       `json:"snapshot_rows_estimated,omitempty"`
+	Error     string      `json:"error,omitempty"`
+}
+
+// states returns every export the tracker knows, sorted by name.
+func (lc *lifecycle) states() []ExportState {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	var out []ExportState
+	for _, s := range lc.tracker.Status() {
+		st := ExportState{Export: s.Export, Topic: s.Topic, State: s.State, Attempt: s.Attempt,
+			Rows: s.RowsCopied, Estimated: s.RowsEstimated, Error: s.Err}
+		if p := lc.phases[s.Export]; p != 0 {
+			st.Phase = p.String()
+		}
+		if s.HasWatermark {
+			w := s.Watermark
+			st.Watermark = &w
+		}
+		if s.HasPosition {
+			p := s.Position
+			st.Position = &p
+		}
+		out = append(out, st)
+	}
+	return out
 }

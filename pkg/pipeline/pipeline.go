@@ -75,6 +75,33 @@ func (p *Pipeline) Resnapshot(e change.ExportID) error {
 	return lc.resnapshot(e)
 }
 
+// Exports returns each export's state now (nil while the pipeline is not running).
+func (p *Pipeline) Exports() []ExportState {
+	lc := p.life.lc.Load()
+	if lc == nil {
+		return nil
+	}
+	return lc.states()
+}
+
+// Ready reports whether the pipeline is streaming and every live export is hydrated or being
+// copied without error; reasons say what is not.
+func (p *Pipeline) Ready() (ready bool, reasons []string) {
+	lc := p.life.lc.Load()
+	if lc == nil {
+		return false, []string{"the pipeline is starting or restarting"}
+	}
+	if !lc.streaming() {
+		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")
+	}
+	for _, s := range lc.states() {
+		if s.State == watermark.StateFailed {
+			reasons = append(reasons, fmt.Sprintf("%s failed: %s", s.Export, s.Error))
+		}
+	}
+	return len(reasons) == 0, reasons
+}
+
 // Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal
 // error occurs. Transient errors restart it with capped exponential backoff.
 func (p *Pipeline) Run(ctx context.Context) error {
@@ -304,7 +331,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	if err != nil {
 		return fatal(err)
 	}
-	lc.repl, lc.chunks = repl, chunker
+	lc.repl, lc.chunks, lc.streaming = repl, chunker, repl.Streaming
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
 	// Exports restored from the watermark topic go on; their topics must exist.
 	if err := lc.resume(ctx, connCatalog{conn}, published, slot.Confirmed); err != nil {

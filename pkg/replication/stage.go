@@ -78,7 +78,13 @@ type Stage struct {
 
 	// backendPID is the server process of the latest replication connection.
 	backendPID atomic.Uint32
+	// streaming: a connection is streaming from the slot now.
+	streaming atomic.Bool
 }
+
+// Streaming reports whether the stage is streaming from the slot now (false while it connects,
+// reconnects or waits for the slot).
+func (s *Stage) Streaming() bool { return s.streaming.Load() }
 
 // BackendPID returns the PostgreSQL process id of the stage's latest replication connection (0
 // before the first): the walsender that holds the slot while the stage streams.
@@ -284,6 +290,8 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 		return fmt.Errorf("start replication on slot %s: %w", s.cfg.Slot, err)
 	}
 
+	s.streaming.Store(true)
+	defer s.streaming.Store(false)
 	msgs := make(chan []byte, 4096)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })

@@ -190,8 +190,34 @@ func (c *Chunker) Run(ctx context.Context) error {
 	for i := range c.cfg.Workers {
 		wg.Go(func() { c.worker(ctx, i) })
 	}
+	wg.Go(func() { c.tick(ctx) })
 	wg.Wait()
 	return ctx.Err()
+}
+
+// tick logs the progress of copies that published no chunk for a while (slow reads, a sink
+// that waits for Kafka), so a long copy reports at least every Config.ProgressInterval.
+func (c *Chunker) tick(ctx context.Context) {
+	t := time.NewTicker(min(c.cfg.ProgressInterval, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			var ps []*progress
+			for _, tb := range c.tables {
+				if tb.progress != nil {
+					ps = append(ps, tb.progress)
+				}
+			}
+			c.mu.Unlock()
+			for _, p := range ps {
+				p.tick(now)
+			}
+		}
+	}
 }
 
 // take returns a table to work on and, when one waits for a retry, the chunk to read; with a
@@ -769,13 +795,13 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 		}
 	}
 	t.estimated = st.estimated
+	w.c.mu.Lock()
 	if t.progress == nil {
 		t.progress = newProgress(e.String(), st.estimated, w.c.metrics,
 			w.c.log.With(slog.Int("attempt", t.job.Attempt)), w.c.cfg.ProgressInterval, time.Now())
-		w.c.mu.Lock()
 		t.remaining = st.estimated
-		w.c.mu.Unlock()
 	}
+	w.c.mu.Unlock()
 	t.ready = true
 	return nil
 }
