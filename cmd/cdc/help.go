@@ -7,13 +7,15 @@ import (
 	"text/tabwriter"
 )
 
-const usage = `Usage: cdc [run|help|watermarks|resnapshot schema.table|health [ready]|version]
+const usage = `Usage: cdc [run|check|help|watermarks|resnapshot schema.table|health [ready]|version]
 
 Tidemark streams every row change of a PostgreSQL publication to Kafka, one topic per table,
 with per-table watermark records.
 
 Commands:
   run         stream changes (the default)
+  check       check PostgreSQL and Kafka for everything Tidemark needs, one line each with
+              the fix for what is missing; exit 0 only when all holds; changes nothing
   watermarks  print the latest watermark record of every table
   resnapshot schema.table
               copy one table again while the service runs, e.g. after a consumer lost its

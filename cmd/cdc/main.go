@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		return resnapshot(ctx, args[1:], getenv, stdout, stderr)
 	case "health":
 		return health(ctx, args[1:], getenv, stdout, stderr)
-	case "run", "watermarks":
+	case "run", "watermarks", "check":
 	default:
 		fmt.Fprintf(stderr, "cdc: unknown command %q\n\n", cmd)
 		writeHelp(stderr)
@@ -74,6 +74,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	cfg := settings.Pipeline
 	cfg.Logger = log
 
+	if cmd == "check" {
+		return runCheck(ctx, cfg, stdout)
+	}
 	if cmd == "watermarks" {
 		if err := printWatermarks(ctx, cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "cdc watermarks: %v\n", err)
