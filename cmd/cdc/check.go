@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // checkLine is one prerequisite: ok, what was found, and for a failure the fix. A line that is
@@ -314,7 +315,12 @@ func (p *preflight) kafka(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DialTimeout(5*time.Second), kgo.RequestRetries(1))
+	sec, err := cfg.KafkaSecurity.ClientOpts()
+	if err != nil {
+		p.fail("check the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables", "Kafka security: %v", err)
+		return
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DialTimeout(5 * time.Second), kgo.RequestRetries(1)}, sec...)...)
 	if err != nil {
 		p.fail("check CDC_KAFKA_BROKERS", "Kafka: %v", err)
 		return
@@ -323,6 +329,10 @@ func (p *preflight) kafka(ctx context.Context) {
 	adm := kadm.NewClient(cl)
 	meta, err := adm.BrokerMetadata(cctx)
 	if err != nil {
+		if explained := sink.ExplainConnect(cfg.KafkaSecurity, err); explained != err {
+			p.fail("see above", "Kafka brokers %s: %v", strings.Join(cfg.Brokers, ","), explained)
+			return
+		}
 		p.fail("check CDC_KAFKA_BROKERS and that the brokers are running and reachable from here",
 			"Kafka brokers %s: not reachable: %v", strings.Join(cfg.Brokers, ","), err)
 		return

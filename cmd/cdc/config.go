@@ -22,6 +22,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // Env is the service's whole configuration surface: one field per environment variable. Tags:
@@ -45,6 +46,17 @@ type Env struct {
 	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
+
+	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables"`
+	KafkaTLSCAFile     string `env:"CDC_KAFKA_TLS_CA_FILE" helpDefault:"(system roots)" desc:"PEM file of the CA certificates that sign the brokers' certificates"`
+	KafkaTLSCertFile   string `env:"CDC_KAFKA_TLS_CERT_FILE" helpDefault:"(none)" desc:"PEM client certificate for mutual TLS (with CDC_KAFKA_TLS_KEY_FILE)"`
+	KafkaTLSKeyFile    string `env:"CDC_KAFKA_TLS_KEY_FILE" helpDefault:"(none)" desc:"PEM private key of CDC_KAFKA_TLS_CERT_FILE"`
+	KafkaTLSServerName string `env:"CDC_KAFKA_TLS_SERVER_NAME" helpDefault:"(the broker's host)" desc:"name the brokers' certificates are verified against"`
+	KafkaSASLMechanism string `env:"CDC_KAFKA_SASL_MECHANISM" envDefault:"none" desc:"none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"`
+	KafkaSASLUsername  string `env:"CDC_KAFKA_SASL_USERNAME" helpDefault:"(none)" desc:"SASL user (PLAIN, SCRAM)"`
+	KafkaSASLPassword  string `env:"CDC_KAFKA_SASL_PASSWORD" helpDefault:"(none)" desc:"SASL password (PLAIN, SCRAM); never logged"`
+	KafkaOAuthToken    string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN" helpDefault:"(none)" desc:"OAUTHBEARER token; never logged"`
+	KafkaOAuthFile     string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE" helpDefault:"(none)" desc:"file holding the OAUTHBEARER token, read again whenever it changes (a rotated token)"`
 
 	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
@@ -80,6 +92,9 @@ func (s Settings) LogValue() slog.Value {
 		slog.Any("tables", p.Tables),
 		slog.String("slot", p.Slot),
 		slog.Any("brokers", p.Brokers),
+		slog.Bool("kafka_tls", p.KafkaSecurity.TLS),
+		slog.String("kafka_sasl_mechanism", p.KafkaSecurity.SASLMechanism),
+		slog.String("kafka_sasl_username", p.KafkaSecurity.Username),
 		slog.String("topic_prefix", p.TopicPrefix),
 		slog.String("watermark_topic", p.WatermarkTopic),
 		slog.String("delivery", string(p.Delivery)),
@@ -137,6 +152,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			Tables:                   c.tables(e.Tables, prefix),
 			Slot:                     c.slot(e.Slot),
 			Brokers:                  c.brokers(e.KafkaBrokers),
+			KafkaSecurity:            c.kafkaSecurity(e),
 			TopicPrefix:              prefix,
 			TopicPartitions:          int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
 			ReplicationFactor:        int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
@@ -558,4 +574,59 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 	}
 	c.add(name, s, "want one of %s", strings.Join(names, ", "))
 	return ""
+}
+
+// kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together.
+func (c *checker) kafkaSecurity(e Env) sink.Security {
+	s := sink.Security{
+		CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile, ServerName: e.KafkaTLSServerName,
+		Username: e.KafkaSASLUsername, Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
+	}
+	switch strings.ToLower(e.KafkaTLS) {
+	case "true", "1", "yes":
+		s.TLS = true
+	case "false", "0", "no", "":
+	default:
+		c.add("CDC_KAFKA_TLS", e.KafkaTLS, "want true or false")
+	}
+	if s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" || s.ServerName != "" {
+		s.TLS = true
+	}
+	for _, f := range []struct{ name, path string }{{"CDC_KAFKA_TLS_CA_FILE", s.CAFile}, {"CDC_KAFKA_TLS_CERT_FILE", s.CertFile},
+		{"CDC_KAFKA_TLS_KEY_FILE", s.KeyFile}, {"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE", s.TokenFile}} {
+		if f.path == "" {
+			continue
+		}
+		if fh, err := os.Open(f.path); err != nil {
+			c.add(f.name, f.path, "cannot be read: %v", errors.Unwrap(err))
+		} else {
+			fh.Close()
+		}
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		c.add("CDC_KAFKA_TLS_CERT_FILE", "", "and CDC_KAFKA_TLS_KEY_FILE go together: set both for mutual TLS, or neither")
+	}
+	mech := strings.ToUpper(e.KafkaSASLMechanism)
+	switch mech {
+	case "NONE", "":
+		mech = ""
+		if s.Username != "" || s.Password != "" || s.Token != "" || s.TokenFile != "" {
+			c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "is none, but SASL credentials are set: choose PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+		}
+	case sink.SASLPlain, sink.SASLScramSHA256, sink.SASLScramSHA512:
+		if s.Username == "" {
+			c.add("CDC_KAFKA_SASL_USERNAME", "", "is required with %s", mech)
+		}
+		if s.Password == "" {
+			c.add("CDC_KAFKA_SASL_PASSWORD", "", "is required with %s", mech)
+		}
+	case sink.SASLOAuthBearer:
+		if (s.Token == "") == (s.TokenFile == "") {
+			c.add("CDC_KAFKA_SASL_OAUTH_TOKEN", "", "or CDC_KAFKA_SASL_OAUTH_TOKEN_FILE: set exactly one with OAUTHBEARER")
+		}
+	default:
+		c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "want none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+	}
+	s.SASLMechanism = mech
+	return s
 }

@@ -21,7 +21,7 @@ import (
 // printWatermarks prints one line per export from the watermark topic: state, watermark, lag
 // in bytes behind the server's current WAL position, and snapshot progress. It changes nothing.
 func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) error {
-	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
+	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Security: cfg.KafkaSecurity, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}

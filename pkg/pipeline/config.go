@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // Delivery is the Kafka delivery guarantee.
@@ -51,7 +52,9 @@ type Config struct {
 	// Slot is the name of the main logical replication slot.
 	Slot string
 
-	Brokers         []string
+	Brokers []string
+	// KafkaSecurity is TLS and SASL for every Kafka client.
+	KafkaSecurity   sink.Security
 	TopicPrefix     string
 	TopicPartitions int32
 	// ReplicationFactor of created topics; -1 is the broker's default, zero means 1.

@@ -213,6 +213,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 
 	sk, err := sink.New(sink.Config{
 		Brokers:            cfg.Brokers,
+		Security:           cfg.KafkaSecurity,
 		Delivery:           sink.Delivery(cfg.Delivery),
 		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
 		TransactionTimeout: cfg.TransactionTimeout,

@@ -73,7 +73,9 @@ type Config struct {
 	Tick time.Duration
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once). Default 60s.
 	TransactionTimeout time.Duration
-	Logger             *slog.Logger
+	// Security is TLS and SASL for every client of the sink.
+	Security Security
+	Logger   *slog.Logger
 	// Registerer receives the sink's metrics; nil disables them.
 	Registerer prometheus.Registerer
 }

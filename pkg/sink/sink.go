@@ -46,6 +46,8 @@ type Sink struct {
 	batchErr error
 	// promise is s.onProduced, bound once so that producing allocates no closure per record.
 	promise func(*kgo.Record, error)
+	// security are the client options of Config.Security, for every client.
+	security []kgo.Opt
 }
 
 // New validates cfg and builds the Kafka client. It does not connect; see Ping.
@@ -67,6 +69,9 @@ func New(cfg Config) (*Sink, error) {
 		partitions: make(map[string]int32),
 	}
 	s.promise = s.onProduced
+	if s.security, err = cfg.Security.ClientOpts(); err != nil {
+		return nil, fmt.Errorf("configure kafka sink: %w", err)
+	}
 	client, err := kgo.NewClient(s.clientOpts()...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
@@ -91,6 +96,7 @@ func (s *Sink) clientOpts() []kgo.Opt {
 		kgo.MaxBufferedBytes(maxBuffered),
 		kgo.WithLogger(kgoLogger{s.log}),
 	}
+	opts = append(opts, s.security...)
 	if s.cfg.Delivery == ExactlyOnce {
 		opts = append(opts,
 			kgo.TransactionalID(s.cfg.TransactionalID),
@@ -107,6 +113,9 @@ func (s *Sink) clientOpts() []kgo.Opt {
 // Ping checks that a broker answers.
 func (s *Sink) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx); err != nil {
+		if explained := s.cfg.Security.explainConnect(err); explained != err {
+			return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
+		}
 		return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
 	}
 	return nil

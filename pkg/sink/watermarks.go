@@ -93,16 +93,16 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 		return nil
 	}
 
-	cl, err := kgo.NewClient(
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.ClientID(s.cfg.ClientID+"-reader"),
+		kgo.ClientID(s.cfg.ClientID + "-reader"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Commit and abort markers come back too, so that reaching the end offset is seen even
 		// when the last thing in a partition is a marker.
 		kgo.KeepControlRecords(),
 		kgo.WithLogger(kgoLogger{s.log}),
-	)
+	}, s.security...)...)
 	if err != nil {
 		return fmt.Errorf("create reader of %s: %w", topic, err)
 	}
