@@ -354,6 +354,13 @@ func TestStartupWalLevelNotLogical(t *testing.T) {
 // cleanup. As root, initdb and pg_ctl run as the postgres user (initdb refuses root).
 func startThrowawayPG(t testing.TB, flags ...string) string {
 	t.Helper()
+	return startThrowawayPGWith(t, nil, flags...)
+}
+
+// startThrowawayPGWith is startThrowawayPG with prepare called between initdb and the start, with
+// the data folder and a function that hands a file to the server's user.
+func startThrowawayPGWith(t testing.TB, prepare func(data string, own func(path string)), flags ...string) string {
+	t.Helper()
 	bin := "/usr/lib/postgresql/15/bin"
 	if _, err := os.Stat(filepath.Join(bin, "initdb")); err != nil {
 		t.Skipf("PostgreSQL 15 server binaries not found in %s", bin)
@@ -391,6 +398,23 @@ func startThrowawayPG(t testing.TB, flags ...string) string {
 	}
 	data := filepath.Join(dir, "data")
 	run(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+	if prepare != nil {
+		prepare(data, func(path string) {
+			t.Helper()
+			if os.Geteuid() != 0 {
+				return
+			}
+			pg, err := user.Lookup("postgres")
+			if err != nil {
+				t.Fatal(err)
+			}
+			uid, _ := strconv.Atoi(pg.Uid)
+			gid, _ := strconv.Atoi(pg.Gid)
+			if err := os.Chown(path, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 	port := closedPort(t)
 	opts := append([]string{"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(port),
 		"-c", "unix_socket_directories=" + dir, "-c", "fsync=off"}, flags...)
@@ -404,7 +428,7 @@ func startThrowawayPG(t testing.TB, flags ...string) string {
 	pgURL := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, pgURL)
+	c, err := pgx.Connect(ctx, strings.Replace(pgURL, "sslmode=disable", "sslmode=prefer", 1))
 	if err != nil {
 		t.Fatalf("connect to throwaway PostgreSQL: %v", err)
 	}

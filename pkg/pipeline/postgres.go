@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -25,8 +27,25 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	if err != nil {
 		// The host and database come from the connection string too: a mistyped one may hold
 		// a piece of the password.
+		if why := explainTLS(err); why != "" {
+			return nil, fatal(secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d: %s (%w)", cfg.Host, cfg.Port, why, err), url))
+		}
 		return nil, secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d database %s: %w; check CDC_PG_URL and that the server is running",
 			cfg.Host, cfg.Port, cfg.Database, err), url)
 	}
 	return conn, nil
+}
+
+// explainTLS says in one sentence what to fix when err is a TLS verification failure ("" when
+// it is not one).
+func explainTLS(err error) string {
+	var unknownCA x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	switch {
+	case errors.As(err, &unknownCA):
+		return "PostgreSQL's TLS certificate is signed by an authority not in sslrootcert: set sslrootcert in CDC_PG_URL to the CA that signed it"
+	case errors.As(err, &hostErr):
+		return fmt.Sprintf("PostgreSQL's TLS certificate is not valid for %q: connect by a name it is valid for in CDC_PG_URL, or reissue the server's certificate", hostErr.Host)
+	}
+	return ""
 }

@@ -1,0 +1,102 @@
+package integration
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/cdc/integration/testenv"
+)
+
+// TestPostgresTLS runs cdc against a PostgreSQL with ssl=on whose pg_hba.conf accepts only TLS
+// (hostssl) for normal and replication connections, with a certificate for "localhost" signed
+// by a throwaway CA. With sslmode=verify-full and the right CA, the replication connection and
+// every snapshot connection are verified and data flows; a wrong host name and an unknown CA
+// each stop cdc at start-up with one sentence saying what to fix.
+func TestPostgresTLS(t *testing.T) {
+	brokers := testenv.Brokers(t)
+	dir := t.TempDir()
+	ca, err := testenv.NewTestCA(dir, "pg test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := testenv.NewTestCA(filepath.Join(dir), "other CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainURL := startThrowawayPGWith(t, func(data string, own func(string)) {
+		cert, key, err := ca.Issue(data, "server", []string{"localhost"}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own(cert)
+		own(key)
+		hba := "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl replication all 127.0.0.1/32 trust\n" +
+			"hostnossl all all 0.0.0.0/0 reject\nhostnossl replication all 0.0.0.0/0 reject\n"
+		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		own(filepath.Join(data, "pg_hba.conf"))
+	}, "-c", "ssl=on", "-c", "ssl_cert_file=server.pem", "-c", "ssl_key_file=server-key.pem", "-c", "wal_level=logical",
+		"-c", "max_replication_slots=10", "-c", "max_wal_senders=10")
+	u, err := url.Parse(plainURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	tlsURL := func(host, rootCert string) string {
+		return fmt.Sprintf("postgres://postgres@%s:%s/postgres?sslmode=verify-full&sslrootcert=%s", host, port, rootCert)
+	}
+	good := tlsURL("localhost", ca.File)
+	testenv.Exec(t, good, `CREATE TABLE orders (id int PRIMARY KEY, note text)`,
+		`INSERT INTO orders SELECT g, 'row ' || g FROM generate_series(1, 5000) g`)
+	// Non-TLS connections are refused: everything below goes over TLS.
+	res := runCDC(t, map[string]string{"CDC_PG_URL": strings.Replace(plainURL, "127.0.0.1", "localhost", 1),
+		"CDC_KAFKA_BROKERS": strings.Join(brokers, ","), "CDC_TABLES": "public.orders"}, time.Minute)
+	if res.code == 0 {
+		t.Fatal("cdc connected without TLS to a server that only accepts TLS")
+	}
+
+	e := &env{t: t, pgURL: good, brokers: brokers, prefix: fmt.Sprintf("it%d.pgtls", time.Now().UnixNano()%1_000_000), slot: "it_pgtls", pub: "it_pub"}
+	for _, strategy := range []string{"chunked", "copy"} {
+		t.Run("verify-full "+strategy, func(t *testing.T) {
+			e := *e
+			e.t = t
+			e.prefix += "." + strategy
+			e.slot += "_" + strategy
+			vars := e.baseVars()
+			vars["CDC_TABLES"] = "public.orders"
+			vars["CDC_SNAPSHOT_STRATEGY"] = strategy
+			vars["CDC_PUBLICATION"] = "it_pub_" + strategy
+			p := e.startCDC(vars)
+			e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), "public.orders")
+			e.exec(`UPDATE orders SET note = 'changed' WHERE id = 1`)
+			e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), "public.orders")
+			if n := len(e.readTopic(e.topic("public.orders"))); n < 5001 {
+				t.Errorf("topic holds %d records, want the 5000 rows and the update", n)
+			}
+		})
+	}
+
+	fails := []struct {
+		name, url string
+		want      []string
+	}{
+		{"wrong host name", tlsURL("127.0.0.1", ca.File), []string{"PostgreSQL's TLS certificate is not valid for", "127.0.0.1", "CDC_PG_URL"}},
+		{"unknown CA", tlsURL("localhost", other.File), []string{"PostgreSQL's TLS certificate is signed by an authority not in sslrootcert", "CDC_PG_URL"}},
+	}
+	for _, tc := range fails {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCDC(t, map[string]string{"CDC_PG_URL": tc.url, "CDC_KAFKA_BROKERS": strings.Join(brokers, ","),
+				"CDC_TABLES": "public.orders", "CDC_LOG_FORMAT": "text"}, time.Minute)
+			if res.code == 0 {
+				t.Fatalf("cdc started with %s", tc.name)
+			}
+			assertContains(t, res.out, tc.want...)
+		})
+	}
+}
