@@ -129,20 +129,28 @@ func resnapshot(ctx context.Context, args []string, getenv func(string) string, 
 		return exitConfig
 	}
 	u := base + "/exports/" + url.PathEscape(e.String()) + "/resnapshot"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+	return callService(ctx, "cdc resnapshot", http.MethodPost, u, http.StatusAccepted, stdout, stderr)
+}
+
+// callService sends one request to the running service and prints its answer: to stdout with
+// exit 0 when the status is want, else to stderr with exit 1.
+func callService(ctx context.Context, cmd, method, u string, want int, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
-		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
 		return exitFailed
 	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "cdc resnapshot: the service at %s does not answer: %v\n", base, err)
+		fmt.Fprintf(stderr, "%s: the service does not answer: %v\n", cmd, err)
 		return exitFailed
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusAccepted {
-		fmt.Fprintf(stderr, "cdc resnapshot: %s: %s", resp.Status, body)
+	if resp.StatusCode != want {
+		fmt.Fprintf(stderr, "%s: %s: %s", cmd, resp.Status, body)
 		return exitFailed
 	}
 	fmt.Fprintf(stdout, "%s", body)
@@ -184,22 +192,5 @@ func health(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "cdc health: %v\n", err)
-		return exitFailed
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		fmt.Fprintf(stderr, "cdc health: the service at %s does not answer: %v\n", base, err)
-		return exitFailed
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintf(stderr, "cdc health: %s: %s", resp.Status, body)
-		return exitFailed
-	}
-	fmt.Fprintf(stdout, "%s", body)
-	return exitOK
+	return callService(ctx, "cdc health", http.MethodGet, base+path, http.StatusOK, stdout, stderr)
 }

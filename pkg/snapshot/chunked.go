@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -612,28 +611,13 @@ type chunkWriter struct {
 }
 
 func (cw *chunkWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	if cw.err != nil {
-		return n, nil
+	if cw.err == nil {
+		cw.buf = copyLines(cw.buf, p, func(line []byte) bool {
+			cw.row(line)
+			return cw.err == nil
+		})
 	}
-	from := len(cw.buf)
-	cw.buf = append(cw.buf, p...)
-	data := cw.buf
-	for {
-		i := bytes.IndexByte(data[from:], '\n')
-		if i < 0 {
-			break
-		}
-		line := data[:from+i]
-		data, from = data[from+i+1:], 0
-		cw.row(line)
-		if cw.err != nil {
-			cw.buf = cw.buf[:0]
-			return n, nil
-		}
-	}
-	cw.buf = cw.buf[:copy(cw.buf, data)]
-	return n, nil
+	return len(p), nil
 }
 
 func (cw *chunkWriter) row(line []byte) {

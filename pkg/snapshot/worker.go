@@ -223,15 +223,26 @@ type rowWriter struct {
 }
 
 func (rw *rowWriter) Write(p []byte) (int, error) {
-	n := len(p)
 	if rw.discard {
-		return n, nil
+		return len(p), nil
 	}
-	// p belongs to the connection and SplitCopyText decodes in place: work on a copy. rw.buf
-	// starts with the partial line carried from earlier writes, which holds no newline.
-	from := len(rw.buf)
-	rw.buf = append(rw.buf, p...)
-	data := rw.buf
+	var err error
+	rw.buf = copyLines(rw.buf, p, func(line []byte) bool {
+		err = rw.row(line)
+		return err == nil && !rw.discard
+	})
+	return len(p), err
+}
+
+// copyLines appends p, a piece of a COPY text stream, to buf (the partial line carried from
+// earlier pieces, which holds no newline), calls fn with each complete line while fn returns
+// true, and returns the partial line left, to carry on. p belongs to the connection and the
+// lines are decoded in place: fn works on buf's copy. When fn returns false the rest is
+// dropped and the returned buffer is empty.
+func copyLines(buf, p []byte, fn func(line []byte) bool) []byte {
+	from := len(buf)
+	buf = append(buf, p...)
+	data := buf
 	for {
 		i := bytes.IndexByte(data[from:], '\n')
 		if i < 0 {
@@ -239,13 +250,11 @@ func (rw *rowWriter) Write(p []byte) (int, error) {
 		}
 		line := data[:from+i]
 		data, from = data[from+i+1:], 0
-		if err := rw.row(line); err != nil || rw.discard {
-			rw.buf = rw.buf[:0]
-			return n, err
+		if !fn(line) {
+			return buf[:0]
 		}
 	}
-	rw.buf = rw.buf[:copy(rw.buf, data)]
-	return n, nil
+	return buf[:copy(buf, data)]
 }
 
 // row encodes one COPY line. Its error (only the context's) aborts the COPY.
