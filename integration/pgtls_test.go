@@ -35,7 +35,10 @@ func TestPostgresTLS(t *testing.T) {
 		}
 		own(cert)
 		own(key)
-		hba := "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl replication all 127.0.0.1/32 trust\n" +
+		// cdc logs in as a role with a password (scram); the test's own connections as postgres.
+		hba := "local all all trust\n" +
+			"hostssl all tidemark_tls 127.0.0.1/32 scram-sha-256\nhostssl replication tidemark_tls 127.0.0.1/32 scram-sha-256\n" +
+			"hostssl all all 127.0.0.1/32 trust\nhostssl replication all 127.0.0.1/32 trust\n" +
 			"hostnossl all all 0.0.0.0/0 reject\nhostnossl replication all 0.0.0.0/0 reject\n"
 		if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 			t.Fatal(err)
@@ -48,12 +51,15 @@ func TestPostgresTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := u.Port()
+	password := "pg-secret-" + fmt.Sprint(time.Now().UnixNano())
+	admin := fmt.Sprintf("postgres://postgres@localhost:%s/postgres?sslmode=verify-full&sslrootcert=%s", port, ca.File)
+	testenv.Exec(t, admin, `CREATE TABLE orders (id int PRIMARY KEY, note text)`,
+		`INSERT INTO orders SELECT g, 'row ' || g FROM generate_series(1, 5000) g`,
+		fmt.Sprintf(`CREATE ROLE tidemark_tls LOGIN SUPERUSER PASSWORD '%s'`, password))
 	tlsURL := func(host, rootCert string) string {
-		return fmt.Sprintf("postgres://postgres@%s:%s/postgres?sslmode=verify-full&sslrootcert=%s", host, port, rootCert)
+		return fmt.Sprintf("postgres://tidemark_tls:%s@%s:%s/postgres?sslmode=verify-full&sslrootcert=%s", password, host, port, rootCert)
 	}
 	good := tlsURL("localhost", ca.File)
-	testenv.Exec(t, good, `CREATE TABLE orders (id int PRIMARY KEY, note text)`,
-		`INSERT INTO orders SELECT g, 'row ' || g FROM generate_series(1, 5000) g`)
 	// Non-TLS connections are refused: everything below goes over TLS.
 	res := runCDC(t, map[string]string{"CDC_PG_URL": strings.Replace(plainURL, "127.0.0.1", "localhost", 1),
 		"CDC_KAFKA_BROKERS": strings.Join(brokers, ","), "CDC_TABLES": "public.orders"}, time.Minute)
@@ -72,6 +78,7 @@ func TestPostgresTLS(t *testing.T) {
 			vars["CDC_TABLES"] = "public.orders"
 			vars["CDC_SNAPSHOT_STRATEGY"] = strategy
 			vars["CDC_PUBLICATION"] = "it_pub_" + strategy
+			vars["CDC_HTTP_ADDR"] = freeAddr(t)
 			p := e.startCDC(vars)
 			e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), "public.orders")
 			e.exec(`UPDATE orders SET note = 'changed' WHERE id = 1`)
@@ -79,6 +86,7 @@ func TestPostgresTLS(t *testing.T) {
 			if n := len(e.readTopic(e.topic("public.orders"))); n < 5001 {
 				t.Errorf("topic holds %d records, want the 5000 rows and the update", n)
 			}
+			checkNoSecrets(t, "cdc's output and HTTP endpoints", collectHTTP(t, vars["CDC_HTTP_ADDR"])+p.log.String(), []string{password})
 		})
 	}
 
@@ -97,6 +105,7 @@ func TestPostgresTLS(t *testing.T) {
 				t.Fatalf("cdc started with %s", tc.name)
 			}
 			assertContains(t, res.out, tc.want...)
+			checkNoSecrets(t, "cdc's output", res.out, []string{password})
 		})
 	}
 }
