@@ -71,6 +71,29 @@ func TestCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("no headroom and a lost slot", func(t *testing.T) {
+		brokers := testenv.Brokers(t)
+		pgURL := startThrowawayPG(t, "-c", "wal_level=logical", "-c", "max_replication_slots=1", "-c", "max_wal_senders=1",
+			"-c", "max_slot_wal_keep_size=1MB", "-c", "min_wal_size=32MB", "-c", "max_wal_size=64MB")
+		testenv.Exec(t, pgURL, `CREATE TABLE t (id int PRIMARY KEY, v text)`,
+			`SELECT pg_create_logical_replication_slot('tidemark', 'pgoutput')`)
+		vars := map[string]string{"CDC_PG_URL": pgURL, "CDC_KAFKA_BROKERS": strings.Join(brokers, ","), "CDC_TABLES": "public.t"}
+		res := runCDC(t, vars, time.Minute, "check")
+		assertContains(t, res.out, "✗ max_replication_slots = 1, 1 in use: 0 free, 1 needed", "raise max_replication_slots",
+			"✗ max_wal_senders = 1, 0 in use: 1 free, 2 needed", "✓ replication slot tidemark: inactive")
+		// Write past max_slot_wal_keep_size: the next checkpoint invalidates the slot.
+		for i := 0; i < 4; i++ {
+			testenv.Exec(t, pgURL, `INSERT INTO t SELECT g, repeat('x', 1000) FROM generate_series(1, 20000) g ON CONFLICT (id) DO UPDATE SET v = excluded.v || 'y'`,
+				`SELECT pg_switch_wal()`)
+		}
+		testenv.Exec(t, pgURL, `CHECKPOINT`)
+		res = runCDC(t, vars, time.Minute, "check")
+		if res.code == 0 {
+			t.Errorf("exit 0 with a lost slot and no headroom")
+		}
+		assertContains(t, res.out, "✗ replication slot tidemark was invalidated (wal_status = lost)", "pg_drop_replication_slot('tidemark')")
+	})
+
 	t.Run("wal_level replica", func(t *testing.T) {
 		brokers := testenv.Brokers(t)
 		pgURL := startThrowawayPG(t, "-c", "wal_level=replica")
