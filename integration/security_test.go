@@ -96,6 +96,29 @@ func TestKafkaSecurity(t *testing.T) {
 		})
 	}
 
+	// cdc check as a user the broker grants nothing: topic creation and transactions refused.
+	t.Run("check without permissions", func(t *testing.T) {
+		e := newEnv(t)
+		e.exec(`CREATE TABLE orders (id int PRIMARY KEY)`)
+		vars := merge(e.baseVars(), merge(tls, map[string]string{"CDC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+			"CDC_KAFKA_SASL_USERNAME": k.RestrictedUser, "CDC_KAFKA_SASL_PASSWORD": k.RestrictedPassword}))
+		vars["CDC_KAFKA_BROKERS"] = k.SASLSSL
+		vars["CDC_TABLES"] = "public.orders"
+		res := runCDC(t, vars, time.Minute, "check")
+		if res.code == 0 {
+			t.Errorf("cdc check passed for a user without permissions")
+		}
+		assertContains(t, res.out, "✓ Kafka: 1 brokers reachable", "✗ Kafka: creating topic", "AUTHORIZATION_FAILED",
+			"✗ Kafka: transactions unavailable", "CDC_DELIVERY=at-least-once")
+		checkNoSecrets(t, "cdc check's output", res.out, append(secrets, k.RestrictedPassword))
+		// The same setup passes as a permitted user.
+		vars["CDC_KAFKA_SASL_USERNAME"], vars["CDC_KAFKA_SASL_PASSWORD"] = k.ScramUser, k.ScramPassword
+		if res := runCDC(t, vars, time.Minute, "check"); res.code != 0 {
+			t.Errorf("cdc check as a permitted user: exit %d", res.code)
+		}
+		e.assertClean()
+	})
+
 	// Start-up failures: one sentence, naming what to fix; no secret in it.
 	fails := []struct {
 		name    string

@@ -28,6 +28,9 @@ import (
 //   - SASLPlaintext: SASL without TLS, same mechanisms and users;
 //   - MTLS: TLS with a required client certificate (ClientCert/ClientKey, signed by the CA).
 //
+// It runs the standard authorizer: every user above is a super user, RestrictedUser is granted
+// nothing. UnsecuredToken's subject must be "tidemark" to be a super user.
+//
 // The broker's certificate is valid for "localhost" and 127.0.0.1 only.
 type SecureKafka struct {
 	Dir                           string
@@ -37,6 +40,9 @@ type SecureKafka struct {
 	OtherCAFile string
 	// Secrets: every password the broker knows.
 	ScramUser, ScramPassword, PlainUser, PlainPassword string
+	// RestrictedUser (SCRAM, password RestrictedPassword) is granted nothing: the broker runs
+	// an authorizer with every other user a super user.
+	RestrictedUser, RestrictedPassword string
 }
 
 // UnsecuredToken returns an unsigned JWT for the OAUTHBEARER listener (alg none), valid for an hour.
@@ -73,6 +79,7 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 		MTLS:          fmt.Sprintf("127.0.0.1:%d", ports[2]),
 		ScramUser:     "tidemark-scram", ScramPassword: "scram-" + randHex(8),
 		PlainUser: "tidemark-plain", PlainPassword: "plain-" + randHex(8),
+		RestrictedUser: "tidemark-restricted", RestrictedPassword: "restricted-" + randHex(8),
 	}
 	if err := k.writeCerts(); err != nil {
 		t.Fatal(err)
@@ -93,6 +100,9 @@ ssl.truststore.location=%[6]s
 ssl.endpoint.identification.algorithm=
 listener.name.mtls.ssl.client.auth=required
 log.dirs=%[7]s
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
 num.partitions=1
 default.replication.factor=1
 auto.create.topics.enable=false
@@ -134,7 +144,8 @@ rootLogger.appenderRef.file.ref = file
 	format := exec.Command("java", append(heap, "-Dlog4j2.configurationFile="+log4j, "-cp", cp,
 		"kafka.tools.StorageTool", "format", "-t", "dGlkZW1hcmstc2VjdXJlMQ", "-c", cfgPath,
 		"--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
-		"--add-scram", fmt.Sprintf("SCRAM-SHA-256=[name=%s,password=%s]", k.ScramUser, k.ScramPassword))...)
+		"--add-scram", fmt.Sprintf("SCRAM-SHA-256=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
+		"--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.RestrictedUser, k.RestrictedPassword))...)
 	if out, err := format.CombinedOutput(); err != nil {
 		t.Fatalf("testenv: format secure Kafka: %v\n%s", err, out)
 	}
