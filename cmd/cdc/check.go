@@ -32,6 +32,8 @@ type checkLine struct {
 type preflight struct {
 	cfg   pipeline.Config
 	lines []checkLine
+	// user and database: who and where the PostgreSQL checks run (for the fixes they print).
+	user, database string
 }
 
 func (p *preflight) pass(format string, args ...any) {
@@ -90,6 +92,7 @@ func (p *preflight) postgres(ctx context.Context) {
 		p.fail("", "PostgreSQL: cannot read server settings: %v", err)
 		return
 	}
+	p.user, p.database = user, database
 	p.pass("PostgreSQL %s reachable, database %s as %s", version, database, user)
 	if walLevel == "logical" {
 		p.pass("wal_level = logical")
@@ -192,7 +195,7 @@ func (p *preflight) publication(ctx context.Context, conn *pgx.Conn) []change.Ex
 		if canCreate {
 			p.pass("publication %s does not exist; Tidemark will create it for the %d tables of CDC_TABLES", pub, len(p.cfg.Tables))
 		} else {
-			p.fail(fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s; or create the publication yourself", change.QuoteIdent(p.database(ctx, conn)), change.QuoteIdent(p.user(ctx, conn))),
+			p.fail(fmt.Sprintf("GRANT CREATE ON DATABASE %s TO %s; or create the publication yourself", change.QuoteIdent(p.database), change.QuoteIdent(p.user)),
 				"publication %s does not exist and the role may not create it", pub)
 		}
 	} else if missing > 0 {
@@ -210,18 +213,6 @@ func containsExport(list []change.ExportID, e change.ExportID) bool {
 		}
 	}
 	return false
-}
-
-func (p *preflight) database(ctx context.Context, conn *pgx.Conn) string {
-	var s string
-	_ = conn.QueryRow(ctx, `SELECT current_database()`).Scan(&s)
-	return s
-}
-
-func (p *preflight) user(ctx context.Context, conn *pgx.Conn) string {
-	var s string
-	_ = conn.QueryRow(ctx, `SELECT current_user`).Scan(&s)
-	return s
 }
 
 // table checks that t exists, can be read, and what its replica identity means.
@@ -246,7 +237,7 @@ func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID
 	if canSelect {
 		p.pass("table %s: SELECT granted", t)
 	} else {
-		p.fail(fmt.Sprintf("GRANT SELECT ON %s TO %s", t.Quoted(), change.QuoteIdent(p.user(ctx, conn))), "table %s: no SELECT privilege", t)
+		p.fail(fmt.Sprintf("GRANT SELECT ON %s TO %s", t.Quoted(), change.QuoteIdent(p.user)), "table %s: no SELECT privilege", t)
 	}
 	large := ""
 	if toastable {

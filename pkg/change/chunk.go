@@ -21,8 +21,6 @@ type Chunk struct {
 	// replication stage publishes them in this order.
 	Seq   int
 	Range KeyRange
-	// Low is the WAL position of the chunk's low marker: the source LSN of its rows.
-	Low LSN
 	// Read is the number of rows the chunk read. The unit's Rows are those it publishes: rows
 	// whose key the stream changed while the chunk was in flight are left to the stream.
 	Read int

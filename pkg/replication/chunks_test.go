@@ -54,7 +54,7 @@ func chunkStream(t *testing.T) (*streamState, chan *change.Unit, *codec.Encoder)
 // chunkUnit encodes rows (ids) of b as chunk seq's rows read at low.
 func chunkUnit(t *testing.T, enc *codec.Encoder, seq int, low change.LSN, last bool, ids ...string) *change.Unit {
 	t.Helper()
-	u := &change.Unit{Kind: change.KindChunk, Export: tB, Chunk: &change.Chunk{Seq: seq, Low: low, Read: len(ids)}}
+	u := &change.Unit{Kind: change.KindChunk, Export: tB, Commit: low, Chunk: &change.Chunk{Seq: seq, Read: len(ids)}}
 	if !last {
 		u.Chunk.Range.To = []string{"x"}
 	}

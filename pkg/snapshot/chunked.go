@@ -560,7 +560,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 
 	u := &change.Unit{
 		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
-		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Low: low, Estimated: t.estimated},
+		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Estimated: t.estimated},
 		Records: make([]change.Record, 0, t.chunkRows),
 	}
 	start := time.Now()
