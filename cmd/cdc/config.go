@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -63,6 +64,9 @@ type Env struct {
 	SnapshotMaxRows   string `env:"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND" envDefault:"0" desc:"cap on the rows all copies read per second together, to spare the primary (0 = unlimited)"`
 	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 2 MiB of the table each, 1,000 to 20,000 rows; at most 1,000,000)"`
 
+	UnchangedToast       string `env:"CDC_UNCHANGED_TOAST" envDefault:"omit" desc:"an update that leaves a large out-of-line (TOASTed) value unchanged does not carry it unless the table has REPLICA IDENTITY FULL: omit leaves the column out of after and names it in the tidemark.unchanged header; placeholder writes CDC_UNCHANGED_TOAST_PLACEHOLDER instead, as Debezium does"`
+	UnchangedPlaceholder string `env:"CDC_UNCHANGED_TOAST_PLACEHOLDER" envDefault:"__debezium_unavailable_value" desc:"the string written for an unchanged TOASTed value with CDC_UNCHANGED_TOAST=placeholder"`
+
 	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
 	WatermarkInterval       string `env:"CDC_WATERMARK_INTERVAL" envDefault:"1s" desc:"how often watermark records are written (at least 10ms)"`
 	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
@@ -100,6 +104,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("delivery", string(p.Delivery)),
 		slog.String("watermark_mode", string(p.WatermarkMode)),
 		slog.Int("snapshot_workers", p.SnapshotWorkers),
+		slog.String("unchanged_toast", string(p.UnchangedToast)),
 	)
 }
 
@@ -163,6 +168,8 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			SnapshotStrategy:         oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, pipeline.StrategyChunked, pipeline.StrategyCopy),
 			SnapshotMaxRowsPerSecond: int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, "")),
 			SnapshotChunkRows:        int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, "")),
+			UnchangedToast:           oneOf(&c, "CDC_UNCHANGED_TOAST", e.UnchangedToast, pipeline.UnchangedOmit, pipeline.UnchangedPlaceholder),
+			UnchangedPlaceholder:     c.placeholder("CDC_UNCHANGED_TOAST_PLACEHOLDER", e.UnchangedPlaceholder),
 			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
 			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
@@ -407,6 +414,16 @@ var (
 func (c *checker) identifier(name, s string) string {
 	if !identRE.MatchString(s) {
 		c.add(name, s, "want a PostgreSQL identifier: letters, digits, _ and $, not starting with a digit or $, at most 63 characters")
+		return ""
+	}
+	return s
+}
+
+// placeholder checks the unchanged-TOAST placeholder: any non-empty UTF-8 text of at most 1,000
+// bytes (it is written into every such record).
+func (c *checker) placeholder(name, s string) string {
+	if s == "" || len(s) > 1000 || !utf8.ValidString(s) {
+		c.add(name, s, "want 1 to 1000 bytes of UTF-8 text")
 		return ""
 	}
 	return s

@@ -296,7 +296,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	markerTag := fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
 	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
 		// Room for the key and headers within what Kafka accepts.
-		MaxRecordBytes: sink.MaxRecordBytes - 64<<10}
+		MaxRecordBytes: sink.MaxRecordBytes - 64<<10,
+		Placeholder:    cfg.UnchangedPlaceholder}
+	if cfg.UnchangedToast == UnchangedPlaceholder {
+		codecCfg.Unchanged = codec.UnchangedPlaceholder
+	}
 	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
 	lc.startLSN = slot.Confirmed
 	lc.sink, lc.topics, lc.codec = sk, sk, codecCfg
@@ -334,6 +338,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 	lc.repl, lc.chunks, lc.streaming = repl, chunker, repl.Streaming
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
+	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.
 	if err := lc.resume(ctx, connCatalog{conn}, published, slot.Confirmed); err != nil {
 		return err
@@ -469,6 +474,8 @@ type lifeRegistry struct {
 	current atomic.Pointer[prometheus.Registry]
 	// lc is the current life's lifecycle owner while its stages run (the control endpoints).
 	lc atomic.Pointer[lifecycle]
+	// toast warns once per process about tables whose updates may omit unchanged values.
+	toast toastWarnings
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {
