@@ -97,7 +97,7 @@ type Encoder struct {
 	srcHead []byte // `"source":{..."table":"t","lsn":`
 	// placeholder is Config.Placeholder as a JSON string (UnchangedPlaceholder).
 	placeholder []byte
-	now     func() time.Time
+	now         func() time.Time
 
 	// Reusable buffers.
 	val     []byte   // envelope under construction
