@@ -37,8 +37,8 @@
 // consumer merges the update into the row it has (for a key change: the row at tidemark.old_key).
 // UnchangedPlaceholder writes Config.Placeholder instead, as a JSON string whatever the column's
 // type (Debezium's "__debezium_unavailable_value" by default), and names the columns in the same
-// header. A key column that stays unknown fails the change (ErrRowShape is not involved; the
-// error says to set REPLICA IDENTITY FULL): the record could not be keyed.
+// header. A key column that stays unknown fails the change, with an error that says to set
+// REPLICA IDENTITY FULL: the record could not be keyed.
 //
 // # Value mapping
 //
