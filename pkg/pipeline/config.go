@@ -78,6 +78,9 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
 	// default (60s).
 	TransactionTimeout time.Duration
+	// KafkaCompression is the batch codec: none, gzip, snappy, lz4 or zstd; "" is the sink's
+	// default.
+	KafkaCompression string
 
 	SnapshotWorkers int
 	// SnapshotStrategy is how tables are copied: StrategyChunked (default) or StrategyCopy.

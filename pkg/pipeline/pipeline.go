@@ -217,6 +217,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Delivery:           sink.Delivery(cfg.Delivery),
 		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
 		TransactionTimeout: cfg.TransactionTimeout,
+		Compression:        cfg.KafkaCompression,
 		Partitions:         cfg.TopicPartitions,
 		ReplicationFactor:  cfg.ReplicationFactor,
 		WatermarkTopic:     cfg.WatermarkTopic,
