@@ -128,7 +128,9 @@ type streamResult struct {
 	BacklogWAL     int64      `json:"backlog_wal_bytes"`
 	Changes        int64      `json:"changes"`
 	Read           throughput `json:"read"`
-	Write          throughput `json:"write"`
+	// ReadRecvlogical is the same backlog streamed by pg_recvlogical to /dev/null.
+	ReadRecvlogical *throughput `json:"read_pg_recvlogical,omitempty"`
+	Write           throughput  `json:"write"`
 	// The exactly-once catch-up, its fields at the top level as before the at-least-once run.
 	catchUp
 	// AtLeastOnce is the same backlog caught up by a second cdc with CDC_DELIVERY=at-least-once.
@@ -295,6 +297,9 @@ func (r *results) print(w io.Writer) {
 			s.Scale, thousands(s.BacklogTxns), thousands(s.Changes), mib(s.BacklogWAL), s.BacklogSeconds, strings.Join(s.Tables, ", "))
 		header(w, "changes/s")
 		row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
+		if s.ReadRecvlogical != nil {
+			row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
+		}
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
 		runs := []catchUp{s.catchUp}
 		if s.AtLeastOnce != nil {
@@ -314,7 +319,11 @@ func (r *results) print(w io.Writer) {
 				c.Delivery, c.StartupSeconds, thousands(c.CDCRecords), txns)
 		}
 		for _, c := range runs {
-			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f\n", c.Delivery, c.Ratio)
+			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f", c.Delivery, c.Ratio)
+			if s.ReadRecvlogical != nil {
+				fmt.Fprintf(w, "; against pg_recvlogical's read: %.2f", ratio(c.CDC.PerSecond, s.ReadRecvlogical.PerSecond, s.Write.PerSecond))
+			}
+			fmt.Fprintln(w)
 		}
 		if s.AtLeastOnce != nil {
 			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
