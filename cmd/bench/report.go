@@ -179,6 +179,9 @@ type lagResult struct {
 	Baseline       lagStats            `json:"baseline_before_add"`
 	// Timeline is every sample, seconds relative to the copy's start.
 	Timeline []lagPoint `json:"timeline"`
+	// CPUSeconds and PeakRSSMiB are the cdc process's, over its whole run.
+	CPUSeconds float64 `json:"cdc_cpu_seconds"`
+	PeakRSSMiB float64 `json:"cdc_peak_rss_mib"`
 }
 
 // lagPoint is one sample: lag bytes per small table at a time relative to the copy's start.
@@ -238,6 +241,7 @@ type results struct {
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
 	Compression []compressionResult  `json:"compression,omitempty"`
+	Memory      *memoryResult        `json:"memory,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
 
@@ -370,6 +374,7 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
 	}
 	printCompression(w, r.Compression)
+	printMemory(w, r.Memory)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}
