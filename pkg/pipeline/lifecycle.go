@@ -480,6 +480,14 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 		}
 		out = append(out, change.Record{Topic: lc.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
 	}
+	// One record for every quiet export, after their own records.
+	if q, ok := lc.tracker.Quiet(now); ok {
+		if v, err := watermark.EncodeQuiet(q); err != nil {
+			lc.log.Error("encode quiet watermark record", "err", err)
+		} else {
+			out = append(out, change.Record{Topic: lc.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.QuietKey), Value: v})
+		}
+	}
 	// After Due: the records above carry every state transition up to this point, so the
 	// checkpoint applies to exactly the exports they (or earlier records) say follow the stream.
 	// (In exactly-once mode Carry wrote it already, into the same transaction.)

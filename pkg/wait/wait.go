@@ -30,7 +30,9 @@ var ErrExportStopped = errors.New("export stopped")
 // Waiter follows a watermark topic.
 type Waiter struct {
 	client *kgo.Client
-	last   map[change.ExportID]watermark.Record
+	// view is what the records read so far say: each export's own record, with the quiet
+	// record applied where it speaks for the export (watermark.View).
+	view *watermark.View
 }
 
 // New returns a Waiter reading topic from brokers. Extra kgo options (TLS, SASL) may be given.
@@ -45,20 +47,15 @@ func New(brokers []string, topic string, opts ...kgo.Opt) (*Waiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &Waiter{client: cl, last: make(map[change.ExportID]watermark.Record)}, nil
+	return &Waiter{client: cl, view: watermark.NewView()}, nil
 }
 
 // Close releases the client.
 func (w *Waiter) Close() { w.client.Close() }
 
-// Latest returns the last record seen for each export so far.
-func (w *Waiter) Latest() map[change.ExportID]watermark.Record {
-	out := make(map[change.ExportID]watermark.Record, len(w.last))
-	for k, v := range w.last {
-		out[k] = v
-	}
-	return out
-}
+// Latest returns each export's record as the records read so far say it: its latest own
+// record, with the watermark of a later quiet record that speaks for it.
+func (w *Waiter) Latest() map[change.ExportID]watermark.Record { return w.view.All() }
 
 // Until blocks until every export has a watermark >= lsn, and returns their records. It fails
 // when an export is removed or failed, or when ctx ends.
@@ -66,7 +63,7 @@ func (w *Waiter) Until(ctx context.Context, lsn change.LSN, exports ...change.Ex
 	for {
 		done := true
 		for _, e := range exports {
-			r, ok := w.last[e]
+			r, ok := w.view.Get(e)
 			if ok && (r.State == watermark.StateRemoved || r.State == watermark.StateFailed) {
 				return nil, fmt.Errorf("%s is %s %s: %w", e, r.State, r.Error, ErrExportStopped)
 			}
@@ -77,7 +74,7 @@ func (w *Waiter) Until(ctx context.Context, lsn change.LSN, exports ...change.Ex
 		if done {
 			out := make(map[change.ExportID]watermark.Record, len(exports))
 			for _, e := range exports {
-				out[e] = w.last[e]
+				out[e], _ = w.view.Get(e)
 			}
 			return out, nil
 		}
@@ -91,7 +88,9 @@ func (w *Waiter) Until(ctx context.Context, lsn change.LSN, exports ...change.Ex
 // and updates Latest.
 func (w *Waiter) Poll(ctx context.Context) error { return w.PollRecords(ctx, nil) }
 
-// PollRecords is Poll that also hands every record read to fn (when not nil), in order.
+// PollRecords is Poll that also hands fn (when not nil), in order, the record of each export
+// that a record read changed: the export's own record, or, for a quiet record, the record of
+// every export it speaks for.
 func (w *Waiter) PollRecords(ctx context.Context, fn func(watermark.Record)) error {
 	fs := w.client.PollFetches(ctx)
 	if err := ctx.Err(); err != nil {
@@ -107,15 +106,12 @@ func (w *Waiter) PollRecords(ctx context.Context, fn func(watermark.Record)) err
 		return ferr
 	}
 	fs.EachRecord(func(r *kgo.Record) {
-		if r.Value == nil || string(r.Key) == watermark.CheckpointKey {
+		changed, err := w.view.Add(r.Value)
+		if err != nil || fn == nil {
 			return
 		}
-		rec, err := watermark.Decode(r.Value)
-		if err != nil {
-			return
-		}
-		w.last[rec.Export] = rec
-		if fn != nil {
+		for _, e := range changed {
+			rec, _ := w.view.Get(e)
 			fn(rec)
 		}
 	})

@@ -46,6 +46,18 @@
 // Interval/4; and as a heartbeat for every live export whose last record is Interval old. A
 // removed or failed export gets one final record and then none until it is hydrated again.
 //
+// # Quiet exports
+//
+// A hydrated export whose topic's offsets (as Due is given them) are those of its last record is
+// quiet: Due writes it no record. Quiet, called right after Due, returns one record (key
+// QuietKey) for all of them: the lowest watermark and position of the quiet exports, and the
+// other hydrated exports as Busy. It is due when a quiet export's record would be. A reader
+// applies it to every export whose latest own record, read before it, says hydrated and which is
+// not busy: the export's watermark is the higher of the two, with its own record's offsets,
+// which still cover its whole topic. View does this for readers (pkg/wait, cdc watermarks), and
+// DecodeTopic for the restart. So the records per second follow the busy exports, not the
+// number of exports.
+//
 // # Restart
 //
 // At start-up the pipeline reads the watermark topic to its end and passes the records to

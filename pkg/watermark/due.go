@@ -16,6 +16,11 @@ import (
 //     last record is younger than Interval/4 (coalescing);
 //   - a heartbeat for a live export whose last record is at least Interval old.
 //
+// A hydrated export whose topic's offsets are those of its last record (a quiet export: nothing
+// was published for it since) gets none of these: the quiet record (Quiet, called right after
+// Due) carries its watermark, so records per second do not grow with the number of quiet
+// tables.
+//
 // A removed or failed export gets its final record and then none until it is hydrated again.
 // offsets(topic) returns the current end offset per partition of topic: what a record's
 // Offsets says its watermark covers. It is called once per topic; nil offsets is allowed.
@@ -27,12 +32,8 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 	var out []Record
 	topicOffsets := make(map[string]map[int32]int64)
 	for _, x := range t.order {
+		x.quiet = false
 		if x.restored {
-			continue
-		}
-		w := t.watermark(x, g)
-		pos, _ := t.position(x)
-		if !t.due(x, w, pos, now) {
 			continue
 		}
 		offs, ok := topicOffsets[x.topic]
@@ -41,6 +42,16 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 				offs = maps.Clone(offsets(x.topic))
 			}
 			topicOffsets[x.topic] = offs
+		}
+		if x.state == StateHydrated && !x.owed && x.hasRecord && x.lastState == StateHydrated && maps.Equal(x.lastOffsets, offs) {
+			// Nothing in its topic beyond its last record: the quiet record speaks for it.
+			x.quiet = true
+			continue
+		}
+		w := t.watermark(x, g)
+		pos, _ := t.position(x)
+		if !t.due(x, w, pos, now) {
+			continue
 		}
 		r := Record{
 			Version:      Version,
@@ -65,6 +76,7 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 
 		x.published = cloneLSN(w)
 		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(w), pos, now
+		x.lastState, x.lastOffsets = x.state, maps.Clone(offs)
 		x.owed = false
 		if !x.hasPending {
 			t.pending = append(t.pending, x)

@@ -79,6 +79,12 @@ type export struct {
 	lastPos   change.LSN  // position of the last record
 	lastAt    time.Time   // time of the last record
 	owed      bool        // a state transition waits for its record
+	// lastState and lastOffsets are the state and offsets of the last record. quiet (set by
+	// Due) says the export is hydrated and its topic holds nothing its last record does not
+	// cover: the quiet record speaks for it instead of a record of its own.
+	lastState   State
+	lastOffsets map[int32]int64
+	quiet       bool
 
 	// Durability: the last record known durable, and the records in flight. A record
 	// "streams" when it says hydrated or copying in chunks: after a crash the export resumes
@@ -175,6 +181,7 @@ func (t *Tracker) Restore(recs []Record) {
 		x.err = r.Error
 		x.published = maxLSN(x.published, r.Watermark)
 		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(r.Watermark), r.Position, r.Time
+		x.lastState, x.lastOffsets = r.State, maps.Clone(r.Offsets)
 		x.durable, x.durableState, x.durableStreams, x.durablePos = true, r.State, x.streams(), r.Position
 		x.owed = false
 		// A removed or failed export keeps the position it had when it stopped (0/0 if it was

@@ -34,10 +34,73 @@ func fullHydration(tr *Tracker, e change.ExportID, c change.LSN, now time.Time) 
 	tr.Hydrated(e, c)
 }
 
-// publish runs Due at now, marks the records durable and returns them by export.
+// views keeps, per tracker under test, what a reader of its records knows.
+var views = map[*Tracker]*View{}
+
+// fromQuiet are the exports whose record in the last dueRecords came from the quiet record: one
+// record speaks for many exports, so it is not coalesced per export.
+var fromQuiet = map[change.ExportID]bool{}
+
+// seedView gives tr's reader the records tr was restored from.
+func seedView(tb testing.TB, tr *Tracker, recs []Record) {
+	tb.Helper()
+	v := NewView()
+	for _, r := range recs {
+		b, err := Encode(r)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := v.Add(b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	views[tr] = v
+}
+
+// dueRecords runs Due and then Quiet at now and returns what a reader learns from them: each
+// own record, and the effective record (View) of every export the quiet record speaks for.
+func dueRecords(tb testing.TB, tr *Tracker, now time.Time, offsets func(string) map[int32]int64) []Record {
+	tb.Helper()
+	v := views[tr]
+	if v == nil {
+		v = NewView()
+		views[tr] = v
+	}
+	recs := tr.Due(now, offsets)
+	out := append([]Record(nil), recs...)
+	clear(fromQuiet)
+	for _, r := range recs {
+		b, err := Encode(r)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := v.Add(b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if q, ok := tr.Quiet(now); ok {
+		b, err := EncodeQuiet(q)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		changed, err := v.Add(b)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, e := range changed {
+			r, _ := v.Get(e)
+			out = append(out, r)
+			fromQuiet[e] = true
+		}
+	}
+	return out
+}
+
+// publish runs Due (and Quiet) at now, marks the records durable and returns what a reader
+// learns, by export.
 func duePublish(tb testing.TB, tr *Tracker, now time.Time) map[change.ExportID]Record {
 	tb.Helper()
-	recs := tr.Due(now, fakeEndOffsets)
+	recs := dueRecords(tb, tr, now, fakeEndOffsets)
 	tr.Published()
 	out := make(map[change.ExportID]Record, len(recs))
 	for _, r := range recs {

@@ -1,0 +1,242 @@
+package watermark
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// QuietKey is the key of the quiet record in the watermark topic. It cannot be an export's
+// key: those are schema.table.
+const QuietKey = "__quiet"
+
+// quietKind tells a quiet record's value from the other values of the watermark topic.
+const quietKind = "quiet"
+
+// Quiet is the quiet record: one record in the watermark topic, under QuietKey, that carries the
+// watermark of every quiet export at once, so that the records written per second do not grow
+// with the number of tables that see no changes.
+//
+// It says: every export whose latest own record (read before this one) is hydrated, and which
+// is not listed in Busy, has watermark Watermark, with the offsets of that own record. A reader
+// takes, for such an export, the higher of its own record's watermark and the quiet record's;
+// View does this. A quiet record read before an export's latest own record says nothing about
+// that export (its own record is newer and at least as high).
+type Quiet struct {
+	Version int    `json:"version"`
+	Kind    string `json:"kind"`
+	Mode    Mode   `json:"mode"`
+	// Watermark is null while the exports it speaks for have none (global mode, before the
+	// first global watermark).
+	Watermark *change.LSN `json:"watermark"`
+	// WatermarkLSN is Watermark as a number.
+	WatermarkLSN *uint64 `json:"watermark_lsn"`
+	// Position is the lowest own position of the exports it speaks for (they follow the
+	// stream, so in practice the durable stream position).
+	Position change.LSN `json:"position"`
+	// Busy are the hydrated exports the record does not speak for: their topics hold records
+	// that their own latest record does not cover yet (it follows within an interval).
+	Busy []change.ExportID `json:"busy"`
+	Time time.Time         `json:"ts"`
+}
+
+// EncodeQuiet renders q as JSON (Version, Kind and WatermarkLSN filled in).
+func EncodeQuiet(q Quiet) ([]byte, error) {
+	q.Version, q.Kind, q.WatermarkLSN = Version, quietKind, lsnNumber(q.Watermark)
+	if q.Busy == nil {
+		q.Busy = []change.ExportID{}
+	}
+	b, err := json.Marshal(q)
+	if err != nil {
+		return nil, fmt.Errorf("encode quiet record: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeQuiet parses b if it is a quiet record; ok is false for any other value.
+func DecodeQuiet(b []byte) (q Quiet, ok bool, err error) {
+	var probe struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(b, &probe) != nil || probe.Kind != quietKind {
+		return Quiet{}, false, nil
+	}
+	if err := json.Unmarshal(b, &q); err != nil {
+		return Quiet{}, true, fmt.Errorf("decode quiet record: %w", err)
+	}
+	switch {
+	case q.Version > Version:
+		return Quiet{}, true, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+			q.Version, Version, ErrUnsupportedVersion)
+	case q.Version < 1:
+		return Quiet{}, true, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
+	case (q.Watermark == nil) != (q.WatermarkLSN == nil) || q.Watermark != nil && uint64(*q.Watermark) != *q.WatermarkLSN:
+		return Quiet{}, true, errors.New("decode quiet record: watermark and watermark_lsn disagree")
+	}
+	return q, true, nil
+}
+
+// Quiet returns the quiet record to publish now, if one is due. Call it right after Due, with
+// whose offsets it decides which exports are quiet. The record carries the lowest watermark and
+// position of the quiet exports (in global mode the watermark is the global one) and lists the
+// other hydrated exports as busy. For each quiet export it is due as a record of its own would
+// be: when its watermark or position moved since a reader last heard of it (at most once per
+// Interval/4), and at least once per Interval. Like Due's records it is in flight until
+// Published: then it is the quiet exports' durable record, with its position.
+func (t *Tracker) Quiet(now time.Time) (Quiet, bool) {
+	g := t.global()
+	var w *change.LSN
+	var pos change.LSN
+	var busy []change.ExportID
+	due, any := false, false
+	for _, x := range t.order {
+		if x.restored || x.state != StateHydrated {
+			continue
+		}
+		if !x.quiet {
+			busy = append(busy, x.id)
+			continue
+		}
+		xw := t.watermark(x, g)
+		p, _ := t.position(x)
+		if !any || p < pos {
+			pos = p
+		}
+		if !any || w != nil && (xw == nil || *xw < *w) {
+			w = xw // nil is lowest
+		}
+		any = true
+		age := now.Sub(x.lastAt)
+		moved := !equalLSN(xw, x.lastW) || p != x.lastPos
+		due = due || age < 0 || age >= t.interval || moved && age >= t.interval/4
+	}
+	if !any || !due {
+		return Quiet{}, false
+	}
+	for _, x := range t.order {
+		if !x.quiet || x.restored || x.state != StateHydrated {
+			continue
+		}
+		// What a reader now knows of x: the higher of its own record's and this record's.
+		x.published = maxLSN(x.published, w)
+		x.lastW, x.lastPos, x.lastAt = maxLSN(x.lastW, w), max(x.lastPos, pos), now
+		if !x.hasPending {
+			t.pending = append(t.pending, x)
+		}
+		x.hasPending, x.pendingState, x.pendingStreams, x.pendingPos = true, x.state, true, pos
+		if !x.hasPendingHyd || pos < x.pendingHydMin {
+			x.hasPendingHyd, x.pendingHydMin = true, pos
+		}
+	}
+	slices.SortFunc(busy, func(a, b change.ExportID) int {
+		if c := compareStrings(a.Schema, b.Schema); c != 0 {
+			return c
+		}
+		return compareStrings(a.Table, b.Table)
+	})
+	return Quiet{Mode: t.mode, Watermark: cloneLSN(w), Position: pos, Busy: busy, Time: now.UTC()}, true
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// View is what a reader of the watermark topic knows, record by record in offset order: each
+// export's latest own record, with the watermark of a later quiet record applied where that
+// record speaks for the export. pkg/wait, `cdc watermarks` and the restart all read the topic
+// through it.
+type View struct {
+	seq   int
+	own   map[change.ExportID]viewEntry
+	quiet *Quiet
+	qSeq  int
+	busy  map[change.ExportID]bool
+}
+
+type viewEntry struct {
+	rec Record
+	seq int
+}
+
+// NewView returns an empty view.
+func NewView() *View { return &View{own: make(map[change.ExportID]viewEntry)} }
+
+// Add applies one value of the watermark topic: an export's record, the quiet record, or a
+// checkpoint (ignored, as are tombstones). It returns the exports whose effective record the
+// value changed (nil for a value that is none of these) and an error for a value that does not
+// decode.
+func (v *View) Add(value []byte) ([]change.ExportID, error) {
+	if value == nil {
+		return nil, nil
+	}
+	if _, ok, err := DecodeCheckpoint(value); ok {
+		return nil, err
+	}
+	v.seq++
+	if q, ok, err := DecodeQuiet(value); ok {
+		if err != nil {
+			return nil, err
+		}
+		v.quiet, v.qSeq = &q, v.seq
+		v.busy = make(map[change.ExportID]bool, len(q.Busy))
+		for _, e := range q.Busy {
+			v.busy[e] = true
+		}
+		var changed []change.ExportID
+		for e, ent := range v.own {
+			if v.covers(e, ent) {
+				changed = append(changed, e)
+			}
+		}
+		return changed, nil
+	}
+	r, err := Decode(value)
+	if err != nil {
+		return nil, err
+	}
+	v.own[r.Export] = viewEntry{rec: r, seq: v.seq}
+	return []change.ExportID{r.Export}, nil
+}
+
+// covers reports whether the quiet record speaks for the export of ent.
+func (v *View) covers(e change.ExportID, ent viewEntry) bool {
+	return v.quiet != nil && v.qSeq > ent.seq && ent.rec.State == StateHydrated && !v.busy[e]
+}
+
+// Get returns e's effective record: its latest own record, with the watermark, position and
+// time of the latest quiet record when that speaks for e (each only where higher).
+func (v *View) Get(e change.ExportID) (Record, bool) {
+	ent, ok := v.own[e]
+	if !ok {
+		return Record{}, false
+	}
+	r := ent.rec
+	r.Offsets = maps.Clone(r.Offsets)
+	if v.covers(e, ent) {
+		r.Watermark = maxLSN(r.Watermark, v.quiet.Watermark)
+		r.WatermarkLSN = lsnNumber(r.Watermark)
+		r.Position = max(r.Position, v.quiet.Position)
+		r.Time, r.Mode = v.quiet.Time, v.quiet.Mode
+	}
+	return r, true
+}
+
+// All returns every export's effective record.
+func (v *View) All() map[change.ExportID]Record {
+	out := make(map[change.ExportID]Record, len(v.own))
+	for e := range v.own {
+		out[e], _ = v.Get(e)
+	}
+	return out
+}
