@@ -335,21 +335,17 @@ func TestKilledDuringAddedCopy(t *testing.T) {
 	e.assertTopicsEqualTables("public.small_a", "public.small_b", "public.big")
 }
 
-// latestWatermarks reads the watermark topic to its end: the last record of each export.
+// latestWatermarks reads the watermark topic to its end: the last record of each export, as a
+// consumer reads it (quiet records applied).
 func (e *env) latestWatermarks() map[change.ExportID]watermark.Record {
 	e.t.Helper()
-	out := map[change.ExportID]watermark.Record{}
+	view := watermark.NewView()
 	for _, r := range e.readTopic(e.watermarkTopic()) {
-		if r.Value == nil || string(r.Key) == watermark.CheckpointKey {
-			continue
-		}
-		rec, err := watermark.Decode(r.Value)
-		if err != nil {
+		if _, err := view.Add(r.Value); err != nil {
 			e.t.Fatal(err)
 		}
-		out[rec.Export] = rec
 	}
-	return out
+	return view.All()
 }
 
 // endOffsets lists the end offset of every partition of topic.

@@ -33,6 +33,7 @@ type wmRecorder struct {
 	mu      sync.Mutex
 	entries []wmEntry
 	latest  map[change.ExportID]watermark.Record
+	view    *watermark.View
 	bad     []string // undecodable records
 
 	cancel context.CancelFunc
@@ -49,7 +50,7 @@ func startRecorder(t testing.TB, brokers []string, topic string) *wmRecorder {
 		t.Fatalf("watermark consumer: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &wmRecorder{latest: make(map[change.ExportID]watermark.Record), cancel: cancel, done: make(chan struct{})}
+	r := &wmRecorder{latest: make(map[change.ExportID]watermark.Record), view: watermark.NewView(), cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
 		defer cl.Close()
@@ -69,13 +70,18 @@ func startRecorder(t testing.TB, brokers []string, topic string) *wmRecorder {
 					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, checkpoint: true, cp: cp.Position})
 					return
 				}
-				rec, err := watermark.Decode(kr.Value)
+				// Read as a consumer does: a quiet record gives each export it speaks for a new
+				// effective record (watermark.View), checked like any other.
+				changed, err := r.view.Add(kr.Value)
 				if err != nil {
 					r.bad = append(r.bad, fmt.Sprintf("offset %d: %v", kr.Offset, err))
 					return
 				}
-				r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, rec: rec})
-				r.latest[rec.Export] = rec
+				for _, e := range changed {
+					rec, _ := r.view.Get(e)
+					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, rec: rec})
+					r.latest[rec.Export] = rec
+				}
 			})
 			// Fetch errors (broker down, connection cut) are retried by the client.
 		}
