@@ -211,6 +211,9 @@ func (st *streamState) release(e change.ExportID, r *route) error {
 }
 
 func (st *streamState) handle(data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty replication message")
+	}
 	switch data[0] {
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
 		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
@@ -227,13 +230,28 @@ func (st *streamState) handle(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse xlogdata: %w", err)
 		}
-		msg, err := pglogrepl.Parse(xld.WALData)
+		msg, err := parseMessage(xld.WALData)
 		if err != nil {
 			return fmt.Errorf("parse pgoutput message: %w", err)
 		}
 		return st.message(msg)
 	}
 	return nil
+}
+
+// parseMessage is pglogrepl.Parse, which indexes past the end of a truncated or malformed
+// message instead of returning an error (found by FuzzDecode): such a message is an error here,
+// never a panic.
+func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
+	if len(data) == 0 {
+		return nil, errors.New("empty message")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			msg, err = nil, fmt.Errorf("malformed %q message of %d bytes", data[0], len(data))
+		}
+	}()
+	return pglogrepl.Parse(data)
 }
 
 func (st *streamState) message(msg pglogrepl.Message) error {
