@@ -73,41 +73,44 @@ func FuzzDecode(f *testing.F) {
 	f.Add(fuzzFrames(relationMsg(3, "public", "unknown"), begin(100, 7), insert(3, "1", "x"), commit(100, 110)))
 	f.Add(fuzzFrames(nil, []byte{'w'}, []byte{'k'}, []byte{'R'}, []byte{'I', 0, 0, 0, 1, 'N', 0, 9}))
 	spill := f.TempDir()
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s := New(Config{
-			Codec:    codec.Config{TopicPrefix: "p", Tombstones: true, MaxRecordBytes: 1 << 20},
-			SpillDir: spill, HoldMemory: 4 << 10,
-		}, fuzzHooks{})
-		tA := change.ExportID{Schema: "public", Table: "a"}
-		tB := change.ExportID{Schema: "public", Table: "b"}
-		s.Resume(map[change.ExportID]change.LSN{tA: 0})
-		out := make(chan *change.Unit, 4*maxFuzzFrames)
-		st := s.state
-		st.ctx, st.out = t.Context(), out
-		defer st.close()
-		st.detect([]change.ExportID{tB})
-		if err := st.setConsistentPoint([]change.ExportID{tB}, 0); err != nil {
-			t.Fatal(err)
+	f.Fuzz(func(t *testing.T, data []byte) { decodeFrames(t, spill, data) })
+}
+
+// decodeFrames is one FuzzDecode run.
+func decodeFrames(t *testing.T, spill string, data []byte) {
+	s := New(Config{
+		Codec:    codec.Config{TopicPrefix: "p", Tombstones: true, MaxRecordBytes: 1 << 20},
+		SpillDir: spill, HoldMemory: 4 << 10,
+	}, fuzzHooks{})
+	tA := change.ExportID{Schema: "public", Table: "a"}
+	tB := change.ExportID{Schema: "public", Table: "b"}
+	s.Resume(map[change.ExportID]change.LSN{tA: 0})
+	out := make(chan *change.Unit, 4*maxFuzzFrames)
+	st := s.state
+	st.ctx, st.out = t.Context(), out
+	defer st.close()
+	st.detect([]change.ExportID{tB})
+	if err := st.setConsistentPoint([]change.ExportID{tB}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, fr := range splitFrames(data) {
+		if i == maxFuzzFrames {
+			break
 		}
-		for i, fr := range splitFrames(data) {
-			if i == maxFuzzFrames {
-				break
-			}
-			if len(fr) == 0 || (fr[0] != pglogrepl.XLogDataByteID && fr[0] != pglogrepl.PrimaryKeepaliveMessageByteID) {
-				fr = xlog(fr)
-			}
-			if err := st.handle(fr); err != nil {
-				st.reconnected()
-			}
-			checkUnits(t, out)
+		if len(fr) == 0 || (fr[0] != pglogrepl.XLogDataByteID && fr[0] != pglogrepl.PrimaryKeepaliveMessageByteID) {
+			fr = xlog(fr)
 		}
-		// Release what public.b holds.
-		st.copyDone(tB)
-		if err := st.yield(); err != nil {
-			t.Fatalf("yield: %v", err)
+		if err := st.handle(fr); err != nil {
+			st.reconnected()
 		}
 		checkUnits(t, out)
-	})
+	}
+	// Release what public.b holds.
+	st.copyDone(tB)
+	if err := st.yield(); err != nil {
+		t.Fatalf("yield: %v", err)
+	}
+	checkUnits(t, out)
 }
 
 // checkUnits drains out and fails on a record that is not valid JSON and UTF-8.

@@ -239,21 +239,6 @@ func (st *streamState) handle(data []byte) error {
 	return nil
 }
 
-// parseMessage is pglogrepl.Parse, which indexes past the end of a truncated or malformed
-// message instead of returning an error (found by FuzzDecode): such a message is an error here,
-// never a panic.
-func parseMessage(data []byte) (msg pglogrepl.Message, err error) {
-	if len(data) == 0 {
-		return nil, errors.New("empty message")
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			msg, err = nil, fmt.Errorf("malformed %q message of %d bytes", data[0], len(data))
-		}
-	}()
-	return pglogrepl.Parse(data)
-}
-
 func (st *streamState) message(msg pglogrepl.Message) error {
 	switch m := msg.(type) {
 	case *pglogrepl.BeginMessage:
