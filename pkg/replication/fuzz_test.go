@@ -72,6 +72,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(fuzzFrames(begin(100, 7), insert(9, "1", "x"), commit(100, 110)))
 	f.Add(fuzzFrames(relationMsg(3, "public", "unknown"), begin(100, 7), insert(3, "1", "x"), commit(100, 110)))
 	f.Add(fuzzFrames(nil, []byte{'w'}, []byte{'k'}, []byte{'R'}, []byte{'I', 0, 0, 0, 1, 'N', 0, 9}))
+	// Crashers found: an empty message (pglogrepl.Parse panicked), a column length of ~4 GiB in a
+	// short message (pglogrepl allocated it: the fuzz worker ran out of memory).
+	f.Add(fuzzFrames(relationMsg(1, "public", "a")[25:], begin(100, 7)[25:],
+		[]byte{'I', 0, 0, 0, 1, 'N', 0, 2, 't', 0, 0, 0, 1, '1', 't', 0xff, 0xff, 0xff, 0xf0, 'x'}, commit(100, 110)[25:]))
 	spill := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) { decodeFrames(t, spill, data) })
 }
