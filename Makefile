@@ -14,7 +14,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # JVM flags of the Kafka broker that benchmarks start (no TieredStopAtLevel: full JIT).
 BENCH_KAFKA_HEAP ?= -Xms512m -Xmx1g -XX:+UseSerialGC
 
-.PHONY: build test test-unit test-race test-integration bench lint fmt up down demo docker clean
+.PHONY: build test test-unit test-race test-integration fuzz bench lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -36,6 +36,15 @@ test-race:
 test-integration:
 	scripts/services.sh install
 	CI=$${CI:-} $(GO) test -count=1 -timeout 15m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/
+
+# Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and
+# testdata/fuzz/<target>/) run as ordinary tests in test-unit.
+FUZZTIME ?= 60s
+FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/codec/:FuzzAppendValue \
+	./pkg/codec/:FuzzSplitCopyText ./pkg/watermark/:FuzzDecode ./pkg/watermark/:FuzzTrackerHistory \
+	./pkg/secret/:FuzzRedact
+fuzz:
+	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
 
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...

@@ -39,4 +39,7 @@
 //     and never carry a received position.
 //   - Relation messages are applied whenever they arrive, also for tables that are not routed,
 //     and keep their order relative to the changes that follow them.
+//   - A message that does not decode (truncated, or a tuple column longer than its message) is a
+//     stream error, which reconnects, never a panic or an allocation of its declared length:
+//     pglogrepl's parser is guarded (pgoutput.go; FuzzDecode feeds it arbitrary messages).
 package replication

@@ -211,6 +211,9 @@ func (st *streamState) release(e change.ExportID, r *route) error {
 }
 
 func (st *streamState) handle(data []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty replication message")
+	}
 	switch data[0] {
 	case pglogrepl.PrimaryKeepaliveMessageByteID:
 		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
@@ -227,7 +230,7 @@ func (st *streamState) handle(data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse xlogdata: %w", err)
 		}
-		msg, err := pglogrepl.Parse(xld.WALData)
+		msg, err := parseMessage(xld.WALData)
 		if err != nil {
 			return fmt.Errorf("parse pgoutput message: %w", err)
 		}
