@@ -40,6 +40,9 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey []byte) []cha
 	if oldKey != nil {
 		n = 4
 	}
+	if len(e.dims) > 0 {
+		n++
+	}
 	if cap(e.hdrs)-len(e.hdrs) < n {
 		e.hdrs = make([]change.Header, 0, headerChunk)
 	}
@@ -53,6 +56,9 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey []byte) []cha
 			change.Header{Key: HeaderOldKey, Value: oldKey},
 			change.Header{Key: HeaderNewKey, Value: newKey},
 		)
+	}
+	if len(e.dims) > 0 {
+		e.hdrs = append(e.hdrs, change.Header{Key: HeaderArrayDims, Value: e.own(e.dims)})
 	}
 	return e.hdrs[s:len(e.hdrs):len(e.hdrs)]
 }
