@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -63,6 +64,7 @@ type Env struct {
 	SnapshotMaxRows   string `env:"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND" envDefault:"0" desc:"cap on the rows all copies read per second together, to spare the primary (0 = unlimited)"`
 	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 2 MiB of the table each, 1,000 to 20,000 rows; at most 1,000,000)"`
 
+	ValueFormat             string `env:"CDC_VALUE_FORMAT" envDefault:"json" desc:"record format: json (plain JSON envelopes) or json-with-schema (Kafka Connect JsonConverter with schemas.enable=true, Debezium's PostgreSQL types)"`
 	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
 	WatermarkInterval       string `env:"CDC_WATERMARK_INTERVAL" envDefault:"1s" desc:"how often watermark records are written (at least 10ms)"`
 	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
@@ -99,6 +101,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("watermark_topic", p.WatermarkTopic),
 		slog.String("delivery", string(p.Delivery)),
 		slog.String("watermark_mode", string(p.WatermarkMode)),
+		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.SnapshotWorkers),
 	)
 }
@@ -164,6 +167,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			SnapshotMaxRowsPerSecond: int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, "")),
 			SnapshotChunkRows:        int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, "")),
 			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
+			ValueFormat:              oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
 			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
 			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
