@@ -112,6 +112,19 @@ func exitError(err error, logPath string) error {
 	return fmt.Errorf("cdc exited: %w; log %s:\n%s", err, logPath, tailFile(logPath, 15))
 }
 
+// usage returns the CPU time and peak resident memory of an exited cdc (zero while it runs).
+func (p *cdcProc) usage() (cpuSeconds float64, peakRSSMiB float64) {
+	if done, _ := p.exited(); !done || p.cmd.ProcessState == nil {
+		return 0, 0
+	}
+	st := p.cmd.ProcessState
+	cpuSeconds = (st.UserTime() + st.SystemTime()).Seconds()
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+		peakRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+	}
+	return cpuSeconds, peakRSSMiB
+}
+
 // check returns an error if cdc has exited already: the scenarios call it while waiting.
 func (p *cdcProc) check() error {
 	if done, err := p.exited(); done {

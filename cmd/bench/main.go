@@ -27,21 +27,23 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
-	rows           int64
-	txns           int
-	workers        int
-	only           string
-	out            string
-	lagRows        int64
-	lagStrategy    string
-	lagRate        int
-	scale          int
-	deliveryRounds int
-	snapshotRounds int
-	clients        int
-	keep           bool
-	kafkaHeap      string
-	cdcLogLevel    string
+	compressionRows int64
+	compressionTxns int
+	rows            int64
+	txns            int
+	workers         int
+	only            string
+	out             string
+	lagRows         int64
+	lagStrategy     string
+	lagRate         int
+	scale           int
+	deliveryRounds  int
+	snapshotRounds  int
+	clients         int
+	keep            bool
+	kafkaHeap       string
+	cdcLogLevel     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -51,7 +53,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream or lag")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag or compression")
+	fs.Int64Var(&o.compressionRows, "compression-rows", 300_000, "rows of the table each codec copies in the compression scenario")
+	fs.IntVar(&o.compressionTxns, "compression-txns", 20_000, "pgbench transactions each codec catches up in the compression scenario")
 	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
 	fs.Int64Var(&o.lagRows, "lag-rows", 2_500_000, "rows of the big table added in the lag scenario (its copy should take at least 10s)")
 	fs.StringVar(&o.lagStrategy, "lag-strategy", "chunked", "CDC_SNAPSHOT_STRATEGY of the lag scenario's copy: chunked or copy")
@@ -71,9 +75,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag:
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream or lag", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag or compression", o.only))
+	}
+	if o.compressionRows < 1 || o.compressionTxns < 1 {
+		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
 	}
 	if o.rows < 1 {
 		errs = append(errs, fmt.Errorf("-rows %d: must be at least 1", o.rows))
@@ -113,6 +120,8 @@ const (
 	scenarioSnapshot = "snapshot"
 	scenarioStream   = "stream"
 	scenarioLag      = "lag"
+	// scenarioCompression compares CDC_KAFKA_COMPRESSION codecs on both paths.
+	scenarioCompression = "compression"
 )
 
 func (o options) wants(s string) bool { return o.only == "" || o.only == s }

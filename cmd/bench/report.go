@@ -82,6 +82,8 @@ type snapshotRun struct {
 	CDCPerTxn     float64    `json:"cdc_records_per_transaction"`
 	Ratio         float64    `json:"ratio_cdc_to_min_limit"`
 	RatioFromProc float64    `json:"ratio_cdc_from_process_start_to_min_limit"`
+	CPUSeconds    float64    `json:"cdc_cpu_seconds"`
+	PeakRSSMiB    float64    `json:"cdc_peak_rss_mib"`
 }
 
 // combineSnapshotRuns is runs (of one strategy) as one: each throughput is total rows over total
@@ -109,6 +111,8 @@ func combineSnapshotRuns(runs []snapshotRun) snapshotRun {
 	c.CDCCopied = total(func(r snapshotRun) throughput { return r.CDCCopied })
 	for _, r := range runs {
 		c.CDCTxns += r.CDCTxns
+		c.CPUSeconds += r.CPUSeconds
+		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
 	}
 	if c.CDCTxns > 0 {
 		c.CDCPerTxn = float64(c.CDC.Count) / float64(c.CDCTxns)
@@ -157,6 +161,8 @@ type catchUp struct {
 	CDCTxns         int64      `json:"cdc_kafka_transactions"`
 	CDCPerTxn       float64    `json:"cdc_records_per_transaction"`
 	Ratio           float64    `json:"ratio_cdc_to_min_limit"`
+	CPUSeconds      float64    `json:"cdc_cpu_seconds"`
+	PeakRSSMiB      float64    `json:"cdc_peak_rss_mib"`
 }
 
 type lagResult struct {
@@ -229,6 +235,7 @@ type results struct {
 	Snapshot    *snapshotResult      `json:"snapshot,omitempty"`
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
+	Compression []compressionResult  `json:"compression,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
 
@@ -353,6 +360,7 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintln(w, "   lag = pg_current_wal_lsn() - the small table's latest watermark; seconds = lag / WAL rate during the copy.")
 		fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
 	}
+	printCompression(w, r.Compression)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

@@ -117,6 +117,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			res.Lag[mode] = *l
 		}
 	}
+	if o.wants(scenarioCompression) && ctx.Err() == nil {
+		c, err := b.compression(ctx)
+		if err != nil {
+			fail(scenarioCompression, err)
+		}
+		res.Compression = c
+	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}

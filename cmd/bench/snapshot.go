@@ -91,7 +91,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	// seconds), and in any order that penalty would fall on one strategy. A strategy whose run
 	// fails runs no more; the other goes on.
 	b.logf("snapshot: warm-up run (not measured)")
-	if _, _, _, err := s.copyTable(ctx, e, strategyChunked, "warmup"); err != nil {
+	if _, _, _, err := s.copyTable(ctx, e, strategyChunked, "warmup", nil); err != nil {
 		b.logf("snapshot: warm-up run: %v (the measured runs follow)", err)
 	}
 	runs := make(map[string][]snapshotRun)
@@ -105,7 +105,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 		if failed[strategy] != nil {
 			continue
 		}
-		run, st, topic, err := s.copyTable(ctx, e, strategy, fmt.Sprintf("%s%d", strategy, i/2))
+		run, st, topic, err := s.copyTable(ctx, e, strategy, fmt.Sprintf("%s%d", strategy, i/2), nil)
 		if err != nil {
 			b.logf("snapshot: cdc %s: %v", strategy, err)
 			failed[strategy] = fmt.Errorf("cdc %s: %w", strategy, err)
@@ -201,19 +201,23 @@ func (r *snapshotResult) setRatios() {
 // and a topic prefix of its own named after tag (under the scenario's, so that cleanup removes
 // them), until the table is hydrated; then it stops cdc and reads back what it wrote. It
 // returns the run, what the topic holds, and the topic.
-func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, tag string) (snapshotRun, topicStats, string, error) {
+func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, tag string, extra map[string]string) (snapshotRun, topicStats, string, error) {
 	b := s.b
 	run := snapshotRun{Strategy: strategy}
 	slot, prefix := s.slot+"_"+tag, s.prefix+"."+tag
 	topic := change.TopicName(prefix, e)
-	b.logf("snapshot: cdc (CDC_TABLES=%s, CDC_SNAPSHOT_STRATEGY=%s, exactly-once, slot %s)", e, strategy, slot)
-	p, err := s.startCDC(map[string]string{
+	b.logf("snapshot: cdc (CDC_TABLES=%s, CDC_SNAPSHOT_STRATEGY=%s, exactly-once, slot %s) %v", e, strategy, slot, extra)
+	vars := map[string]string{
 		"CDC_TABLES":            e.String(),
 		"CDC_SNAPSHOT_STRATEGY": strategy,
 		"CDC_SLOT":              slot,
 		"CDC_TOPIC_PREFIX":      prefix,
 		"CDC_SPILL_DIR":         filepath.Join(s.tmp, "spill-"+tag),
-	})
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	p, err := s.startCDC(vars)
 	if err != nil {
 		return run, topicStats{}, topic, err
 	}
@@ -246,6 +250,7 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, t
 	if err := p.stop(time.Minute); err != nil {
 		return run, topicStats{}, topic, err
 	}
+	run.CPUSeconds, run.PeakRSSMiB = p.usage()
 	stats, err := b.k.readBack(ctx, []string{topic}, nil, 20_000)
 	if err != nil {
 		return run, stats, topic, err

@@ -193,6 +193,10 @@ func combineRuns(runs []catchUp) catchUp {
 		total += r.CDC.Seconds
 		after += r.CDCAfterStartup.Seconds
 	}
+	for _, r := range runs[1:] {
+		c.CPUSeconds += r.CPUSeconds
+		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
+	}
 	c.CDC = newThroughput(count, bytes, time.Duration(total*float64(time.Second)), "")
 	c.CDCAfterStartup = newThroughput(count, bytes, time.Duration(after*float64(time.Second)), "")
 	return c
@@ -304,6 +308,7 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 	if err := p.stop(time.Minute); err != nil {
 		return res, topicStats{}, err
 	}
+	res.CPUSeconds, res.PeakRSSMiB = p.usage()
 	stats, err := b.k.readBack(ctx, l.topics, l.start, 20_000)
 	if err != nil {
 		return res, stats, err

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,6 +47,7 @@ type Env struct {
 	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
 	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
+	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"none" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see README, Performance, for what each costs and saves)"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
 	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables"`
@@ -63,6 +65,9 @@ type Env struct {
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
 	SnapshotMaxRows   string `env:"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND" envDefault:"0" desc:"cap on the rows all copies read per second together, to spare the primary (0 = unlimited)"`
 	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 2 MiB of the table each, 1,000 to 20,000 rows; at most 1,000,000)"`
+
+	UnchangedToast       string `env:"CDC_UNCHANGED_TOAST" envDefault:"omit" desc:"an update that leaves a large out-of-line (TOASTed) value unchanged does not carry it unless the table has REPLICA IDENTITY FULL: omit leaves the column out of after and names it in the tidemark.unchanged header; placeholder writes CDC_UNCHANGED_TOAST_PLACEHOLDER instead, as Debezium does"`
+	UnchangedPlaceholder string `env:"CDC_UNCHANGED_TOAST_PLACEHOLDER" envDefault:"__debezium_unavailable_value" desc:"the string written for an unchanged TOASTed value with CDC_UNCHANGED_TOAST=placeholder"`
 
 	ValueFormat             string `env:"CDC_VALUE_FORMAT" envDefault:"json" desc:"record format: json (plain JSON envelopes) or json-with-schema (Kafka Connect JsonConverter with schemas.enable=true, Debezium's PostgreSQL types)"`
 	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
@@ -103,6 +108,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("watermark_mode", string(p.WatermarkMode)),
 		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.SnapshotWorkers),
+		slog.String("unchanged_toast", string(p.UnchangedToast)),
 	)
 }
 
@@ -161,11 +167,14 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			ReplicationFactor:        int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
 			WatermarkTopic:           c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
 			Delivery:                 oneOf(&c, "CDC_DELIVERY", e.Delivery, pipeline.ExactlyOnce, pipeline.AtLeastOnce),
+			KafkaCompression:         oneOf(&c, "CDC_KAFKA_COMPRESSION", e.KafkaCompression, sink.Compressions...),
 			TransactionTimeout:       c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
 			SnapshotWorkers:          int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
 			SnapshotStrategy:         oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, pipeline.StrategyChunked, pipeline.StrategyCopy),
 			SnapshotMaxRowsPerSecond: int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, "")),
 			SnapshotChunkRows:        int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, "")),
+			UnchangedToast:           oneOf(&c, "CDC_UNCHANGED_TOAST", e.UnchangedToast, pipeline.UnchangedOmit, pipeline.UnchangedPlaceholder),
+			UnchangedPlaceholder:     c.placeholder("CDC_UNCHANGED_TOAST_PLACEHOLDER", e.UnchangedPlaceholder),
 			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
 			ValueFormat:              oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
@@ -411,6 +420,16 @@ var (
 func (c *checker) identifier(name, s string) string {
 	if !identRE.MatchString(s) {
 		c.add(name, s, "want a PostgreSQL identifier: letters, digits, _ and $, not starting with a digit or $, at most 63 characters")
+		return ""
+	}
+	return s
+}
+
+// placeholder checks the unchanged-TOAST placeholder: any non-empty UTF-8 text of at most 1,000
+// bytes (it is written into every such record).
+func (c *checker) placeholder(name, s string) string {
+	if s == "" || len(s) > 1000 || !utf8.ValidString(s) {
+		c.add(name, s, "want 1 to 1000 bytes of UTF-8 text")
 		return ""
 	}
 	return s

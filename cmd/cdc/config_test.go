@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -84,8 +85,12 @@ func TestLoadConfigDefaults(t *testing.T) {
 		WatermarkTopic:          "tidemark.__watermarks",
 		Delivery:                pipeline.ExactlyOnce,
 		TransactionTimeout:      time.Minute,
+		KafkaCompression:        "none",
 		SnapshotWorkers:         4,
 		SnapshotStrategy:        pipeline.StrategyChunked,
+		UnchangedToast:          pipeline.UnchangedOmit,
+		UnchangedPlaceholder:    "__debezium_unavailable_value",
+		ValueFormat:             codec.FormatJSON,
 		WatermarkMode:           pipeline.Independent,
 		WatermarkInterval:       time.Second,
 		PublicationPollInterval: 5 * time.Second,
@@ -117,10 +122,14 @@ func TestLoadConfigAllSet(t *testing.T) {
 		"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND": "50000",
 		"CDC_SNAPSHOT_CHUNK_ROWS":          "5000",
 		"CDC_WATERMARK_MODE":               "global",
+		"CDC_VALUE_FORMAT":                 "json-with-schema",
 		"CDC_WATERMARK_INTERVAL":           "10ms",
 		"CDC_PUBLICATION_POLL_INTERVAL":    "2m",
 		"CDC_HOLD_MEMORY":                  "2 GiB",
 		"CDC_SPILL_DIR":                    "/var/spill",
+		"CDC_UNCHANGED_TOAST":              "placeholder",
+		"CDC_KAFKA_COMPRESSION":            "zstd",
+		"CDC_UNCHANGED_TOAST_PLACEHOLDER":  "n/a",
 		"CDC_SLOT_WAIT_TIMEOUT":            "30s",
 		"CDC_HTTP_ADDR":                    ":9187",
 		"CDC_LOG_LEVEL":                    "debug",
@@ -146,10 +155,14 @@ func TestLoadConfigAllSet(t *testing.T) {
 		WatermarkTopic:           "marks",
 		Delivery:                 pipeline.AtLeastOnce,
 		TransactionTimeout:       90 * time.Second,
+		KafkaCompression:         "zstd",
 		SnapshotWorkers:          64,
 		SnapshotStrategy:         pipeline.StrategyCopy,
 		SnapshotMaxRowsPerSecond: 50000,
 		SnapshotChunkRows:        5000,
+		UnchangedToast:           pipeline.UnchangedPlaceholder,
+		UnchangedPlaceholder:     "n/a",
+		ValueFormat:              codec.FormatJSONWithSchema,
 		WatermarkMode:            pipeline.Global,
 		WatermarkInterval:        10 * time.Millisecond,
 		PublicationPollInterval:  2 * time.Minute,
@@ -245,6 +258,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"PG URL unparseable", map[string]string{"CDC_PG_URL": "postgres://cdc@db:notaport/app"}, []string{"CDC_PG_URL"}},
 		{"PG DSN unparseable", map[string]string{"CDC_PG_URL": "just-a-hostname"}, []string{"CDC_PG_URL"}},
 		{"slot upper case", map[string]string{"CDC_SLOT": "Tidemark"}, []string{"CDC_SLOT"}},
+		{"unknown compression", map[string]string{"CDC_KAFKA_COMPRESSION": "brotli"}, []string{"CDC_KAFKA_COMPRESSION"}},
+		{"unknown unchanged TOAST policy", map[string]string{"CDC_UNCHANGED_TOAST": "null"}, []string{"CDC_UNCHANGED_TOAST"}},
+		{"placeholder too long", map[string]string{"CDC_UNCHANGED_TOAST_PLACEHOLDER": strings.Repeat("x", 1001)}, []string{"CDC_UNCHANGED_TOAST_PLACEHOLDER"}},
 		{"slot with dash", map[string]string{"CDC_SLOT": "tide-mark"}, []string{"CDC_SLOT"}},
 		{"slot too long", map[string]string{"CDC_SLOT": strings.Repeat("s", 64)}, []string{"CDC_SLOT"}},
 		{"publication with space", map[string]string{"CDC_PUBLICATION": "my pub"}, []string{"CDC_PUBLICATION"}},
@@ -268,6 +284,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"hold memory garbage", map[string]string{"CDC_HOLD_MEMORY": "lots"}, []string{"CDC_HOLD_MEMORY"}},
 		{"delivery unknown", map[string]string{"CDC_DELIVERY": "exactly_once"}, []string{"CDC_DELIVERY"}},
 		{"watermark mode unknown", map[string]string{"CDC_WATERMARK_MODE": "local"}, []string{"CDC_WATERMARK_MODE"}},
+		{"value format unknown", map[string]string{"CDC_VALUE_FORMAT": "avro"}, []string{"CDC_VALUE_FORMAT"}},
 		{"log level unknown", map[string]string{"CDC_LOG_LEVEL": "verbose"}, []string{"CDC_LOG_LEVEL"}},
 		{"log format unknown", map[string]string{"CDC_LOG_FORMAT": "xml"}, []string{"CDC_LOG_FORMAT"}},
 		{"metrics addr without port", map[string]string{"CDC_METRICS_ADDR": "localhost"}, []string{"CDC_METRICS_ADDR"}},

@@ -33,12 +33,15 @@ func (e *Encoder) lsnText(l change.LSN) []byte {
 	return e.own(appendLSN(buf[:0], l))
 }
 
-// headers returns the header slice of one record: the LSN and op, plus the old and new key when
-// given.
-func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey []byte) []change.Header {
+// headers returns the header slice of one record: the LSN and op, plus the old and new key and
+// the unchanged columns when given.
+func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []byte) []change.Header {
 	n := 2
 	if oldKey != nil {
-		n = 4
+		n += 2
+	}
+	if unchanged != nil {
+		n++
 	}
 	if len(e.dims) > 0 {
 		n++
@@ -56,6 +59,9 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey []byte) []cha
 			change.Header{Key: HeaderOldKey, Value: oldKey},
 			change.Header{Key: HeaderNewKey, Value: newKey},
 		)
+	}
+	if unchanged != nil {
+		e.hdrs = append(e.hdrs, change.Header{Key: HeaderUnchanged, Value: unchanged})
 	}
 	if len(e.dims) > 0 {
 		e.hdrs = append(e.hdrs, change.Header{Key: HeaderArrayDims, Value: e.own(e.dims)})

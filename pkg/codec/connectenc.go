@@ -71,7 +71,12 @@ func connectHeads(topic string, t *change.Table, cols []column) (val, key []byte
 func (e *Encoder) appendConnectColumn(dst []byte, i int, row [][]byte, unavail []bool) ([]byte, error) {
 	c := &e.cols[i]
 	if unavail != nil && unavail[i] {
-		// The value is unknown; a placeholder string would not fit the column's schema.
+		// The value is unknown (UnchangedPlaceholder; UnchangedOmit never gets here). The
+		// placeholder string fits only a string column's schema; other columns get null, and the
+		// HeaderUnchanged header names the column either way.
+		if c.node.typ == "string" {
+			return append(dst, e.placeholder...), nil
+		}
 		return append(dst, "null"...), nil
 	}
 	e.conv.shape = e.conv.shape[:0]

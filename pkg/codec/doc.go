@@ -31,10 +31,14 @@
 // record with op u, whose before is the old tuple when PostgreSQL sent one and null otherwise.
 //
 // Unchanged TOAST: pgoutput does not send a large out-of-line value that an update left unchanged.
-// Such a column takes its value from the old tuple when that has it (REPLICA IDENTITY FULL), and is
-// otherwise written as the JSON string "__tidemark_unavailable_value" (Unavailable), whatever its
-// type, like Debezium's "__debezium_unavailable_value". Consumers that need the full row should
-// keep the last value of such a column, or set REPLICA IDENTITY FULL on the table.
+// Such a column takes its value from the old tuple when that has it (REPLICA IDENTITY FULL).
+// Otherwise no value is made up: by default (UnchangedOmit) the column is left out of after, and
+// the header tidemark.unchanged names the columns left out as a JSON array (["body"]), so a
+// consumer merges the update into the row it has (for a key change: the row at tidemark.old_key).
+// UnchangedPlaceholder writes Config.Placeholder instead, as a JSON string whatever the column's
+// type (Debezium's "__debezium_unavailable_value" by default), and names the columns in the same
+// header. A key column that stays unknown fails the change, with an error that says to set
+// REPLICA IDENTITY FULL: the record could not be keyed.
 //
 // # Value mapping
 //

@@ -17,11 +17,29 @@ const (
 	HeaderOp     = "tidemark.op"      // c, u, d, r or t (a tombstone carries d)
 	HeaderOldKey = "tidemark.old_key" // key-changing update: the old key JSON
 	HeaderNewKey = "tidemark.new_key" // key-changing update: the new key JSON
+	// HeaderUnchanged names, as a JSON array of column names, the columns of an update's after
+	// image whose values PostgreSQL did not send (unchanged TOAST without a full before-image).
+	HeaderUnchanged = "tidemark.unchanged"
 	// HeaderArrayDims (json-with-schema only) gives the shape of array values that are not one
 	// dimension starting at index 1, which the payload writes flattened:
 	// {"after":{"col":"[0:2]"},"before":{...}}.
 	HeaderArrayDims = "tidemark.array_dims"
 )
+
+// Unchanged is what an encoder writes for a column whose value PostgreSQL did not send.
+type Unchanged uint8
+
+const (
+	// UnchangedOmit leaves the column out of after; the HeaderUnchanged header names it, so a
+	// consumer merges the update into the row it has.
+	UnchangedOmit Unchanged = iota
+	// UnchangedPlaceholder writes Config.Placeholder as the column's value (a JSON string), as
+	// Debezium does, and names the column in HeaderUnchanged too.
+	UnchangedPlaceholder
+)
+
+// DefaultPlaceholder is Debezium's unavailable.value.placeholder.
+const DefaultPlaceholder = "__debezium_unavailable_value"
 
 // Version is source.version in every envelope.
 const Version = "tidemark-1"
@@ -39,6 +57,11 @@ type Config struct {
 	// MaxRecordBytes, when positive, refuses a change whose record value would be larger
 	// (ErrRecordTooLarge): Kafka would refuse it anyway, and the export must fail alone.
 	MaxRecordBytes int
+	// Unchanged says what to write for an unchanged TOASTed column of an update whose old value
+	// is unknown (no REPLICA IDENTITY FULL); Placeholder is the string UnchangedPlaceholder
+	// writes (DefaultPlaceholder when empty).
+	Unchanged   Unchanged
+	Placeholder string
 	// Format is FormatJSON (also when empty) or FormatJSONWithSchema.
 	Format Format
 	// Types describes the types FormatJSONWithSchema cannot know statically; the same catalog
@@ -95,7 +118,9 @@ type Encoder struct {
 	cols    []column
 	keyIdx  []int
 	srcHead []byte // `"source":{..."table":"t","lsn":`
-	now     func() time.Time
+	// placeholder is Config.Placeholder as a JSON string (UnchangedPlaceholder).
+	placeholder []byte
+	now         func() time.Time
 	// json-with-schema: `{"schema":<schema>,"payload":` of values and keys.
 	valHead []byte
 	keyHead []byte
@@ -164,6 +189,11 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 		srcHead: h,
 		now:     cfg.Now,
 	}
+	ph := cfg.Placeholder
+	if ph == "" {
+		ph = DefaultPlaceholder
+	}
+	e.placeholder = appendString(nil, []byte(ph))
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -177,7 +207,7 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 func (e *Encoder) Clone() *Encoder {
 	return &Encoder{
 		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
-		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now,
+		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now, placeholder: e.placeholder,
 		valHead: e.valHead, keyHead: e.keyHead,
 	}
 }
@@ -201,7 +231,9 @@ func (e *Encoder) Insert(dst []change.Record, src Source, after [][]byte) ([]cha
 // Update appends the records of an update. before is the old tuple when PostgreSQL sent one (key
 // columns only, others nil, or the full row under REPLICA IDENTITY FULL), else nil. unchanged
 // marks the columns of after that were not sent (unchanged TOAST); such a column takes its value
-// from before when before has it, else the string Unavailable.
+// from before when before has it. Otherwise it is left out of after (UnchangedOmit) or written as
+// the placeholder (UnchangedPlaceholder), and the record's HeaderUnchanged names it. A key column
+// that stays unknown is an error: the record could not be keyed.
 //
 // When before's key differs from after's, the update is published as Debezium does: a delete of
 // the old key (followed by its tombstone when tombstones are on) and a create of the new one, all
@@ -234,18 +266,19 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	}
 	oldKey, newKey := e.own(e.oldKey), e.own(e.key)
 	lsn := e.lsnText(src.LSN)
+	unch := e.unchangedNames(unavail)
 	n := len(dst)
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpDelete, before, nil, nil); err != nil {
 		return dst, err
 	}
 	dst = append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: oldKey, Value: e.own(e.val),
-		Headers: e.headers(lsn, change.OpDelete, oldKey, newKey),
+		Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
 	})
 	if e.cfg.Tombstones {
 		dst = append(dst, change.Record{
 			Topic: e.topic, Partition: change.AnyPartition, Key: oldKey,
-			Headers: e.headers(lsn, change.OpDelete, oldKey, newKey),
+			Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
 		})
 	}
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpCreate, nil, resolved, unavail); err != nil {
@@ -253,7 +286,7 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	}
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: e.own(e.val),
-		Headers: e.headers(lsn, change.OpCreate, oldKey, newKey),
+		Headers: e.headers(lsn, change.OpCreate, oldKey, newKey, unch),
 	}), nil
 }
 
@@ -272,7 +305,7 @@ func (e *Encoder) Delete(dst []change.Record, src Source, before [][]byte) ([]ch
 	r := dst[n]
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: r.Key,
-		Headers: e.headers(r.Headers[0].Value, change.OpDelete, nil, nil),
+		Headers: e.headers(r.Headers[0].Value, change.OpDelete, nil, nil, nil),
 	}), nil
 }
 
@@ -285,12 +318,12 @@ func (e *Encoder) Truncate(dst []change.Record, src Source) ([]change.Record, er
 	}
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AllPartitions, Value: e.own(e.val),
-		Headers: e.headers(e.lsnText(src.LSN), change.OpTruncate, nil, nil),
+		Headers: e.headers(e.lsnText(src.LSN), change.OpTruncate, nil, nil, nil),
 	}), nil
 }
 
 // simple appends one record with the given op; the key comes from after, or from before when
-// after is nil. unavail marks columns of after written as Unavailable.
+// after is nil. unavail marks the columns of after whose values are unknown (see Update).
 func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, after [][]byte, unavail []bool) ([]change.Record, error) {
 	if before != nil {
 		if err := e.checkRow("old tuple", before); err != nil {
@@ -315,6 +348,9 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 		e.key = append(e.key[:0], e.keyHead...)
 		e.key = append(e.key, '{')
 		for i, c := range e.keyIdx {
+			if unavail != nil && unavail[c] {
+				return dst, e.unknownKey(c)
+			}
 			if i > 0 {
 				e.key = append(e.key, ',')
 			}
@@ -329,8 +365,35 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	}
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: e.own(e.val),
-		Headers: e.headers(e.lsnText(src.LSN), op, nil, nil),
+		Headers: e.headers(e.lsnText(src.LSN), op, nil, nil, e.unchangedNames(unavail)),
 	}), nil
+}
+
+// unknownKey is the error for a key column whose value PostgreSQL did not send.
+func (e *Encoder) unknownKey(c int) error {
+	return fmt.Errorf("encode update of %s: key column %q is an unchanged out-of-line value that PostgreSQL did not send, so the record has no key; set REPLICA IDENTITY FULL on the table",
+		e.table.Export, e.table.Columns[c].Name)
+}
+
+// unchangedNames returns the HeaderUnchanged value for unavail (nil when no column is unknown):
+// a JSON array of the column names, in the arena.
+func (e *Encoder) unchangedNames(unavail []bool) []byte {
+	if unavail == nil {
+		return nil
+	}
+	b := append(e.scratch[:0], '[')
+	for i, u := range unavail {
+		if !u {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, e.cols[i].name[:len(e.cols[i].name)-1]...) // the quoted name without ':'
+	}
+	b = append(b, ']')
+	e.scratch = b
+	return e.own(b)
 }
 
 func (e *Encoder) checkRow(what string, row [][]byte) error {
@@ -371,12 +434,15 @@ func (e *Encoder) appendKey(dst []byte, row [][]byte, unavail []bool) ([]byte, e
 	dst = append(dst, e.keyHead...)
 	dst = append(dst, '{')
 	for i, c := range e.keyIdx {
+		if unavail != nil && unavail[c] {
+			return dst, e.unknownKey(c)
+		}
 		if i > 0 {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, e.cols[c].name...)
 		var err error
-		if dst, err = e.appendColumn(dst, c, row, unavail); err != nil {
+		if dst, err = e.appendColumn(dst, c, row, nil); err != nil {
 			return dst, err
 		}
 	}
@@ -393,7 +459,7 @@ func (e *Encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) 
 		return e.appendConnectColumn(dst, i, row, unavail)
 	}
 	if unavail != nil && unavail[i] {
-		return append(dst, `"`+Unavailable+`"`...), nil
+		return append(dst, e.placeholder...), nil
 	}
 	out, err := appendValue(dst, c.kind, c.oid, row[i], &e.scratch)
 	if err != nil {
@@ -486,10 +552,17 @@ func (e *Encoder) appendRow(dst []byte, row [][]byte, unavail []bool) ([]byte, e
 	}
 	e.spans = e.spans[:2*len(e.cols)]
 	dst = append(dst, '{')
+	omit := unavail != nil && e.cfg.Unchanged == UnchangedOmit
+	first := true
 	for i := range e.cols {
-		if i > 0 {
+		if omit && unavail[i] {
+			e.spans[2*i], e.spans[2*i+1] = -1, -1
+			continue
+		}
+		if !first {
 			dst = append(dst, ',')
 		}
+		first = false
 		dst = append(dst, e.cols[i].name...)
 		e.spans[2*i] = len(dst)
 		var err error

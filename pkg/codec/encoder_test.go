@@ -275,21 +275,31 @@ func TestRecordShapes(t *testing.T) {
 func TestUpdateUnchangedToast(t *testing.T) {
 	unchanged := []bool{false, false, false, true, true, false}
 	after := row("1", "eu", "5", nil, nil, "2024-01-31 12:01:00+00")
+	const absent = "<absent>"
 	tests := []struct {
 		name     string
+		mode     Unchanged
 		before   [][]byte
 		wantTags any
 		wantDoc  any
+		// wantHeader is HeaderUnchanged ("" = no header).
+		wantHeader string
 	}{
-		{name: "no old tuple gives placeholders", before: nil, wantTags: Unavailable, wantDoc: Unavailable},
-		{name: "key-only old tuple gives placeholders", before: keyOnly, wantTags: Unavailable, wantDoc: Unavailable},
+		{name: "no old tuple leaves columns out", before: nil, wantTags: absent, wantDoc: absent, wantHeader: `["tags","doc"]`},
+		{name: "key-only old tuple leaves columns out", before: keyOnly, wantTags: absent, wantDoc: absent, wantHeader: `["tags","doc"]`},
 		{name: "full old tuple supplies the values", before: fullRow, wantTags: []any{"a", "b c"}, wantDoc: map[string]any{"k": "v"}},
-		{name: "old tuple with null keeps placeholder", before: row("1", "eu", "1", nil, `{"k": 1}`, nil),
-			wantTags: Unavailable, wantDoc: map[string]any{"k": json.Number("1")}},
+		{name: "old tuple with null leaves that column out", before: row("1", "eu", "1", nil, `{"k": 1}`, nil),
+			wantTags: absent, wantDoc: map[string]any{"k": json.Number("1")}, wantHeader: `["tags"]`},
+		{name: "placeholder mode writes the placeholder", mode: UnchangedPlaceholder, before: keyOnly,
+			wantTags: DefaultPlaceholder, wantDoc: DefaultPlaceholder, wantHeader: `["tags","doc"]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := newTestEncoder(t, ordersTable(), true)
+			e, err := NewEncoder(Config{Database: "shop", TopicPrefix: "tm", Tombstones: true, Unchanged: tt.mode,
+				Now: func() time.Time { return fixedNow }}, ordersTable())
+			if err != nil {
+				t.Fatal(err)
+			}
 			recs, err := e.Update(nil, txSource, tt.before, after, unchanged)
 			if err != nil {
 				t.Fatal(err)
@@ -301,16 +311,58 @@ func TestUpdateUnchangedToast(t *testing.T) {
 			if env.Op != "u" {
 				t.Fatalf("op %q", env.Op)
 			}
-			if got, want := fmt.Sprint(env.After["tags"]), fmt.Sprint(tt.wantTags); got != want {
+			get := func(col string) string {
+				v, ok := env.After[col]
+				if !ok {
+					return absent
+				}
+				return fmt.Sprint(v)
+			}
+			if got, want := get("tags"), fmt.Sprint(tt.wantTags); got != want {
 				t.Errorf("tags = %s, want %s", got, want)
 			}
-			if got, want := fmt.Sprint(env.After["doc"]), fmt.Sprint(tt.wantDoc); got != want {
+			if got, want := get("doc"), fmt.Sprint(tt.wantDoc); got != want {
 				t.Errorf("doc = %s, want %s", got, want)
 			}
-			if env.After["price"] != "5" {
-				t.Errorf("price = %v", env.After["price"])
+			if env.After["price"] != "5" || get("updated") == absent {
+				t.Errorf("price = %v, updated = %s", env.After["price"], get("updated"))
+			}
+			if got := header(recs[0], HeaderUnchanged); got != tt.wantHeader && (tt.wantHeader != "" || got != "<missing>") {
+				t.Errorf("header %s = %q, want %q", HeaderUnchanged, got, tt.wantHeader)
 			}
 		})
+	}
+}
+
+func TestUnchangedToastCustomPlaceholder(t *testing.T) {
+	e, err := NewEncoder(Config{TopicPrefix: "tm", Unchanged: UnchangedPlaceholder, Placeholder: `"n/a"`}, ordersTable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := e.Update(nil, txSource, nil, row("1", "eu", "5", nil, "{}", nil), []bool{false, false, false, true, false, false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := decode(t, recs[0]); env.After["tags"] != `"n/a"` {
+		t.Fatalf("tags = %#v", env.After["tags"])
+	}
+}
+
+func TestUnchangedKeyColumnWithoutOldValueFails(t *testing.T) {
+	// A toasted key column sent as 'u' and no old tuple: the record cannot be keyed.
+	tbl := &change.Table{Export: change.ExportID{Schema: "s", Table: "docs"}, Columns: []change.Column{
+		{Name: "path", TypeOID: pgtype.TextOID, Key: true},
+		{Name: "body", TypeOID: pgtype.TextOID},
+	}}
+	for _, mode := range []Unchanged{UnchangedOmit, UnchangedPlaceholder} {
+		e, err := NewEncoder(Config{TopicPrefix: "tm", Unchanged: mode}, tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.Update(nil, txSource, nil, row(nil, "new"), []bool{true, false})
+		if err == nil || !strings.Contains(err.Error(), `key column "path"`) || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL") {
+			t.Fatalf("mode %d: err = %v", mode, err)
+		}
 	}
 }
 

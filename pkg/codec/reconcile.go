@@ -17,12 +17,12 @@ func (e *Encoder) DeleteKey(dst []change.Record, src Source, key []byte) []chang
 	lsn := e.lsnText(src.LSN)
 	dst = append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: k, Value: e.own(e.val),
-		Headers: e.headers(lsn, change.OpDelete, nil, nil),
+		Headers: e.headers(lsn, change.OpDelete, nil, nil, nil),
 	})
 	if e.cfg.Tombstones {
 		dst = append(dst, change.Record{
 			Topic: e.topic, Partition: change.AnyPartition, Key: k,
-			Headers: e.headers(lsn, change.OpDelete, nil, nil),
+			Headers: e.headers(lsn, change.OpDelete, nil, nil, nil),
 		})
 	}
 	return dst

@@ -25,11 +25,6 @@ const (
 	kindArray                   // PostgreSQL array literal -> JSON array
 )
 
-// Unavailable is the JSON string written for a column whose value PostgreSQL did not send: an
-// unchanged TOASTed column of an update whose old value is unknown. Debezium uses the same idea
-// ("__debezium_unavailable_value").
-const Unavailable = "__tidemark_unavailable_value"
-
 // kindOf maps a type OID to its kind; unknown OIDs are kindString.
 func kindOf(oid uint32) kind {
 	switch oid {

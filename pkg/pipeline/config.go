@@ -30,6 +30,19 @@ const (
 	StrategyCopy SnapshotStrategy = "copy"
 )
 
+// UnchangedToast is what records carry for a large out-of-line value that an update left
+// unchanged and PostgreSQL therefore did not send (tables without REPLICA IDENTITY FULL).
+type UnchangedToast string
+
+// Unchanged TOAST policies.
+const (
+	// UnchangedOmit leaves the column out of the update's after image and names it in the
+	// tidemark.unchanged header.
+	UnchangedOmit UnchangedToast = "omit"
+	// UnchangedPlaceholder writes Config.UnchangedPlaceholder as the value (Debezium's way).
+	UnchangedPlaceholder UnchangedToast = "placeholder"
+)
+
 // WatermarkMode says how watermarks of different exports relate (see pkg/watermark).
 type WatermarkMode string
 
@@ -66,6 +79,9 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
 	// default (60s).
 	TransactionTimeout time.Duration
+	// KafkaCompression is the batch codec: none, gzip, snappy, lz4 or zstd; "" is the sink's
+	// default.
+	KafkaCompression string
 
 	SnapshotWorkers int
 	// SnapshotStrategy is how tables are copied: StrategyChunked (default) or StrategyCopy.
@@ -77,6 +93,12 @@ type Config struct {
 	// SnapshotChunkRows is the rows of one chunk (chunked strategy); 0 sizes chunks by the
 	// table's row width.
 	SnapshotChunkRows int
+
+	// UnchangedToast says what an update's record carries for an unchanged TOASTed column
+	// whose old value is unknown: UnchangedOmit (default; also for "") or UnchangedPlaceholder,
+	// which writes UnchangedPlaceholder (codec.DefaultPlaceholder when empty).
+	UnchangedToast       UnchangedToast
+	UnchangedPlaceholder string
 
 	WatermarkMode     WatermarkMode
 	WatermarkInterval time.Duration

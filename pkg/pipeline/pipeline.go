@@ -217,6 +217,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Delivery:           sink.Delivery(cfg.Delivery),
 		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
 		TransactionTimeout: cfg.TransactionTimeout,
+		Compression:        cfg.KafkaCompression,
 		Partitions:         cfg.TopicPartitions,
 		ReplicationFactor:  cfg.ReplicationFactor,
 		WatermarkTopic:     cfg.WatermarkTopic,
@@ -307,6 +308,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			defer conn.Close(context.Background())
 			return codec.QueryTypes(ctx, conn, oids)
 		}),
+		Placeholder: cfg.UnchangedPlaceholder,
+	}
+	if cfg.UnchangedToast == UnchangedPlaceholder {
+		codecCfg.Unchanged = codec.UnchangedPlaceholder
 	}
 	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
 	lc.startLSN = slot.Confirmed
@@ -345,6 +350,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	}
 	lc.repl, lc.chunks, lc.streaming = repl, chunker, repl.Streaming
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
+	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.
 	if err := lc.resume(ctx, connCatalog{conn}, published, slot.Confirmed); err != nil {
 		return err
@@ -480,6 +486,8 @@ type lifeRegistry struct {
 	current atomic.Pointer[prometheus.Registry]
 	// lc is the current life's lifecycle owner while its stages run (the control endpoints).
 	lc atomic.Pointer[lifecycle]
+	// toast warns once per process about tables whose updates may omit unchanged values.
+	toast toastWarnings
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {

@@ -24,6 +24,8 @@ type poller struct {
 	lc      *lifecycle
 	log     *slog.Logger
 	wakeCh  chan struct{}
+	// toast, when set, warns about newly published tables whose updates may omit values.
+	toast *toastWarnings
 }
 
 func newPoller(cfg Config, connect func(context.Context) (*pgx.Conn, error), lc *lifecycle, log *slog.Logger) *poller {
@@ -81,6 +83,9 @@ func (p *poller) poll(ctx context.Context) error {
 	published, err := replication.PublishedTables(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
+	}
+	if p.toast != nil {
+		p.toast.check(ctx, p.conn, p.cfg, published, p.log)
 	}
 	return p.lc.published(ctx, connCatalog{p.conn}, published)
 }

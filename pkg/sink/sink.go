@@ -85,6 +85,7 @@ func New(cfg Config) (*Sink, error) {
 // clientOpts are the producer client's options.
 func (s *Sink) clientOpts() []kgo.Opt {
 	maxBuffered := max(s.cfg.MaxBatchBytes, 2*MaxRecordBytes)
+	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
 		kgo.ClientID(s.cfg.ClientID),
@@ -92,7 +93,7 @@ func (s *Sink) clientOpts() []kgo.Opt {
 		kgo.RecordPartitioner(s.part),
 		kgo.ProducerBatchMaxBytes(MaxRecordBytes),
 		kgo.ProducerLinger(producerLinger),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchCompression(codec),
 		kgo.MaxBufferedBytes(maxBuffered),
 		kgo.WithLogger(kgoLogger{s.log}),
 	}

@@ -28,6 +28,8 @@ func TestNewValidates(t *testing.T) {
 		},
 		{name: "replication factor -1 is the broker default", mutate: func(c *Config) { c.ReplicationFactor = -1 }},
 		{name: "replication factor -2", mutate: func(c *Config) { c.ReplicationFactor = -2 }, wantErr: []string{"replication factor -2"}},
+		{name: "zstd compression", mutate: func(c *Config) { c.Compression = "zstd" }},
+		{name: "unknown compression", mutate: func(c *Config) { c.Compression = "brotli" }, wantErr: []string{`unknown compression "brotli"`}},
 		{name: "short transaction timeout", mutate: func(c *Config) { c.TransactionTimeout = time.Millisecond }, wantErr: []string{"transaction timeout"}},
 	}
 	for _, tc := range tests {
