@@ -19,6 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/wait"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // connectTables has a table per type family, plus a table whose keys move and a keyless one.
@@ -515,4 +518,65 @@ func checkConnectPayload(s map[string]any, v any, path string) error {
 		return fmt.Errorf("%s: unknown schema type %q", path, typ)
 	}
 	return nil
+}
+
+// TestJSONWithSchemaRefusalFailsTheTableAlone: a value json-with-schema cannot carry faithfully
+// (a float NaN, which JsonConverter would read as 0) fails its table with a failed watermark
+// record saying why, in the snapshot and in the stream; the other tables go on.
+func TestJSONWithSchemaRefusalFailsTheTableAlone(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(
+		`CREATE TABLE snap_nan (id int PRIMARY KEY, v float8)`,
+		`CREATE TABLE stream_nan (id int PRIMARY KEY, v float8)`,
+		`CREATE TABLE fine (id int PRIMARY KEY, v float8)`,
+		`INSERT INTO snap_nan VALUES (1, 1.5), (2, 'NaN')`,
+		`INSERT INTO stream_nan VALUES (1, 1.5)`,
+		`INSERT INTO fine VALUES (1, 1.5)`,
+	)
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.snap_nan,public.stream_nan,public.fine"
+	vars["CDC_VALUE_FORMAT"] = "json-with-schema"
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, 1, "public.stream_nan", "public.fine")
+	e.exec(`INSERT INTO stream_nan VALUES (2, '-Infinity')`, `INSERT INTO fine VALUES (2, 2.5)`)
+	lsn := e.currentLSN(ctx)
+
+	w, err := wait.New(e.brokers, e.watermarkTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ids := map[string]change.ExportID{}
+	for _, n := range []string{"snap_nan", "stream_nan", "fine"} {
+		ids[n] = change.ExportID{Schema: "public", Table: n}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = w.Poll(pctx)
+		cancel()
+		l := w.Latest()
+		fine := l[ids["fine"]]
+		if l[ids["snap_nan"]].State == watermark.StateFailed && l[ids["stream_nan"]].State == watermark.StateFailed &&
+			fine.Watermark != nil && *fine.Watermark >= lsn {
+			break
+		}
+		if done, perr := p.exited(); done {
+			t.Fatalf("cdc exited (%v); want only the tables with NaN to fail", perr)
+		}
+	}
+	l := w.Latest()
+	for _, n := range []string{"snap_nan", "stream_nan"} {
+		r := l[ids[n]]
+		if r.State != watermark.StateFailed || !strings.Contains(r.Error, "json-with-schema") || !strings.Contains(r.Error, `"v"`) {
+			t.Errorf("%s: state %s, error %q; want failed, naming column v and json-with-schema", n, r.State, r.Error)
+		}
+	}
+	if fine := l[ids["fine"]]; fine.State != watermark.StateHydrated || fine.Watermark == nil || *fine.Watermark < lsn {
+		t.Errorf("fine: %+v; want hydrated past %s", fine, lsn)
+	}
+	if restarts := strings.Count(p.log.String(), "pipeline failed; restarting"); restarts > 0 {
+		t.Errorf("the pipeline restarted %d times; want the tables to fail alone", restarts)
+	}
 }

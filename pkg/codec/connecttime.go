@@ -353,9 +353,8 @@ func appendMicroDuration(dst []byte, text []byte) ([]byte, error) {
 			break
 		}
 		neg := false
-		sign := false
 		if b[0] == '-' || b[0] == '+' {
-			neg, sign = b[0] == '-', true
+			neg = b[0] == '-'
 			b = b[1:]
 		}
 		n, i, ok := digits(b, 0)
@@ -367,7 +366,6 @@ func appendMicroDuration(dst []byte, text []byte) ([]byte, error) {
 			if !ok || len(rest) != 0 {
 				return bad()
 			}
-			_ = sign
 			h := us / 3_600_000_000
 			mi := us / 60_000_000 % 60
 			whole := us / 1_000_000 % 60
@@ -402,6 +400,9 @@ func appendMicroDuration(dst []byte, text []byte) ([]byte, error) {
 			return bad()
 		}
 		b = b[j:]
+	}
+	if ym := years*12 + months; ym > math.MaxInt32 || ym < math.MinInt32 {
+		return dst, fmt.Errorf("interval %s: %w (more months than Debezium's int arithmetic holds)", text, ErrNotRepresentable)
 	}
 	// MicroDuration.durationMicros: Java int arithmetic for the months, then doubles. The explicit
 	// float64 conversions keep the compiler from fusing operations.
