@@ -48,10 +48,11 @@ var connectTables = []struct{ name, columns, values string }{
 		`point(g, -g), ('{1,-1,' || g || '}')::line, lseg(point(0, 0), point(g, g)), box(point(g, g), point(0, 0)),
 		 ('[(0,0),(' || g || ',' || g || ')]')::path, ('((0,0),(' || g || ',' || g || '),(' || g || ',0))')::path,
 		 ('((0,0),(' || g || ',' || g || '),(' || g || ',0))')::polygon, circle(point(g, g), g)`},
-	{"c_user", "mood mood, pi posint, pr price, ad addr, r4 int4range, rn numrange, rtz tstzrange, mr int4multirange, fr floatrange",
+	{"c_user", "mood mood, pi posint, pr price, ad addr, r4 int4range, rn numrange, rtz tstzrange, mr int4multirange, fr floatrange, hs hstore, lt ltree, ci citext",
 		`(ARRAY['sad','ok','happy'])[g%3+1]::mood, g, g*1.001, ROW('st ' || g || ', "x"', g, ARRAY['a', 'b ' || g], g*1.5)::addr,
 		 int4range(g, g+10), numrange(g, g+0.5), tstzrange('2024-01-01 00:00:00+00', TIMESTAMPTZ '2024-01-01 00:00:00+00' + g * interval '1 h'),
-		 int4multirange(int4range(1, g+2), int4range(g+5, g+9)), floatrange(g, g + 0.5)`},
+		 int4multirange(int4range(1, g+2), int4range(g+5, g+9)), floatrange(g, g + 0.5),
+		 hstore(ARRAY['a', 'b "q"'], ARRAY[g::text, NULL]), ('top.n' || g)::ltree, ('MiXeD ' || g)::citext`},
 	{"c_arr", "ia int4[], ia_lb int4[], i8_2d int8[][], ta text[], na numeric(6,1)[], moods mood[], ads addr[], da date[], jba jsonb[], ua uuid[], ma money[]",
 		`ARRAY[g, NULL, g+1], CASE WHEN g%2=1 THEN '[0:1]={1,2}'::int4[] ELSE ARRAY[g] END, ARRAY[[g, g+1], [g+2, NULL]]::int8[][],
 		 ARRAY['a', NULL, 'x"y,' || g], ARRAY[g*1.5, NULL]::numeric(6,1)[], ARRAY['sad', NULL, 'happy']::mood[],
@@ -69,6 +70,7 @@ const connectRows = 20
 func TestKafkaConnectReadsJSONWithSchema(t *testing.T) {
 	e := newEnv(t)
 	e.exec(
+		`CREATE EXTENSION hstore`, `CREATE EXTENSION ltree`, `CREATE EXTENSION citext`,
 		`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`,
 		`CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)`,
 		`CREATE DOMAIN price AS numeric(8,3)`,
@@ -387,9 +389,13 @@ func checkConnectSemantics(t *testing.T, records map[string][]*kgo.Record) {
 	if _, v := find("c_text", "100", "r"); string(v.Payload.After["j"]) != "null" {
 		t.Errorf("SQL NULL json: got %s, want null", v.Payload.After["j"])
 	}
-	// A domain over int4 is a number; the enum carries its labels.
-	if _, v := find("c_user", "7", "r"); string(v.Payload.After["pi"]) != "7" {
-		t.Errorf("domain over int4: got %s, want 7", v.Payload.After["pi"])
+	// A domain over int4 is a number; hstore is Debezium's JSON string.
+	_, v7 := find("c_user", "7", "r")
+	if string(v7.Payload.After["pi"]) != "7" {
+		t.Errorf("domain over int4: got %s, want 7", v7.Payload.After["pi"])
+	}
+	if got := string(v7.Payload.After["hs"]); got != `"{\"a\":\"7\",\"b \\\"q\\\"\":null}"` {
+		t.Errorf("hstore: got %s", got)
 	}
 	// Array shapes: flattened, with the header giving them.
 	r, v := find("c_arr", "1", "r")

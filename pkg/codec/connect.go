@@ -57,6 +57,7 @@ const (
 	cvPolygon
 	cvArray
 	cvStruct // composite type
+	cvHstore // hstore (extension): io.debezium.data.Json of an object of strings
 )
 
 // node is the json-with-schema description of one type: its Connect schema and how its values
@@ -273,8 +274,17 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 		}
 		return n, nil
 	}
-	// Ranges, multiranges, user base types (citext, hstore, ltree, ...) and pseudo-types: their
-	// text rendering.
+	if ti.Type == 'b' {
+		// Extension types Debezium names (hstore.handling.mode=json).
+		switch ti.Name {
+		case "hstore":
+			return &node{conv: cvHstore, typ: "string", name: "io.debezium.data.Json", version: 1, label: label}, nil
+		case "ltree":
+			return &node{conv: cvString, typ: "string", name: "io.debezium.data.Ltree", version: 1, label: label}, nil
+		}
+	}
+	// Ranges, multiranges, other user base types (citext, ...) and pseudo-types: their text
+	// rendering.
 	return &node{conv: cvString, typ: "string", label: label}, nil
 }
 
@@ -403,6 +413,8 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 		out, err = c.appendFlatArray(dst, n, text, top)
 	case cvStruct:
 		out, err = c.appendComposite(dst, n, text)
+	case cvHstore:
+		out, err = c.appendHstore(dst, text)
 	default:
 		return dst, fmt.Errorf("encode %s: no conversion", n.label)
 	}

@@ -32,6 +32,8 @@ var testTypes = []TypeInfo{
 	{OID: 16505, Schema: "public", Name: "price", Type: 'd', Category: 'N', Base: pgtype.NumericOID, BaseMod: 8<<16 | 3 + 4},
 	{OID: 16506, Schema: "public", Name: "floatrange", Type: 'r', Category: 'R', Subtype: pgtype.Float8OID, BaseMod: -1},
 	{OID: 16507, Schema: "public", Name: "citext", Type: 'b', Category: 'S', BaseMod: -1},
+	{OID: 16508, Schema: "public", Name: "hstore", Type: 'b', Category: 'U', BaseMod: -1},
+	{OID: 16509, Schema: "public", Name: "ltree", Type: 'b', Category: 'U', BaseMod: -1},
 	{OID: 791, Schema: "pg_catalog", Name: "_money", Type: 'b', Category: 'A', Elem: moneyOID, BaseMod: -1},
 }
 
@@ -411,6 +413,9 @@ func TestConnectValues(t *testing.T) {
 		{name: "enum", oid: 16500, mod: -1, text: "ok", want: `"ok"`},
 		{name: "composite with nulls", oid: 16502, mod: -1, text: "(,,,)", want: `{"street":null,"zip":null,"tags":null,"price":null}`},
 		{name: "composite empty string", oid: 16502, mod: -1, text: `("",1,{},)`, want: `{"street":"","zip":1,"tags":[],"price":null}`},
+		{name: "hstore", oid: 16508, mod: -1, text: `"a"=>"1", "b c"=>NULL, "q\"x"=>"\\"`, want: `"{\"a\":\"1\",\"b c\":null,\"q\\\"x\":\"\\\\\"}"`},
+		{name: "hstore empty", oid: 16508, mod: -1, text: ``, want: `"{}"`},
+		{name: "ltree", oid: 16509, mod: -1, text: `a.b.c`, want: `"a.b.c"`},
 		{name: "composite array with bounds refused", oid: 16502, mod: -1, text: `(a,1,"[0:0]={x}",)`, fail: true},
 	}
 	types := testCatalog(t)

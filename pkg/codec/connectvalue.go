@@ -426,3 +426,61 @@ func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, e
 	}
 	return append(dst, '}'), nil
 }
+
+// appendHstore appends an hstore value ("a"=>"1", "b"=>NULL) as Debezium's JSON mode does: a
+// JSON string holding the object {"a":"1","b":null}, in hstore's own key order.
+func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
+	obj := append(c.wkb[:0], '{')
+	quoted := func(i int) ([]byte, int, bool) {
+		if i >= len(text) || text[i] != '"' {
+			return nil, i, false
+		}
+		start := len(c.num)
+		c.num = append(c.num, 0)[:start]
+		for i++; i < len(text) && text[i] != '"'; i++ {
+			if text[i] == '\\' && i+1 < len(text) {
+				i++
+			}
+			c.num = append(c.num, text[i])
+		}
+		if i >= len(text) {
+			return nil, i, false
+		}
+		return c.num[start:], i + 1, true
+	}
+	skip := func(i int) int {
+		for i < len(text) && (text[i] == ' ' || text[i] == ',') {
+			i++
+		}
+		return i
+	}
+	c.num = c.num[:0]
+	first := true
+	for i := skip(0); i < len(text); i = skip(i) {
+		key, j, ok := quoted(i)
+		if !ok || j+2 > len(text) || text[j] != '=' || text[j+1] != '>' {
+			return dst, fmt.Errorf("%q is not an hstore value", text)
+		}
+		if !first {
+			obj = append(obj, ',')
+		}
+		first = false
+		obj = appendString(obj, key)
+		obj = append(obj, ':')
+		j += 2
+		if j+4 <= len(text) && string(text[j:j+4]) == "NULL" {
+			obj = append(obj, "null"...)
+			i = j + 4
+			continue
+		}
+		val, k, ok := quoted(j)
+		if !ok {
+			return dst, fmt.Errorf("%q is not an hstore value", text)
+		}
+		obj = appendString(obj, val)
+		i = k
+	}
+	obj = append(obj, '}')
+	c.wkb = obj
+	return appendString(dst, obj), nil
+}
