@@ -498,3 +498,57 @@ func TestConnectDateRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// FuzzConnectValue: whatever the text, a json-with-schema conversion either fails or yields a
+// payload that matches its schema; it never panics.
+func FuzzConnectValue(f *testing.F) {
+	oids := []struct {
+		oid uint32
+		mod int32
+	}{
+		{pgtype.NumericOID, -1}, {pgtype.NumericOID, 10<<16 | 2 + 4}, {pgtype.NumericOID, 5<<16 | (-2 & 0x7ff) + 4},
+		{moneyOID, -1}, {pgtype.BitOID, 10}, {pgtype.VarbitOID, -1}, {pgtype.DateOID, -1}, {pgtype.TimeOID, 3},
+		{pgtype.TimeOID, -1}, {pgtype.TimetzOID, -1}, {pgtype.TimestampOID, 2}, {pgtype.TimestampOID, -1},
+		{pgtype.TimestamptzOID, -1}, {pgtype.IntervalOID, -1}, {pgtype.PointOID, -1}, {pgtype.BoxOID, -1},
+		{pgtype.PathOID, -1}, {pgtype.PolygonOID, -1}, {pgtype.CircleOID, -1}, {pgtype.LineOID, -1},
+		{pgtype.Int8ArrayOID, -1}, {16502, -1}, {16504, -1}, {16508, -1}, {pgtype.JSONBOID, -1}, {pgtype.Float8OID, -1},
+	}
+	for _, s := range []string{"", "1.50", "-12300", "NaN", "$1,000.00", "1010", "2024-01-31", "0044-03-15 BC",
+		"24:00:00", "12:34:56.5+05:30", "2024-01-31 12:34:56.5+00 BC", "infinity",
+		"1 year 2 mons -3 days +04:05:06.7", "-178000000 years", "(1,2)", "(2,2),(0,0)", "[(0,0),(1,1)]",
+		"((0,0),(1,1),(1,0))", "<(1,2),3>", "{1,-1,0}", "[0:1][1:2]={{1,2},{3,4}}", `("a ""b""",1,"{x,y}",1.00)`,
+		`{"(a,1,{},1.00)",NULL}`, `"a"=>"1", "b"=>NULL`, `{"a": null}`, "1e+100"} {
+		for i := range oids {
+			f.Add(uint8(i), []byte(s))
+		}
+	}
+	types := testCatalog(f)
+	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, pick uint8, text []byte) {
+		o := oids[int(pick)%len(oids)]
+		n, err := buildNode(types, o.oid, o.mod, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c converter
+		got, err := c.appendConnect(nil, n, text, true)
+		if err != nil {
+			return
+		}
+		var s map[string]any
+		if err := json.Unmarshal(appendSchema(nil, n, true, ""), &s); err != nil {
+			t.Fatal(err)
+		}
+		d := json.NewDecoder(bytes.NewReader(got))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%d %q: invalid JSON %s: %v", o.oid, text, got, err)
+		}
+		if err := checkPayload(s, v, "$"); err != nil {
+			t.Fatalf("%d %q: %s: %v", o.oid, text, got, err)
+		}
+	})
+}

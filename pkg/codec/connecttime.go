@@ -185,7 +185,7 @@ func appendDate(dst []byte, text []byte) ([]byte, error) {
 // midnight; 24:00:00 is a day's worth.
 func appendTime(dst []byte, text []byte, milli bool) ([]byte, error) {
 	us, rest, ok := parseClock(text)
-	if !ok || len(rest) != 0 {
+	if !ok || len(rest) != 0 || us > microsPerDay {
 		return dst, fmt.Errorf("%q is not a time", text)
 	}
 	if milli {
