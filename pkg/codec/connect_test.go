@@ -552,3 +552,38 @@ func FuzzConnectValue(f *testing.F) {
 		}
 	})
 }
+
+// TestConnectDeleteKey: a reconcile delete of a key read back from the topic has the key's
+// payload as before, in a value that matches its schema.
+func TestConnectDeleteKey(t *testing.T) {
+	tbl := kitchenTable()
+	e := newConnectEncoder(t, tbl, true)
+	recs, err := e.Read(nil, Source{}, kitchenValues(tbl)) // leaves array dims behind
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range [][]byte{recs[0].Key, []byte(`{"id":1}`)} {
+		del := e.DeleteKey(nil, Source{LSN: 0x10, Snapshot: true, Attempt: 2}, key)
+		if len(del) != 2 || del[1].Value != nil || !bytes.Equal(del[0].Key, key) {
+			t.Fatalf("got %d records", len(del))
+		}
+		checkConnectJSON(t, del[0].Value)
+		var v struct {
+			Payload struct {
+				Before map[string]json.RawMessage
+				Op     string
+			}
+		}
+		if err := json.Unmarshal(del[0].Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		if string(v.Payload.Before["id"]) != "1" || v.Payload.Op != "d" {
+			t.Fatalf("before %v op %s", v.Payload.Before, v.Payload.Op)
+		}
+		for _, h := range del[0].Headers {
+			if h.Key == HeaderArrayDims {
+				t.Fatalf("stale %s header: %s", h.Key, h.Value)
+			}
+		}
+	}
+}
