@@ -393,6 +393,7 @@ func TestConnectValues(t *testing.T) {
 		{name: "timestamp milli", oid: pgtype.TimestampOID, mod: 3, text: "1969-12-31 23:59:59.999", want: "-1"},
 		{name: "timestamp infinity", oid: pgtype.TimestampOID, mod: -1, text: "infinity", want: "9223372036825200000"},
 		{name: "timestamp -infinity", oid: pgtype.TimestampOID, mod: -1, text: "-infinity", want: "-9223372036832400000"},
+		{name: "timestamp(3) infinity", oid: pgtype.TimestampOID, mod: 3, text: "infinity", want: "9223372036825200"},
 		{name: "timestamp beyond int64 micros", oid: pgtype.TimestampOID, mod: -1, text: "294270-01-01 00:00:00", fail: true},
 		{name: "timestamptz", oid: pgtype.TimestamptzOID, mod: -1, text: "2024-01-31 12:34:56+00", want: `"2024-01-31T12:34:56Z"`},
 		{name: "timestamptz offset", oid: pgtype.TimestamptzOID, mod: -1, text: "2024-01-01 01:00:00.25+05:30", want: `"2023-12-31T19:30:00.25Z"`},

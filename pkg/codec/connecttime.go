@@ -226,11 +226,17 @@ func parseTimestamp(text []byte, withTZ bool) (int64, error) {
 // appendEpochTimestamp appends io.debezium.time.Timestamp (ms) or MicroTimestamp (µs); infinities
 // become Debezium's sentinels.
 func appendEpochTimestamp(dst []byte, text []byte, milli bool) ([]byte, error) {
+	// Debezium reads an infinite timestamp as the instant of the sentinel microseconds, so a
+	// millisecond column gets the sentinel / 1000.
+	div := int64(1)
+	if milli {
+		div = 1000
+	}
 	switch string(text) {
 	case "infinity":
-		return strconv.AppendInt(dst, timestampPosInfinity, 10), nil
+		return strconv.AppendInt(dst, timestampPosInfinity/div, 10), nil
 	case "-infinity":
-		return strconv.AppendInt(dst, timestampNegInfinity, 10), nil
+		return strconv.AppendInt(dst, timestampNegInfinity/div, 10), nil
 	}
 	us, err := parseTimestamp(text, false)
 	if err != nil {
