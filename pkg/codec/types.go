@@ -55,13 +55,17 @@ func NewTypes(load LoadTypesFunc) *Types {
 	return &Types{load: load, m: make(map[uint32]*TypeInfo)}
 }
 
-// Add puts descriptions into the catalog (for tests and for callers that already read them).
+// Add puts descriptions into the catalog (for tests and for callers that already read them). A
+// type already described keeps its first description, so two stages that resolved it at the same
+// moment still build the same encoders.
 func (t *Types) Add(infos ...TypeInfo) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for i := range infos {
 		ti := infos[i]
-		t.m[ti.OID] = &ti
+		if _, ok := t.m[ti.OID]; !ok {
+			t.m[ti.OID] = &ti
+		}
 	}
 }
 
