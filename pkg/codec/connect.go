@@ -264,7 +264,7 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 		return &node{conv: cvString, typ: "string", name: "io.debezium.data.Enum", version: 1,
 			params: [][2]string{{"allowed", strings.Join(ti.Labels, ",")}}, label: label}, nil
 	case ti.Type == 'c':
-		n := &node{conv: cvStruct, typ: "struct", label: label}
+		n := &node{conv: cvStruct, typ: "struct", name: label, label: label} // named <schema>.<type>
 		for _, f := range ti.Fields {
 			fn, err := buildNode(types, f.TypeOID, f.TypeMod, depth+1)
 			if err != nil {
