@@ -173,6 +173,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 	if err := p.stop(time.Minute); err != nil {
 		return nil, err
 	}
+	res.CPUSeconds, res.PeakRSSMiB = p.usage()
 	res.WriterTxns = writerTxns.Load()
 	res.CopySeconds = doneAt.Sub(copyStart).Seconds()
 	if res.CopySeconds < 10 {

@@ -27,6 +27,8 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
+	memoryRows      int64
+	memoryTxns      int
 	compressionRows int64
 	compressionTxns int
 	rows            int64
@@ -53,7 +55,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag or compression")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression or memory")
+	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
+	fs.IntVar(&o.memoryTxns, "memory-txns", 1_000_000, "pgbench transactions of the backlog caught up in the memory scenario")
 	fs.Int64Var(&o.compressionRows, "compression-rows", 300_000, "rows of the table each codec copies in the compression scenario")
 	fs.IntVar(&o.compressionTxns, "compression-txns", 20_000, "pgbench transactions each codec catches up in the compression scenario")
 	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
@@ -75,12 +79,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression:
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag or compression", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression or memory", o.only))
 	}
 	if o.compressionRows < 1 || o.compressionTxns < 1 {
 		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
+	}
+	if o.memoryRows < 1 || o.memoryTxns < 1 {
+		errs = append(errs, fmt.Errorf("-memory-rows %d, -memory-txns %d: both must be at least 1", o.memoryRows, o.memoryTxns))
 	}
 	if o.rows < 1 {
 		errs = append(errs, fmt.Errorf("-rows %d: must be at least 1", o.rows))
@@ -122,6 +129,8 @@ const (
 	scenarioLag      = "lag"
 	// scenarioCompression compares CDC_KAFKA_COMPRESSION codecs on both paths.
 	scenarioCompression = "compression"
+	// scenarioMemory prints cdc's peak RSS in a large copy and a large catch-up.
+	scenarioMemory = "memory"
 )
 
 func (o options) wants(s string) bool { return o.only == "" || o.only == s }

@@ -128,7 +128,9 @@ type streamResult struct {
 	BacklogWAL     int64      `json:"backlog_wal_bytes"`
 	Changes        int64      `json:"changes"`
 	Read           throughput `json:"read"`
-	Write          throughput `json:"write"`
+	// ReadRecvlogical is the same backlog streamed by pg_recvlogical to /dev/null.
+	ReadRecvlogical *throughput `json:"read_pg_recvlogical,omitempty"`
+	Write           throughput  `json:"write"`
 	// The exactly-once catch-up, its fields at the top level as before the at-least-once run.
 	catchUp
 	// AtLeastOnce is the same backlog caught up by a second cdc with CDC_DELIVERY=at-least-once.
@@ -177,6 +179,9 @@ type lagResult struct {
 	Baseline       lagStats            `json:"baseline_before_add"`
 	// Timeline is every sample, seconds relative to the copy's start.
 	Timeline []lagPoint `json:"timeline"`
+	// CPUSeconds and PeakRSSMiB are the cdc process's, over its whole run.
+	CPUSeconds float64 `json:"cdc_cpu_seconds"`
+	PeakRSSMiB float64 `json:"cdc_peak_rss_mib"`
 }
 
 // lagPoint is one sample: lag bytes per small table at a time relative to the copy's start.
@@ -236,6 +241,7 @@ type results struct {
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
 	Compression []compressionResult  `json:"compression,omitempty"`
+	Memory      *memoryResult        `json:"memory,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
 
@@ -295,6 +301,9 @@ func (r *results) print(w io.Writer) {
 			s.Scale, thousands(s.BacklogTxns), thousands(s.Changes), mib(s.BacklogWAL), s.BacklogSeconds, strings.Join(s.Tables, ", "))
 		header(w, "changes/s")
 		row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
+		if s.ReadRecvlogical != nil {
+			row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
+		}
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
 		runs := []catchUp{s.catchUp}
 		if s.AtLeastOnce != nil {
@@ -314,7 +323,11 @@ func (r *results) print(w io.Writer) {
 				c.Delivery, c.StartupSeconds, thousands(c.CDCRecords), txns)
 		}
 		for _, c := range runs {
-			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f\n", c.Delivery, c.Ratio)
+			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f", c.Delivery, c.Ratio)
+			if s.ReadRecvlogical != nil {
+				fmt.Fprintf(w, "; against pg_recvlogical's read: %.2f", ratio(c.CDC.PerSecond, s.ReadRecvlogical.PerSecond, s.Write.PerSecond))
+			}
+			fmt.Fprintln(w)
 		}
 		if s.AtLeastOnce != nil {
 			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
@@ -361,6 +374,7 @@ func (r *results) print(w io.Writer) {
 		fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
 	}
 	printCompression(w, r.Compression)
+	printMemory(w, r.Memory)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

@@ -124,6 +124,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		res.Compression = c
 	}
+	if o.wants(scenarioMemory) && ctx.Err() == nil {
+		m, err := b.memory(ctx)
+		if err != nil {
+			fail(scenarioMemory, err)
+		}
+		res.Memory = m
+	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}

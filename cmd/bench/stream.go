@@ -81,11 +81,14 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		}
 	}
 
-	// The READ limit's slot, before the backlog.
-	readSlot := s.slot + "_read"
+	// The READ limits' slots (the Go reader's and pg_recvlogical's), before the backlog.
+	readSlot, recvSlot := s.slot+"_read", s.slot+"_recv"
 	var slotLSN string
 	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
 		return res, fmt.Errorf("create slot %s: %w", readSlot, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
+		return res, fmt.Errorf("create slot %s: %w", recvSlot, err)
 	}
 	startLSN, err := change.ParseLSN(slotLSN)
 	if err != nil {
@@ -126,6 +129,20 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	res.Read = newThroughput(rd.changes, rd.bytes, rd.elapsed, fmt.Sprintf("%d transactions", rd.commits))
 	target := rd.lastEnd
 	b.logf("stream: READ %.0f changes/s; backlog ends at %s", res.Read.PerSecond, target)
+
+	// (a') The same stream read by PostgreSQL's own client, to /dev/null: the server's side of
+	// the limit, without Go's decoding.
+	b.logf("stream: READ limit with pg_recvlogical (slot %s)", recvSlot)
+	elapsed, n, err := readRecvlogical(ctx, s.db.url, recvSlot, s.pub, target)
+	if err != nil {
+		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", recvSlot); err != nil {
+		return res, fmt.Errorf("drop slot %s: %w", recvSlot, err)
+	}
+	rv := newThroughput(rd.changes, n, elapsed, "pg_recvlogical -f /dev/null, proto_version 1")
+	res.ReadRecvlogical = &rv
+	b.logf("stream: READ (pg_recvlogical) %.0f changes/s", rv.PerSecond)
 
 	// (c) cdc catches up the same backlog, deliveryRounds times per delivery mode. Each mode's
 	// figures are over all its runs (total changes over total time); the other fields are its
@@ -412,17 +429,41 @@ func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, 
 }
 
 // findPgbench looks for pgbench on PATH and beside the PostgreSQL server binaries.
-func findPgbench() (string, error) {
-	if p, err := exec.LookPath("pgbench"); err == nil {
+func findPgbench() (string, error) { return findPGTool("pgbench") }
+
+// findPGTool looks for one of PostgreSQL's client programs on PATH and beside the server binaries.
+func findPGTool(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench")
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
 	for i := len(matches) - 1; i >= 0; i-- {
 		if st, err := os.Stat(matches[i]); err == nil && st.Mode()&0o111 != 0 {
 			return matches[i], nil
 		}
 	}
-	return "", errors.New("pgbench not found on PATH nor in /usr/lib/postgresql/*/bin (apt-get install postgresql-15)")
+	return "", fmt.Errorf("%s not found on PATH nor in /usr/lib/postgresql/*/bin (apt-get install postgresql-15)", name)
+}
+
+// readRecvlogical streams slot with pg_recvlogical (pgoutput, the publication, protocol 1) from
+// the slot's start to end, writing the output to /dev/null through a byte counter, and returns
+// the time it took and the bytes it wrote.
+func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LSN) (time.Duration, int64, error) {
+	bin, err := findPGTool("pg_recvlogical")
+	if err != nil {
+		return 0, 0, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-d", dbURL, "-S", slot, "--start", "--no-loop",
+		"-o", "proto_version=1", "-o", "publication_names="+pub,
+		"-E", end.String(), "-F", "0", "-s", "10", "-f", "-")
+	w := &countingWriter{}
+	var stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	began := time.Now()
+	if err := cmd.Run(); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w: %s", bin, err, lastLines(stderr.String(), 5))
+	}
+	return time.Since(began), w.n, nil
 }
 
 // runPgbench runs pgbench against dbURL (given as its conninfo argument) and returns its output.

@@ -79,15 +79,18 @@ type Env struct {
 
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
+	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 }
 
 // Settings is the validated configuration: the pipeline's (without its Logger) and the logger's.
 type Settings struct {
-	Pipeline  pipeline.Config
-	LogLevel  slog.Level
-	LogFormat string // "json" or "text"
+	Pipeline pipeline.Config
+	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone.
+	MemoryLimit int64
+	LogLevel    slog.Level
+	LogFormat   string // "json" or "text"
 }
 
 // LogValue logs the settings with the PostgreSQL password redacted.
@@ -109,6 +112,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.SnapshotWorkers),
 		slog.String("unchanged_toast", string(p.UnchangedToast)),
+		slog.Int64("memory_limit_bytes", s.MemoryLimit),
 	)
 }
 
@@ -185,6 +189,9 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			HTTPAddr:                 c.httpAddr(e.HTTPAddr, e.MetricsAddr),
 		},
 		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
+	}
+	if e.MemoryLimit != "0" {
+		s.MemoryLimit = c.bytes("CDC_MEMORY_LIMIT", e.MemoryLimit, 64<<20)
 	}
 	switch oneOf(&c, "CDC_LOG_LEVEL", e.LogLevel, "debug", "info", "warn", "error") {
 	case "debug":
@@ -581,7 +588,7 @@ func (c *checker) bytes(name, s string, least int64) int64 {
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least {
-		c.add(name, s, "want a size of at least 1MiB: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB")
+		c.add(name, s, "want a size of at least %dMiB: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB", least>>20)
 		return 0
 	}
 	return n * mult

@@ -101,6 +101,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(s.Pipeline, want) {
 		t.Errorf("pipeline config:\n got %+v\nwant %+v", s.Pipeline, want)
 	}
+	if s.MemoryLimit != 200<<20 {
+		t.Errorf("memory limit %d, want 200 MiB", s.MemoryLimit)
+	}
 	if s.LogLevel != slog.LevelInfo || s.LogFormat != "json" {
 		t.Errorf("log: got %v %q, want INFO json", s.LogLevel, s.LogFormat)
 	}
@@ -258,6 +261,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"PG URL unparseable", map[string]string{"CDC_PG_URL": "postgres://cdc@db:notaport/app"}, []string{"CDC_PG_URL"}},
 		{"PG DSN unparseable", map[string]string{"CDC_PG_URL": "just-a-hostname"}, []string{"CDC_PG_URL"}},
 		{"slot upper case", map[string]string{"CDC_SLOT": "Tidemark"}, []string{"CDC_SLOT"}},
+		{"memory limit too small", map[string]string{"CDC_MEMORY_LIMIT": "10MiB"}, []string{"CDC_MEMORY_LIMIT"}},
 		{"unknown compression", map[string]string{"CDC_KAFKA_COMPRESSION": "brotli"}, []string{"CDC_KAFKA_COMPRESSION"}},
 		{"unknown unchanged TOAST policy", map[string]string{"CDC_UNCHANGED_TOAST": "null"}, []string{"CDC_UNCHANGED_TOAST"}},
 		{"placeholder too long", map[string]string{"CDC_UNCHANGED_TOAST_PLACEHOLDER": strings.Repeat("x", 1001)}, []string{"CDC_UNCHANGED_TOAST_PLACEHOLDER"}},

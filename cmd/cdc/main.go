@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -85,6 +86,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		return exitOK
 	}
 
+	if settings.MemoryLimit > 0 {
+		debug.SetMemoryLimit(settings.MemoryLimit)
+	}
 	log.Info("starting tidemark", "version", version, "config", settings)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
