@@ -2,6 +2,7 @@ package codec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -30,6 +31,10 @@ type TypeInfo struct {
 
 // isArray reports whether ti describes an array type (of a known element).
 func (ti *TypeInfo) isArray() bool { return ti.Category == 'A' && ti.Elem != 0 && ti.Type == 'b' }
+
+// ErrTypeNotFound is wrapped when a column's type is not in pg_type (dropped since the table's
+// schema was read): permanent for that export.
+var ErrTypeNotFound = errors.New("type does not exist")
 
 // LoadTypesFunc reads the pg_type rows of oids (QueryTypes does it on a connection).
 type LoadTypesFunc func(ctx context.Context, oids []uint32) ([]TypeInfo, error)
@@ -127,7 +132,7 @@ func (t *Types) Resolve(ctx context.Context, oids []uint32) error {
 		}
 		for _, oid := range missing {
 			if !got[oid] {
-				return fmt.Errorf("resolve types: type %d does not exist (dropped?)", oid)
+				return fmt.Errorf("resolve types: type %d: %w", oid, ErrTypeNotFound)
 			}
 		}
 		t.Add(infos...)
