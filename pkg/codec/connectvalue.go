@@ -371,7 +371,7 @@ func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, e
 	for i, m := range n.members {
 		if i > 0 {
 			if pos >= len(body) || body[pos] != ',' {
-				return dst, fmt.Errorf("%q has fewer fields than the type", text)
+				return dst, fmt.Errorf("%q has fewer fields than the type (if the type changed since cdc read it, restart cdc)", text)
 			}
 			pos++
 			dst = append(dst, ',')
@@ -422,7 +422,7 @@ func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, e
 		}
 	}
 	if pos != len(body) {
-		return dst, fmt.Errorf("%q has more fields than the type", text)
+		return dst, fmt.Errorf("%q has more fields than the type (if the type changed since cdc read it, restart cdc)", text)
 	}
 	return append(dst, '}'), nil
 }
