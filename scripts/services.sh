@@ -2,10 +2,15 @@
 # Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
 #
-# Usage: scripts/services.sh install|up|down|clean|env|status|pg-crash
+# Usage: scripts/services.sh install|install-connect|up|down|clean|env|status|pg-crash
 #
 #   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
-#            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib). Idempotent.
+#            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the Kafka Connect jars
+#            (install-connect). Idempotent.
+#   install-connect
+#            only the jars of a Kafka Connect standalone worker with JsonConverter and
+#            FileStreamSink (Maven Central, cached in $TIDEMARK_CACHE/connect-<version>/lib), for
+#            the Kafka Connect integration test. Idempotent.
 #   up       install, then start both servers (idempotent) and print the connection settings as
 #            shell exports on stdout:  eval "$(scripts/services.sh up)"
 #   down     stop both servers.
@@ -42,6 +47,7 @@ CACHE="${TIDEMARK_CACHE:-$HOME/.cache/tidemark}"
 KAFKA_VERSION="${TIDEMARK_KAFKA_VERSION:-4.1.1}"
 LOG4J_VERSION="${TIDEMARK_LOG4J_VERSION:-2.24.3}"
 KAFKA_LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
+CONNECT_LIB="$CACHE/connect-$KAFKA_VERSION/lib"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
 
@@ -165,6 +171,40 @@ install_kafka() {
 	mv "$tmp" "$KAFKA_LIB"
 	log "Kafka jars: $(find "$KAFKA_LIB" -name '*.jar' | wc -l) files"
 	exec 9>&-
+}
+
+# install_connect collects connect-runtime, connect-json and connect-file with their runtime
+# dependencies, the same way as install_kafka.
+install_connect() {
+	if [ -f "$CONNECT_LIB/.complete" ]; then
+		return 0
+	fi
+	mkdir -p "$CACHE"
+	exec 8>"$CACHE/connect-$KAFKA_VERSION.lock"
+	flock 8
+	if [ -f "$CONNECT_LIB/.complete" ]; then
+		exec 8>&-
+		return 0
+	fi
+	log "fetching Kafka Connect $KAFKA_VERSION jars from Maven Central into $CONNECT_LIB"
+	local tmp="$CONNECT_LIB.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp"
+	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/connect/pom.xml" \
+		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
+		>"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		die "mvn could not fetch connect-runtime:$KAFKA_VERSION"
+	fi
+	ls "$tmp"/connect-runtime-*.jar >/dev/null 2>&1 || die "no connect-runtime jar in $tmp"
+	rm -f "$tmp.log"
+	touch "$tmp/.complete"
+	rm -rf "$CONNECT_LIB"
+	mv "$tmp" "$CONNECT_LIB"
+	log "Kafka Connect jars: $(find "$CONNECT_LIB" -name '*.jar' | wc -l) files"
+	exec 8>&-
 }
 
 cmd_install() {
@@ -481,7 +521,14 @@ cmd_status() {
 main() {
 	local cmd="${1:-}"
 	case "$cmd" in
-	install) cmd_install ;;
+	install)
+		cmd_install
+		install_connect
+		;;
+	install-connect)
+		install_java
+		install_connect
+		;;
 	up) cmd_up ;;
 	down) cmd_down ;;
 	clean) cmd_clean ;;

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -68,6 +69,7 @@ type Env struct {
 	UnchangedToast       string `env:"CDC_UNCHANGED_TOAST" envDefault:"omit" desc:"an update that leaves a large out-of-line (TOASTed) value unchanged does not carry it unless the table has REPLICA IDENTITY FULL: omit leaves the column out of after and names it in the tidemark.unchanged header; placeholder writes CDC_UNCHANGED_TOAST_PLACEHOLDER instead, as Debezium does"`
 	UnchangedPlaceholder string `env:"CDC_UNCHANGED_TOAST_PLACEHOLDER" envDefault:"__debezium_unavailable_value" desc:"the string written for an unchanged TOASTed value with CDC_UNCHANGED_TOAST=placeholder"`
 
+	ValueFormat             string `env:"CDC_VALUE_FORMAT" envDefault:"json" desc:"record format: json (plain JSON envelopes) or json-with-schema (Kafka Connect JsonConverter with schemas.enable=true, Debezium's PostgreSQL types)"`
 	WatermarkMode           string `env:"CDC_WATERMARK_MODE" envDefault:"independent" desc:"independent (each table its own watermark) or global (one watermark for all)"`
 	WatermarkInterval       string `env:"CDC_WATERMARK_INTERVAL" envDefault:"1s" desc:"how often watermark records are written (at least 10ms)"`
 	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
@@ -107,6 +109,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("watermark_topic", p.WatermarkTopic),
 		slog.String("delivery", string(p.Delivery)),
 		slog.String("watermark_mode", string(p.WatermarkMode)),
+		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.SnapshotWorkers),
 		slog.String("unchanged_toast", string(p.UnchangedToast)),
 		slog.Int64("memory_limit_bytes", s.MemoryLimit),
@@ -177,6 +180,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			UnchangedToast:           oneOf(&c, "CDC_UNCHANGED_TOAST", e.UnchangedToast, pipeline.UnchangedOmit, pipeline.UnchangedPlaceholder),
 			UnchangedPlaceholder:     c.placeholder("CDC_UNCHANGED_TOAST_PLACEHOLDER", e.UnchangedPlaceholder),
 			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
+			ValueFormat:              oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
 			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
 			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),

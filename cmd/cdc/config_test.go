@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -89,6 +90,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		SnapshotStrategy:        pipeline.StrategyChunked,
 		UnchangedToast:          pipeline.UnchangedOmit,
 		UnchangedPlaceholder:    "__debezium_unavailable_value",
+		ValueFormat:             codec.FormatJSON,
 		WatermarkMode:           pipeline.Independent,
 		WatermarkInterval:       time.Second,
 		PublicationPollInterval: 5 * time.Second,
@@ -123,6 +125,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND": "50000",
 		"CDC_SNAPSHOT_CHUNK_ROWS":          "5000",
 		"CDC_WATERMARK_MODE":               "global",
+		"CDC_VALUE_FORMAT":                 "json-with-schema",
 		"CDC_WATERMARK_INTERVAL":           "10ms",
 		"CDC_PUBLICATION_POLL_INTERVAL":    "2m",
 		"CDC_HOLD_MEMORY":                  "2 GiB",
@@ -162,6 +165,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		SnapshotChunkRows:        5000,
 		UnchangedToast:           pipeline.UnchangedPlaceholder,
 		UnchangedPlaceholder:     "n/a",
+		ValueFormat:              codec.FormatJSONWithSchema,
 		WatermarkMode:            pipeline.Global,
 		WatermarkInterval:        10 * time.Millisecond,
 		PublicationPollInterval:  2 * time.Minute,
@@ -284,6 +288,7 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"hold memory garbage", map[string]string{"CDC_HOLD_MEMORY": "lots"}, []string{"CDC_HOLD_MEMORY"}},
 		{"delivery unknown", map[string]string{"CDC_DELIVERY": "exactly_once"}, []string{"CDC_DELIVERY"}},
 		{"watermark mode unknown", map[string]string{"CDC_WATERMARK_MODE": "local"}, []string{"CDC_WATERMARK_MODE"}},
+		{"value format unknown", map[string]string{"CDC_VALUE_FORMAT": "avro"}, []string{"CDC_VALUE_FORMAT"}},
 		{"log level unknown", map[string]string{"CDC_LOG_LEVEL": "verbose"}, []string{"CDC_LOG_LEVEL"}},
 		{"log format unknown", map[string]string{"CDC_LOG_FORMAT": "xml"}, []string{"CDC_LOG_FORMAT"}},
 		{"metrics addr without port", map[string]string{"CDC_METRICS_ADDR": "localhost"}, []string{"CDC_METRICS_ADDR"}},

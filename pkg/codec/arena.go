@@ -43,6 +43,9 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []
 	if unchanged != nil {
 		n++
 	}
+	if len(e.dims) > 0 {
+		n++
+	}
 	if cap(e.hdrs)-len(e.hdrs) < n {
 		e.hdrs = make([]change.Header, 0, headerChunk)
 	}
@@ -59,6 +62,9 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []
 	}
 	if unchanged != nil {
 		e.hdrs = append(e.hdrs, change.Header{Key: HeaderUnchanged, Value: unchanged})
+	}
+	if len(e.dims) > 0 {
+		e.hdrs = append(e.hdrs, change.Header{Key: HeaderArrayDims, Value: e.own(e.dims)})
 	}
 	return e.hdrs[s:len(e.hdrs):len(e.hdrs)]
 }

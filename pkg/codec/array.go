@@ -18,6 +18,15 @@ type arrayParser struct {
 	elem    uint32
 	kind    kind
 	scratch *[]byte
+
+	// json-with-schema: elements convert as node through conn, and with flat set every level
+	// goes into one array (row-major); ndims and dims record the shape.
+	conn  *converter
+	node  *node
+	flat  bool
+	n     int // elements written (flat)
+	ndims int
+	dims  [maxArrayDepth]int
 }
 
 // appendArray appends the JSON array for text, an array literal such as `{1,2,NULL}`,
@@ -70,14 +79,23 @@ func (p *arrayParser) level(dst []byte, depth int) ([]byte, error) {
 		return dst, fmt.Errorf("%w: want '{' at byte %d", errArraySyntax, p.pos)
 	}
 	p.pos++
-	dst = append(dst, '[')
+	if !p.flat {
+		dst = append(dst, '[')
+	}
+	if depth > p.ndims {
+		p.ndims = depth
+	}
 	p.skipSpace()
 	if p.pos < len(p.text) && p.text[p.pos] == '}' {
 		p.pos++
+		if p.flat {
+			return dst, nil
+		}
 		return append(dst, ']'), nil
 	}
+	count := 0
 	for first := true; ; first = false {
-		if !first {
+		if !first && !p.flat {
 			dst = append(dst, ',')
 		}
 		p.skipSpace()
@@ -85,11 +103,18 @@ func (p *arrayParser) level(dst []byte, depth int) ([]byte, error) {
 		if p.pos < len(p.text) && p.text[p.pos] == '{' {
 			dst, err = p.level(dst, depth+1)
 		} else {
+			if p.flat {
+				if p.n > 0 {
+					dst = append(dst, ',')
+				}
+				p.n++
+			}
 			dst, err = p.element(dst)
 		}
 		if err != nil {
 			return dst, err
 		}
+		count++
 		p.skipSpace()
 		if p.pos >= len(p.text) {
 			return dst, fmt.Errorf("%w: unexpected end", errArraySyntax)
@@ -99,6 +124,12 @@ func (p *arrayParser) level(dst []byte, depth int) ([]byte, error) {
 			p.pos++
 		case '}':
 			p.pos++
+			if p.dims[depth-1] == 0 {
+				p.dims[depth-1] = count
+			}
+			if p.flat {
+				return dst, nil
+			}
 			return append(dst, ']'), nil
 		default:
 			return dst, fmt.Errorf("%w: unexpected %q at byte %d", errArraySyntax, p.text[p.pos], p.pos)
@@ -157,6 +188,9 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 		} else if isNullWord(val) {
 			return append(dst, "null"...), nil
 		}
+	}
+	if p.node != nil {
+		return p.conn.appendConnect(dst, p.node, val, false)
 	}
 	return appendValue(dst, p.kind, p.elem, val, p.scratch)
 }

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -19,6 +20,10 @@ const (
 	// HeaderUnchanged names, as a JSON array of column names, the columns of an update's after
 	// image whose values PostgreSQL did not send (unchanged TOAST without a full before-image).
 	HeaderUnchanged = "tidemark.unchanged"
+	// HeaderArrayDims (json-with-schema only) gives the shape of array values that are not one
+	// dimension starting at index 1, which the payload writes flattened:
+	// {"after":{"col":"[0:2]"},"before":{...}}.
+	HeaderArrayDims = "tidemark.array_dims"
 )
 
 // Unchanged is what an encoder writes for a column whose value PostgreSQL did not send.
@@ -57,6 +62,23 @@ type Config struct {
 	// writes (DefaultPlaceholder when empty).
 	Unchanged   Unchanged
 	Placeholder string
+	// Format is FormatJSON (also when empty) or FormatJSONWithSchema.
+	Format Format
+	// Types describes the types FormatJSONWithSchema cannot know statically; the same catalog
+	// must serve every stage. Call Types.ResolveTable before NewEncoder (Prepare does).
+	Types *Types
+}
+
+// WithSchema reports whether the format is json-with-schema.
+func (c Config) WithSchema() bool { return c.Format == FormatJSONWithSchema }
+
+// Prepare reads what NewEncoder needs from the database for t: in json-with-schema, the types of
+// its columns that are not built in. It does nothing in the default format.
+func (c Config) Prepare(ctx context.Context, t *change.Table) error {
+	if !c.WithSchema() || c.Types == nil || t == nil {
+		return nil
+	}
+	return c.Types.ResolveTable(ctx, t)
 }
 
 // Source is the per-change metadata.
@@ -80,6 +102,7 @@ type column struct {
 	name []byte // `"name":`, JSON-escaped
 	oid  uint32
 	kind kind
+	node *node // json-with-schema
 }
 
 // Encoder turns the changes of one export schema version into Kafka records. It is not safe for
@@ -98,6 +121,9 @@ type Encoder struct {
 	// placeholder is Config.Placeholder as a JSON string (UnchangedPlaceholder).
 	placeholder []byte
 	now         func() time.Time
+	// json-with-schema: `{"schema":<schema>,"payload":` of values and keys.
+	valHead []byte
+	keyHead []byte
 
 	// Reusable buffers.
 	val     []byte   // envelope under construction
@@ -109,6 +135,10 @@ type Encoder struct {
 	unavail []bool   // columns of merged that stay unknown
 	arena   []byte
 	hdrs    []change.Header
+	conv    converter // json-with-schema value conversion
+	dims    []byte    // json-with-schema: HeaderArrayDims of the record being encoded, or empty
+	dimsSec bool      // dims has an open section
+	section string    // `"before"` or `"after"` while a row of the envelope is encoded
 }
 
 // NewEncoder prepares an encoder for t. It returns an error for a nil table, a table with no
@@ -132,6 +162,13 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 		seen[c.Name] = true
 		name := appendString(nil, []byte(c.Name))
 		cols[i] = column{name: append(name, ':'), oid: c.TypeOID, kind: kindOf(c.TypeOID)}
+		if cfg.WithSchema() {
+			n, err := buildNode(cfg.Types, c.TypeOID, c.TypeMod, 0)
+			if err != nil {
+				return nil, fmt.Errorf("new encoder for %s: column %q: %w", t.Export, c.Name, err)
+			}
+			cols[i].node = n
+		}
 	}
 	var h []byte
 	h = append(h, `"source":{"version":"`+Version+`","connector":"tidemark","name":`...)
@@ -160,6 +197,9 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 	if e.now == nil {
 		e.now = time.Now
 	}
+	if cfg.WithSchema() {
+		e.valHead, e.keyHead = connectHeads(e.topic, t, cols)
+	}
 	return e, nil
 }
 
@@ -168,6 +208,7 @@ func (e *Encoder) Clone() *Encoder {
 	return &Encoder{
 		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
 		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now, placeholder: e.placeholder,
+		valHead: e.valHead, keyHead: e.keyHead,
 	}
 }
 
@@ -304,7 +345,8 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	// after is nil. The key reuses those bytes.
 	var key []byte
 	if len(e.keyIdx) > 0 {
-		e.key = append(e.key[:0], '{')
+		e.key = append(e.key[:0], e.keyHead...)
+		e.key = append(e.key, '{')
 		for i, c := range e.keyIdx {
 			if unavail != nil && unavail[c] {
 				return dst, e.unknownKey(c)
@@ -316,6 +358,9 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 			e.key = append(e.key, e.val[e.spans[2*c]:e.spans[2*c+1]]...)
 		}
 		e.key = append(e.key, '}')
+		if e.keyHead != nil {
+			e.key = append(e.key, '}')
+		}
 		key = e.own(e.key)
 	}
 	return append(dst, change.Record{
@@ -386,6 +431,7 @@ func (e *Encoder) resolve(before, after [][]byte, unchanged []bool) ([][]byte, [
 
 // appendKey appends the key object of row.
 func (e *Encoder) appendKey(dst []byte, row [][]byte, unavail []bool) ([]byte, error) {
+	dst = append(dst, e.keyHead...)
 	dst = append(dst, '{')
 	for i, c := range e.keyIdx {
 		if unavail != nil && unavail[c] {
@@ -400,15 +446,21 @@ func (e *Encoder) appendKey(dst []byte, row [][]byte, unavail []bool) ([]byte, e
 			return dst, err
 		}
 	}
+	if e.keyHead != nil {
+		dst = append(dst, '}')
+	}
 	return append(dst, '}'), nil
 }
 
 // appendColumn appends the JSON value of column i of row.
 func (e *Encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) ([]byte, error) {
+	c := &e.cols[i]
+	if c.node != nil {
+		return e.appendConnectColumn(dst, i, row, unavail)
+	}
 	if unavail != nil && unavail[i] {
 		return append(dst, e.placeholder...), nil
 	}
-	c := &e.cols[i]
 	out, err := appendValue(dst, c.kind, c.oid, row[i], &e.scratch)
 	if err != nil {
 		return dst, fmt.Errorf("encode column %q of %s: %w", e.table.Columns[i].Name, e.table.Export, err)
@@ -419,19 +471,34 @@ func (e *Encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) 
 // appendEnvelope appends the Debezium envelope.
 func (e *Encoder) appendEnvelope(dst []byte, src Source, op change.Op, before, after [][]byte, unavail []bool) ([]byte, error) {
 	var err error
+	e.dims, e.dimsSec = e.dims[:0], false
+	dst = append(dst, e.valHead...)
 	dst = append(dst, `{"before":`...)
+	e.section = `"before"`
 	if before == nil {
 		dst = append(dst, "null"...)
 	} else if dst, err = e.appendRow(dst, before, nil); err != nil {
+		e.section = ""
 		return dst, err
 	}
+	e.closeDims()
 	dst = append(dst, `,"after":`...)
+	e.section = `"after"`
 	if after == nil {
 		dst = append(dst, "null"...)
 	} else if dst, err = e.appendRow(dst, after, unavail); err != nil {
+		e.section = ""
 		return dst, err
 	}
+	e.closeDims()
+	e.section = ""
+	if len(e.dims) > 0 {
+		e.dims = append(e.dims, '}')
+	}
 	dst = e.appendTail(dst, src, op)
+	if e.valHead != nil {
+		dst = append(dst, '}')
+	}
 	if e.cfg.MaxRecordBytes > 0 && len(dst) > e.cfg.MaxRecordBytes {
 		return dst, fmt.Errorf("change (op %c) of %s at %s: %w: %d bytes encoded, the limit is %d",
 			op, e.table.Export, src.LSN, ErrRecordTooLarge, len(dst), e.cfg.MaxRecordBytes)
@@ -450,10 +517,16 @@ func (e *Encoder) appendTail(dst []byte, src Source, op change.Op) []byte {
 	dst = strconv.AppendUint(dst, uint64(src.Xid), 10)
 	dst = append(dst, `,"sequence":`...)
 	dst = strconv.AppendInt(dst, src.Seq, 10)
-	if src.Snapshot {
+	switch {
+	case src.Snapshot && e.valHead != nil:
+		dst = append(dst, `,"snapshot":"true","attempt":`...)
+		dst = strconv.AppendInt(dst, int64(src.Attempt), 10)
+	case src.Snapshot:
 		dst = append(dst, `,"snapshot":true,"attempt":`...)
 		dst = strconv.AppendInt(dst, int64(src.Attempt), 10)
-	} else {
+	case e.valHead != nil:
+		dst = append(dst, `,"snapshot":"false"`...)
+	default:
 		dst = append(dst, `,"snapshot":false`...)
 	}
 	dst = append(dst, `,"ts_ms":`...)

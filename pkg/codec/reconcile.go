@@ -1,6 +1,9 @@
 package codec
 
 import (
+	"bytes"
+	"encoding/json"
+
 	"github.com/tidemark/cdc/pkg/change"
 )
 
@@ -9,10 +12,21 @@ import (
 // reconcile rows that earlier snapshot attempts published but the current snapshot does not
 // contain.
 func (e *Encoder) DeleteKey(dst []change.Record, src Source, key []byte) []change.Record {
-	e.val = append(e.val[:0], `{"before":`...)
-	e.val = append(e.val, key...)
+	e.dims = e.dims[:0]
+	before := key
+	if e.keyHead != nil {
+		// json-with-schema: before is the key's payload (its fields are the key columns of the
+		// value schema; the others are optional).
+		before = keyPayload(e.keyHead, key)
+	}
+	e.val = append(e.val[:0], e.valHead...)
+	e.val = append(e.val, `{"before":`...)
+	e.val = append(e.val, before...)
 	e.val = append(e.val, `,"after":null`...)
 	e.val = e.appendTail(e.val, src, change.OpDelete)
+	if e.valHead != nil {
+		e.val = append(e.val, '}')
+	}
 	k := e.own(key)
 	lsn := e.lsnText(src.LSN)
 	dst = append(dst, change.Record{
@@ -26,4 +40,20 @@ func (e *Encoder) DeleteKey(dst []change.Record, src Source, key []byte) []chang
 		})
 	}
 	return dst
+}
+
+// keyPayload returns the payload of a json-with-schema key: the bytes after head when the key was
+// written with this schema, else its "payload" member, else the key itself (a key written in the
+// plain JSON format is already the object of key columns).
+func keyPayload(head, key []byte) []byte {
+	if bytes.HasPrefix(key, head) && len(key) > len(head) && key[len(key)-1] == '}' {
+		return key[len(head) : len(key)-1]
+	}
+	var k struct {
+		Payload json.RawMessage `json:"payload"`
+	}
+	if json.Unmarshal(key, &k) == nil && len(k.Payload) > 0 {
+		return k.Payload
+	}
+	return key
 }

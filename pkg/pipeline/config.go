@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/sink"
 )
 
@@ -101,6 +102,9 @@ type Config struct {
 
 	WatermarkMode     WatermarkMode
 	WatermarkInterval time.Duration
+	// ValueFormat is the record format: codec.FormatJSON (default, also when empty) or
+	// codec.FormatJSONWithSchema.
+	ValueFormat codec.Format
 	// PublicationPollInterval is how often pg_publication_tables is polled for added and
 	// removed tables.
 	PublicationPollInterval time.Duration

@@ -298,7 +298,18 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
 		// Room for the key and headers within what Kafka accepts.
 		MaxRecordBytes: sink.MaxRecordBytes - 64<<10,
-		Placeholder:    cfg.UnchangedPlaceholder}
+		Format:         cfg.ValueFormat,
+		// One catalog for every stage, so the snapshot and the stream build identical encoders.
+		Types: codec.NewTypes(func(ctx context.Context, oids []uint32) ([]codec.TypeInfo, error) {
+			conn, err := connect(ctx, cfg.PGURL)
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close(context.Background())
+			return codec.QueryTypes(ctx, conn, oids)
+		}),
+		Placeholder: cfg.UnchangedPlaceholder,
+	}
 	if cfg.UnchangedToast == UnchangedPlaceholder {
 		codecCfg.Unchanged = codec.UnchangedPlaceholder
 	}

@@ -88,6 +88,9 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 		c.log.Warn("keyless table: rows of earlier snapshot attempts stay in the topic (see source.attempt)", "export", job.export.String())
 		return nil
 	}
+	if err := c.codec.Prepare(ctx, table); err != nil {
+		return err
+	}
 	enc, err := codec.NewEncoder(c.codec, table)
 	if err != nil {
 		return err

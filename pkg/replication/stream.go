@@ -323,6 +323,9 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 			}
 		}
 	}
+	if err := st.s.cfg.Codec.Prepare(st.ctx, t); err != nil {
+		return fmt.Errorf("encoder for %s: %w", e, err)
+	}
 	enc, err := codec.NewEncoder(st.s.cfg.Codec, t)
 	if err != nil {
 		return fmt.Errorf("encoder for %s: %w", e, err)

@@ -758,6 +758,11 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	if len(t.keyNames) == 0 {
 		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, ErrUnsupportedTable)}
 	}
+	if err := w.c.cfg.Codec.Prepare(ctx, table); errors.Is(err, codec.ErrTypeNotFound) {
+		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
+	} else if err != nil {
+		return fmt.Errorf("snapshot %s: %w", e, err)
+	}
 	enc, err := codec.NewEncoder(w.c.cfg.Codec, table)
 	if err != nil {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}

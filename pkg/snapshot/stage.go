@@ -343,6 +343,12 @@ func (s *Stage) prepare(ctx context.Context, conn *pgx.Conn, exports []change.Ex
 			s.hooks.Failed(id, fmt.Errorf("snapshot %s: permission denied (grant SELECT on it to the replication user)", id))
 			continue
 		}
+		if err := s.cfg.Codec.Prepare(ctx, t); errors.Is(err, codec.ErrTypeNotFound) {
+			s.hooks.Failed(id, fmt.Errorf("snapshot %s: %w", id, err))
+			continue
+		} else if err != nil {
+			return nil, nil, fmt.Errorf("snapshot %s: %w", id, err)
+		}
 		enc, err := codec.NewEncoder(s.cfg.Codec, t)
 		if err != nil {
 			s.hooks.Failed(id, fmt.Errorf("snapshot %s: %w", id, err))

@@ -1,0 +1,590 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// Test user types, as QueryTypes would read them.
+var testTypes = []TypeInfo{
+	{OID: 16500, Schema: "public", Name: "mood", Type: 'e', Category: 'E', Labels: []string{"sad", "ok", "happy"}, BaseMod: -1},
+	{OID: 16501, Schema: "public", Name: "posint", Type: 'd', Category: 'N', Base: pgtype.Int4OID, BaseMod: -1},
+	{OID: 16502, Schema: "public", Name: "addr", Type: 'c', Category: 'C', BaseMod: -1, Fields: []change.Column{
+		{Name: "street", TypeOID: pgtype.TextOID, TypeMod: -1},
+		{Name: "zip", TypeOID: pgtype.Int4OID, TypeMod: -1},
+		{Name: "tags", TypeOID: pgtype.TextArrayOID, TypeMod: -1},
+		{Name: "price", TypeOID: pgtype.NumericOID, TypeMod: 10<<16 | 2 + 4},
+	}},
+	{OID: 16503, Schema: "public", Name: "_mood", Type: 'b', Category: 'A', Elem: 16500, BaseMod: -1},
+	{OID: 16504, Schema: "public", Name: "_addr", Type: 'b', Category: 'A', Elem: 16502, BaseMod: -1},
+	{OID: 16505, Schema: "public", Name: "price", Type: 'd', Category: 'N', Base: pgtype.NumericOID, BaseMod: 8<<16 | 3 + 4},
+	{OID: 16506, Schema: "public", Name: "floatrange", Type: 'r', Category: 'R', Subtype: pgtype.Float8OID, BaseMod: -1},
+	{OID: 16507, Schema: "public", Name: "citext", Type: 'b', Category: 'S', BaseMod: -1},
+	{OID: 16508, Schema: "public", Name: "hstore", Type: 'b', Category: 'U', BaseMod: -1},
+	{OID: 16509, Schema: "public", Name: "ltree", Type: 'b', Category: 'U', BaseMod: -1},
+	{OID: 791, Schema: "pg_catalog", Name: "_money", Type: 'b', Category: 'A', Elem: moneyOID, BaseMod: -1},
+}
+
+func testCatalog(tb testing.TB) *Types {
+	tb.Helper()
+	return NewTypes(func(_ context.Context, oids []uint32) ([]TypeInfo, error) {
+		var out []TypeInfo
+		for _, o := range oids {
+			for _, ti := range testTypes {
+				if ti.OID == o {
+					out = append(out, ti)
+				}
+			}
+		}
+		return out, nil
+	})
+}
+
+// kitchenTable has a column of every type family.
+func kitchenTable() *change.Table {
+	numeric := func(p, s int32) int32 { return p<<16 | (s & 0x7ff) + 4 }
+	cols := []change.Column{
+		{Name: "id", TypeOID: pgtype.Int4OID, TypeMod: -1, Key: true},
+		{Name: "b", TypeOID: pgtype.BoolOID, TypeMod: -1},
+		{Name: "i2", TypeOID: pgtype.Int2OID, TypeMod: -1},
+		{Name: "i8", TypeOID: pgtype.Int8OID, TypeMod: -1},
+		{Name: "o", TypeOID: pgtype.OIDOID, TypeMod: -1},
+		{Name: "f4", TypeOID: pgtype.Float4OID, TypeMod: -1},
+		{Name: "f8", TypeOID: pgtype.Float8OID, TypeMod: -1},
+		{Name: "n", TypeOID: pgtype.NumericOID, TypeMod: -1},
+		{Name: "n102", TypeOID: pgtype.NumericOID, TypeMod: numeric(10, 2)},
+		{Name: "nneg", TypeOID: pgtype.NumericOID, TypeMod: numeric(5, -2)},
+		{Name: "m", TypeOID: moneyOID, TypeMod: -1},
+		{Name: "t", TypeOID: pgtype.TextOID, TypeMod: -1},
+		{Name: "c", TypeOID: pgtype.BPCharOID, TypeMod: 9},
+		{Name: "by", TypeOID: pgtype.ByteaOID, TypeMod: -1},
+		{Name: "bit1", TypeOID: pgtype.BitOID, TypeMod: 1},
+		{Name: "bit10", TypeOID: pgtype.BitOID, TypeMod: 10},
+		{Name: "vb", TypeOID: pgtype.VarbitOID, TypeMod: -1},
+		{Name: "u", TypeOID: pgtype.UUIDOID, TypeMod: -1},
+		{Name: "d", TypeOID: pgtype.DateOID, TypeMod: -1},
+		{Name: "tm", TypeOID: pgtype.TimeOID, TypeMod: -1},
+		{Name: "tm3", TypeOID: pgtype.TimeOID, TypeMod: 3},
+		{Name: "ttz", TypeOID: pgtype.TimetzOID, TypeMod: -1},
+		{Name: "ts", TypeOID: pgtype.TimestampOID, TypeMod: -1},
+		{Name: "ts3", TypeOID: pgtype.TimestampOID, TypeMod: 3},
+		{Name: "tstz", TypeOID: pgtype.TimestamptzOID, TypeMod: -1},
+		{Name: "iv", TypeOID: pgtype.IntervalOID, TypeMod: -1},
+		{Name: "j", TypeOID: pgtype.JSONOID, TypeMod: -1},
+		{Name: "jb", TypeOID: pgtype.JSONBOID, TypeMod: -1},
+		{Name: "x", TypeOID: pgtype.XMLOID, TypeMod: -1},
+		{Name: "inet", TypeOID: pgtype.InetOID, TypeMod: -1},
+		{Name: "mac", TypeOID: pgtype.MacaddrOID, TypeMod: -1},
+		{Name: "pt", TypeOID: pgtype.PointOID, TypeMod: -1},
+		{Name: "ln", TypeOID: pgtype.LineOID, TypeMod: -1},
+		{Name: "ls", TypeOID: pgtype.LsegOID, TypeMod: -1},
+		{Name: "bx", TypeOID: pgtype.BoxOID, TypeMod: -1},
+		{Name: "pa", TypeOID: pgtype.PathOID, TypeMod: -1},
+		{Name: "pg", TypeOID: pgtype.PolygonOID, TypeMod: -1},
+		{Name: "ci", TypeOID: pgtype.CircleOID, TypeMod: -1},
+		{Name: "tsv", TypeOID: pgtype.TSVectorOID, TypeMod: -1},
+		{Name: "tsq", TypeOID: tsqueryOID, TypeMod: -1},
+		{Name: "r", TypeOID: pgtype.Int4rangeOID, TypeMod: -1},
+		{Name: "mr", TypeOID: pgtype.Int4multirangeOID, TypeMod: -1},
+		{Name: "ia", TypeOID: pgtype.Int4ArrayOID, TypeMod: -1},
+		{Name: "ia2", TypeOID: pgtype.Int4ArrayOID, TypeMod: -1},
+		{Name: "na", TypeOID: pgtype.NumericArrayOID, TypeMod: numeric(6, 1)},
+		{Name: "ma", TypeOID: 791, TypeMod: -1},
+		{Name: "mood", TypeOID: 16500, TypeMod: -1},
+		{Name: "moods", TypeOID: 16503, TypeMod: -1},
+		{Name: "pi", TypeOID: 16501, TypeMod: -1},
+		{Name: "pr", TypeOID: 16505, TypeMod: -1},
+		{Name: "addr", TypeOID: 16502, TypeMod: -1},
+		{Name: "addrs", TypeOID: 16504, TypeMod: -1},
+		{Name: "fr", TypeOID: 16506, TypeMod: -1},
+		{Name: "ct", TypeOID: 16507, TypeMod: -1},
+	}
+	return &change.Table{Export: change.ExportID{Schema: "public", Table: "kitchen"}, OID: 16600, Columns: cols}
+}
+
+var kitchenRow = map[string]string{
+	"id": "1", "b": "t", "i2": "-7", "i8": "9007199254740993", "o": "4294967295", "f4": "1.5", "f8": "-1e+100",
+	"n": "-12.3400", "n102": "12345678.90", "nneg": "12300", "m": "-$1,234.56", "t": "tab\there \"q\"", "c": "padded   ",
+	"by": `\xdeadbeef`, "bit1": "1", "bit10": "1000000001", "vb": "101", "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+	"d": "2024-01-31", "tm": "12:34:56.5", "tm3": "23:59:59.999", "ttz": "12:34:56.5+05:30",
+	"ts": "2024-01-31 12:34:56.123456", "ts3": "0044-03-15 12:00:00 BC", "tstz": "2024-01-31 12:34:56.5+00",
+	"iv": "1 year 2 mons -3 days +04:05:06.7", "j": `null`, "jb": `{"a": [1, 2]}`, "x": "<a>b</a>",
+	"inet": "192.168.0.1/24", "mac": "08:00:2b:01:02:03", "pt": "(1.5,-2)", "ln": "{1,-1,0}", "ls": "[(0,0),(1,1)]",
+	"bx": "(2,2),(0,0)", "pa": "[(0,0),(1,1),(2,0)]", "pg": "((0,0),(1,1),(1,0))", "ci": "<(1,2),3>",
+	"tsv": "'a' 'fat':2", "tsq": "'fat' & 'rat'", "r": "[1,10)", "mr": "{[1,3),[5,7)}",
+	"ia": "{1,NULL,3}", "ia2": "[0:1][1:2]={{1,2},{3,4}}", "na": "{1.5,NULL,-2.0}", "ma": "{$1.00,-$2.50}",
+	"mood": "happy", "moods": "{sad,NULL,ok}", "pi": "42", "pr": "3.140", "addr": `("1 Main St, ""A""",12345,"{x,""y z""}",9.99)`,
+	"addrs": `{"(a,1,{},1.00)",NULL,"(,,,)"}`, "fr": "[1.5,2.5)", "ct": "MiXeD",
+}
+
+func kitchenValues(t *change.Table) [][]byte {
+	out := make([][]byte, len(t.Columns))
+	for i, c := range t.Columns {
+		v, ok := kitchenRow[c.Name]
+		if !ok {
+			panic("no value for " + c.Name)
+		}
+		out[i] = []byte(v)
+	}
+	return out
+}
+
+func newConnectEncoder(tb testing.TB, tbl *change.Table, tombstones bool) *Encoder {
+	tb.Helper()
+	t := struct{ Context func() context.Context }{context.Background}
+	cfg := Config{
+		Database: "shop", TopicPrefix: "tm", Tombstones: tombstones, Format: FormatJSONWithSchema,
+		Types: testCatalog(tb), Now: func() time.Time { return fixedNow },
+	}
+	if err := cfg.Types.ResolveTable(t.Context(), tbl); err != nil {
+		tb.Fatalf("ResolveTable: %v", err)
+	}
+	e, err := NewEncoder(cfg, tbl)
+	if err != nil {
+		tb.Fatalf("NewEncoder: %v", err)
+	}
+	return e
+}
+
+// TestConnectGolden pins the json-with-schema records of a row with every type family, and
+// checks each record's payload against its own schema the way a strict reader would.
+func TestConnectGolden(t *testing.T) {
+	tbl := kitchenTable()
+	e := newConnectEncoder(t, tbl, true)
+	row := kitchenValues(tbl)
+	keyOnly := make([][]byte, len(row))
+	keyOnly[0] = row[0]
+	moved := append([][]byte(nil), row...)
+	moved[0] = []byte("2")
+	cases := []struct {
+		name   string
+		encode func() ([]change.Record, error)
+	}{
+		{"connect_read", func() ([]change.Record, error) {
+			return e.Read(nil, Source{LSN: 0x16B4A1F, Seq: 1, Snapshot: true, Attempt: 1, Time: fixedNow}, row)
+		}},
+		{"connect_delete", func() ([]change.Record, error) { return e.Delete(nil, txSource, keyOnly) }},
+		{"connect_update_key_change", func() ([]change.Record, error) { return e.Update(nil, txSource, row, moved, nil) }},
+		{"connect_truncate", func() ([]change.Record, error) { return e.Truncate(nil, txSource) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := tc.encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				for _, b := range [][]byte{r.Key, r.Value} {
+					if b != nil {
+						checkConnectJSON(t, b)
+					}
+				}
+			}
+			checkGolden(t, tc.name, dumpConnect(t, recs))
+		})
+	}
+	// The schemas once, indented.
+	recs, err := e.Read(nil, Source{}, row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, j := range [][]byte{recs[0].Key, recs[0].Value} {
+		var env struct{ Schema json.RawMessage }
+		if err := json.Unmarshal(j, &env); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Indent(&b, env.Schema, "", "  "); err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString("\n")
+	}
+	checkGolden(t, "connect_schema", b.Bytes())
+}
+
+// dumpConnect is dumpRecords with only the payloads of keys and values (the schemas are pinned
+// once by connect_schema.golden).
+func dumpConnect(tb testing.TB, recs []change.Record) []byte {
+	tb.Helper()
+	strip := func(j []byte) []byte {
+		if j == nil {
+			return nil
+		}
+		var env struct{ Payload json.RawMessage }
+		if err := json.Unmarshal(j, &env); err != nil {
+			tb.Fatal(err)
+		}
+		return env.Payload
+	}
+	out := make([]change.Record, len(recs))
+	for i, r := range recs {
+		out[i] = r
+		out[i].Key, out[i].Value = strip(r.Key), strip(r.Value)
+	}
+	return dumpRecords(tb, out)
+}
+
+// checkConnectJSON checks that b is {"schema":..,"payload":..} and that the payload matches the
+// schema exactly: every JSON type as the schema says, required fields present, no unknown fields,
+// bytes valid base64.
+func checkConnectJSON(tb testing.TB, b []byte) {
+	tb.Helper()
+	var env struct {
+		Schema  map[string]any `json:"schema"`
+		Payload any            `json:"payload"`
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&env); err != nil {
+		tb.Fatalf("not JSON: %v\n%s", err, b)
+	}
+	if env.Schema == nil {
+		tb.Fatalf("no schema: %s", b)
+	}
+	if err := checkPayload(env.Schema, env.Payload, "$"); err != nil {
+		tb.Fatalf("payload does not match schema: %v\n%s", err, b)
+	}
+}
+
+func checkPayload(s map[string]any, v any, path string) error {
+	if v == nil {
+		if s["optional"] != true {
+			return fmt.Errorf("%s: null in a required %v", path, s["type"])
+		}
+		return nil
+	}
+	typ, _ := s["type"].(string)
+	switch typ {
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("%s: %v is not a boolean", path, v)
+		}
+	case "int8", "int16", "int32", "int64":
+		n, ok := v.(json.Number)
+		if !ok {
+			return fmt.Errorf("%s: %v is not a number", path, v)
+		}
+		bitsz := map[string]int{"int8": 8, "int16": 16, "int32": 32, "int64": 64}[typ]
+		i, ok := new(big.Int).SetString(n.String(), 10)
+		if !ok || i.BitLen() >= bitsz && !(i.Sign() < 0 && new(big.Int).Neg(i).BitLen() == bitsz && new(big.Int).Neg(i).TrailingZeroBits() == uint(bitsz-1)) {
+			return fmt.Errorf("%s: %v is not an %s", path, v, typ)
+		}
+	case "float", "double":
+		if _, ok := v.(json.Number); !ok {
+			return fmt.Errorf("%s: %v is not a number", path, v)
+		}
+	case "string":
+		if _, ok := v.(string); !ok {
+			return fmt.Errorf("%s: %v is not a string", path, v)
+		}
+		if s["name"] == "io.debezium.data.Json" {
+			if !json.Valid([]byte(v.(string))) {
+				return fmt.Errorf("%s: %q is not a JSON document", path, v)
+			}
+		}
+	case "bytes":
+		str, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%s: %v is not base64", path, v)
+		}
+		if _, err := base64.StdEncoding.DecodeString(str); err != nil {
+			return fmt.Errorf("%s: %q is not base64: %v", path, str, err)
+		}
+	case "array":
+		arr, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s: %v is not an array", path, v)
+		}
+		items, _ := s["items"].(map[string]any)
+		for i, x := range arr {
+			if err := checkPayload(items, x, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case "map":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: %v is not a map", path, v)
+		}
+		vals, _ := s["values"].(map[string]any)
+		for k, x := range m {
+			if err := checkPayload(vals, x, path+"."+k); err != nil {
+				return err
+			}
+		}
+	case "struct":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: %v is not a struct", path, v)
+		}
+		fields, _ := s["fields"].([]any)
+		known := map[string]bool{}
+		for _, f := range fields {
+			fs := f.(map[string]any)
+			name := fs["field"].(string)
+			known[name] = true
+			if err := checkPayload(fs, m[name], path+"."+name); err != nil {
+				return err
+			}
+		}
+		for k := range m {
+			if !known[k] {
+				return fmt.Errorf("%s: field %q is not in the schema", path, k)
+			}
+		}
+	default:
+		return fmt.Errorf("%s: unknown schema type %q", path, typ)
+	}
+	return nil
+}
+
+// TestConnectValues pins single conversions against Debezium's definitions.
+func TestConnectValues(t *testing.T) {
+	b64 := func(b ...byte) string { return `"` + base64.StdEncoding.EncodeToString(b) + `"` }
+	numeric := func(p, s int32) int32 { return p<<16 | (s & 0x7ff) + 4 }
+	cases := []struct {
+		name string
+		oid  uint32
+		mod  int32
+		text string
+		want string // "" with fail
+		fail bool
+	}{
+		{name: "decimal positive", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "1.50", want: b64(0, 150)},
+		{name: "decimal sign byte", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "1.28", want: b64(0, 128)},
+		{name: "decimal negative", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "-1.28", want: b64(0x80)},
+		{name: "decimal minus one", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "-0.01", want: b64(0xff)},
+		{name: "decimal zero", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "0.00", want: b64(0)},
+		{name: "decimal big", oid: pgtype.NumericOID, mod: numeric(30, 0), text: "-170141183460469231731687303715884105728", want: b64(0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)},
+		{name: "decimal big positive", oid: pgtype.NumericOID, mod: numeric(30, 0), text: "18446744073709551615", want: b64(0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)},
+		{name: "decimal negative scale", oid: pgtype.NumericOID, mod: numeric(5, -2), text: "-12300", want: b64(0x85)},
+		{name: "decimal NaN", oid: pgtype.NumericOID, mod: numeric(10, 2), text: "NaN", fail: true},
+		{name: "variable scale", oid: pgtype.NumericOID, mod: -1, text: "-12.340", want: `{"scale":3,"value":` + b64(0xcf, 0xcc) + `}`},
+		{name: "variable scale integer", oid: pgtype.NumericOID, mod: -1, text: "7", want: `{"scale":0,"value":` + b64(7) + `}`},
+		{name: "variable scale Infinity", oid: pgtype.NumericOID, mod: -1, text: "Infinity", fail: true},
+		{name: "money", oid: moneyOID, mod: -1, text: "$1,000.05", want: b64(0x01, 0x86, 0xa5)},
+		{name: "money other locale", oid: moneyOID, mod: -1, text: "1.000,05 €", fail: true},
+		{name: "float NaN", oid: pgtype.Float8OID, mod: -1, text: "NaN", fail: true},
+		{name: "float4 infinity", oid: pgtype.Float4OID, mod: -1, text: "-Infinity", fail: true},
+		{name: "bit 1", oid: pgtype.BitOID, mod: 1, text: "0", want: "false"},
+		{name: "bits little-endian", oid: pgtype.BitOID, mod: 10, text: "1000000001", want: b64(0x01, 0x02)},
+		{name: "bits zero", oid: pgtype.VarbitOID, mod: -1, text: "000", want: `""`},
+		{name: "date epoch", oid: pgtype.DateOID, mod: -1, text: "1970-01-01", want: "0"},
+		{name: "date before epoch", oid: pgtype.DateOID, mod: -1, text: "1969-12-31", want: "-1"},
+		{name: "date leap", oid: pgtype.DateOID, mod: -1, text: "2000-03-01", want: "11017"},
+		{name: "date BC", oid: pgtype.DateOID, mod: -1, text: "0001-12-31 BC", want: "-719163"},
+		{name: "date infinity", oid: pgtype.DateOID, mod: -1, text: "infinity", want: fmt.Sprint(datePosInfinity)},
+		{name: "time micro", oid: pgtype.TimeOID, mod: -1, text: "00:00:01.000001", want: "1000001"},
+		{name: "time end of day", oid: pgtype.TimeOID, mod: 6, text: "24:00:00", want: "86400000000"},
+		{name: "time milli", oid: pgtype.TimeOID, mod: 2, text: "00:00:01.25", want: "1250"},
+		{name: "timestamp micro", oid: pgtype.TimestampOID, mod: -1, text: "2018-06-20 15:13:16.945104", want: "1529507596945104"},
+		{name: "timestamp milli", oid: pgtype.TimestampOID, mod: 3, text: "1969-12-31 23:59:59.999", want: "-1"},
+		{name: "timestamp infinity", oid: pgtype.TimestampOID, mod: -1, text: "infinity", want: "9223372036825200000"},
+		{name: "timestamp -infinity", oid: pgtype.TimestampOID, mod: -1, text: "-infinity", want: "-9223372036832400000"},
+		{name: "timestamp(3) infinity", oid: pgtype.TimestampOID, mod: 3, text: "infinity", want: "9223372036825200"},
+		{name: "timestamp beyond int64 micros", oid: pgtype.TimestampOID, mod: -1, text: "294270-01-01 00:00:00", fail: true},
+		{name: "timestamptz", oid: pgtype.TimestamptzOID, mod: -1, text: "2024-01-31 12:34:56+00", want: `"2024-01-31T12:34:56Z"`},
+		{name: "timestamptz offset", oid: pgtype.TimestamptzOID, mod: -1, text: "2024-01-01 01:00:00.25+05:30", want: `"2023-12-31T19:30:00.25Z"`},
+		{name: "timestamptz BC", oid: pgtype.TimestamptzOID, mod: -1, text: "0044-03-15 12:00:00+00 BC", want: `"-0043-03-15T12:00:00Z"`},
+		{name: "timestamptz far future", oid: pgtype.TimestamptzOID, mod: -1, text: "12345-01-01 00:00:00+00", want: `"+12345-01-01T00:00:00Z"`},
+		{name: "timestamptz infinity", oid: pgtype.TimestamptzOID, mod: -1, text: "-infinity", want: `"-infinity"`},
+		{name: "timetz", oid: pgtype.TimetzOID, mod: -1, text: "01:00:00-02", want: `"03:00:00Z"`},
+		{name: "timetz wraps", oid: pgtype.TimetzOID, mod: -1, text: "01:00:00.5+05:30", want: `"19:30:00.5Z"`},
+		{name: "interval", oid: pgtype.IntervalOID, mod: -1, text: "1 year 2 mons -3 days +04:05:06.7", want: "36572706700000"},
+		{name: "interval negative time", oid: pgtype.IntervalOID, mod: -1, text: "-00:00:01.5", want: "-1500000"},
+		{name: "interval days", oid: pgtype.IntervalOID, mod: -1, text: "3 days", want: "259200000000"},
+		{name: "json null is a document", oid: pgtype.JSONBOID, mod: -1, text: "null", want: `"null"`},
+		{name: "uuid", oid: pgtype.UUIDOID, mod: -1, text: "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", want: `"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"`},
+		{name: "point", oid: pgtype.PointOID, mod: -1, text: "(1,2)", want: `{"x":1,"y":2,"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":null}`},
+		{name: "point NaN", oid: pgtype.PointOID, mod: -1, text: "(NaN,2)", fail: true},
+		{name: "empty array", oid: pgtype.TextArrayOID, mod: -1, text: "{}", want: `[]`},
+		{name: "domain over numeric", oid: 16505, mod: -1, text: "3.1", want: b64(0x0c, 0x1c)},
+		{name: "enum", oid: 16500, mod: -1, text: "ok", want: `"ok"`},
+		{name: "composite with nulls", oid: 16502, mod: -1, text: "(,,,)", want: `{"street":null,"zip":null,"tags":null,"price":null}`},
+		{name: "composite empty string", oid: 16502, mod: -1, text: `("",1,{},)`, want: `{"street":"","zip":1,"tags":[],"price":null}`},
+		{name: "hstore", oid: 16508, mod: -1, text: `"a"=>"1", "b c"=>NULL, "q\"x"=>"\\"`, want: `"{\"a\":\"1\",\"b c\":null,\"q\\\"x\":\"\\\\\"}"`},
+		{name: "hstore empty", oid: 16508, mod: -1, text: ``, want: `"{}"`},
+		{name: "ltree", oid: 16509, mod: -1, text: `a.b.c`, want: `"a.b.c"`},
+		{name: "composite array with bounds refused", oid: 16502, mod: -1, text: `(a,1,"[0:0]={x}",)`, fail: true},
+	}
+	types := testCatalog(t)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := types.Resolve(t.Context(), []uint32{tc.oid}); err != nil {
+				t.Fatal(err)
+			}
+			n, err := buildNode(types, tc.oid, tc.mod, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var c converter
+			got, err := c.appendConnect(nil, n, []byte(tc.text), true)
+			if tc.fail {
+				if err == nil {
+					t.Fatalf("%q encoded as %s, want an error", tc.text, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("%q: got %s, want %s", tc.text, got, tc.want)
+			}
+			// And the payload matches its own schema.
+			schema := appendSchema(nil, n, true, "")
+			var s map[string]any
+			if err := json.Unmarshal(schema, &s); err != nil {
+				t.Fatalf("schema %s: %v", schema, err)
+			}
+			d := json.NewDecoder(bytes.NewReader(got))
+			d.UseNumber()
+			var v any
+			if err := d.Decode(&v); err != nil {
+				t.Fatalf("payload %s: %v", got, err)
+			}
+			if err := checkPayload(s, v, "$"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestConnectRefusalNamesTheColumn(t *testing.T) {
+	tbl := &change.Table{Export: change.ExportID{Schema: "public", Table: "f"}, Columns: []change.Column{
+		{Name: "id", TypeOID: pgtype.Int4OID, TypeMod: -1, Key: true},
+		{Name: "v", TypeOID: pgtype.Float8OID, TypeMod: -1},
+	}}
+	e := newConnectEncoder(t, tbl, false)
+	_, err := e.Insert(nil, txSource, row("1", "NaN"))
+	if !errors.Is(err, ErrNotRepresentable) || !strings.Contains(err.Error(), `"v"`) {
+		t.Fatalf("got %v, want ErrNotRepresentable naming column v", err)
+	}
+}
+
+func TestConnectUnknownTypeRefused(t *testing.T) {
+	tbl := &change.Table{Export: change.ExportID{Schema: "public", Table: "u"}, Columns: []change.Column{
+		{Name: "v", TypeOID: 99999, TypeMod: -1},
+	}}
+	_, err := NewEncoder(Config{Format: FormatJSONWithSchema}, tbl)
+	if err == nil {
+		t.Fatal("encoder built for an unresolved type")
+	}
+}
+
+// TestConnectDateRoundTrip checks the calendar arithmetic against the standard library.
+func TestConnectDateRoundTrip(t *testing.T) {
+	for days := int64(-800_000); days < 3_000_000; days += 997 {
+		y, m, d := civilFromDays(days)
+		if got := daysFromCivil(y, m, d); got != days {
+			t.Fatalf("days %d -> %d-%d-%d -> %d", days, y, m, d, got)
+		}
+		if y >= 1 && y <= 9999 {
+			want := time.Unix(days*86400, 0).UTC()
+			if want.Year() != int(y) || int64(want.Month()) != m || int64(want.Day()) != d {
+				t.Fatalf("days %d: %d-%d-%d, time says %s", days, y, m, d, want)
+			}
+		}
+	}
+}
+
+// FuzzConnectValue: whatever the text, a json-with-schema conversion either fails or yields a
+// payload that matches its schema; it never panics.
+func FuzzConnectValue(f *testing.F) {
+	oids := []struct {
+		oid uint32
+		mod int32
+	}{
+		{pgtype.NumericOID, -1}, {pgtype.NumericOID, 10<<16 | 2 + 4}, {pgtype.NumericOID, 5<<16 | (-2 & 0x7ff) + 4},
+		{moneyOID, -1}, {pgtype.BitOID, 10}, {pgtype.VarbitOID, -1}, {pgtype.DateOID, -1}, {pgtype.TimeOID, 3},
+		{pgtype.TimeOID, -1}, {pgtype.TimetzOID, -1}, {pgtype.TimestampOID, 2}, {pgtype.TimestampOID, -1},
+		{pgtype.TimestamptzOID, -1}, {pgtype.IntervalOID, -1}, {pgtype.PointOID, -1}, {pgtype.BoxOID, -1},
+		{pgtype.PathOID, -1}, {pgtype.PolygonOID, -1}, {pgtype.CircleOID, -1}, {pgtype.LineOID, -1},
+		{pgtype.Int8ArrayOID, -1}, {16502, -1}, {16504, -1}, {16508, -1}, {pgtype.JSONBOID, -1}, {pgtype.Float8OID, -1},
+	}
+	for _, s := range []string{"", "1.50", "-12300", "NaN", "$1,000.00", "1010", "2024-01-31", "0044-03-15 BC",
+		"24:00:00", "12:34:56.5+05:30", "2024-01-31 12:34:56.5+00 BC", "infinity",
+		"1 year 2 mons -3 days +04:05:06.7", "-178000000 years", "(1,2)", "(2,2),(0,0)", "[(0,0),(1,1)]",
+		"((0,0),(1,1),(1,0))", "<(1,2),3>", "{1,-1,0}", "[0:1][1:2]={{1,2},{3,4}}", `("a ""b""",1,"{x,y}",1.00)`,
+		`{"(a,1,{},1.00)",NULL}`, `"a"=>"1", "b"=>NULL`, `{"a": null}`, "1e+100"} {
+		for i := range oids {
+			f.Add(uint8(i), []byte(s))
+		}
+	}
+	types := testCatalog(f)
+	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, pick uint8, text []byte) {
+		o := oids[int(pick)%len(oids)]
+		n, err := buildNode(types, o.oid, o.mod, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c converter
+		got, err := c.appendConnect(nil, n, text, true)
+		if err != nil {
+			return
+		}
+		var s map[string]any
+		if err := json.Unmarshal(appendSchema(nil, n, true, ""), &s); err != nil {
+			t.Fatal(err)
+		}
+		d := json.NewDecoder(bytes.NewReader(got))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%d %q: invalid JSON %s: %v", o.oid, text, got, err)
+		}
+		if err := checkPayload(s, v, "$"); err != nil {
+			t.Fatalf("%d %q: %s: %v", o.oid, text, got, err)
+		}
+	})
+}
+
+// TestConnectDeleteKey: a reconcile delete of a key read back from the topic has the key's
+// payload as before, in a value that matches its schema.
+func TestConnectDeleteKey(t *testing.T) {
+	tbl := kitchenTable()
+	e := newConnectEncoder(t, tbl, true)
+	recs, err := e.Read(nil, Source{}, kitchenValues(tbl)) // leaves array dims behind
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range [][]byte{recs[0].Key, []byte(`{"id":1}`)} {
+		del := e.DeleteKey(nil, Source{LSN: 0x10, Snapshot: true, Attempt: 2}, key)
+		if len(del) != 2 || del[1].Value != nil || !bytes.Equal(del[0].Key, key) {
+			t.Fatalf("got %d records", len(del))
+		}
+		checkConnectJSON(t, del[0].Value)
+		var v struct {
+			Payload struct {
+				Before map[string]json.RawMessage
+				Op     string
+			}
+		}
+		if err := json.Unmarshal(del[0].Value, &v); err != nil {
+			t.Fatal(err)
+		}
+		if string(v.Payload.Before["id"]) != "1" || v.Payload.Op != "d" {
+			t.Fatalf("before %v op %s", v.Payload.Before, v.Payload.Op)
+		}
+		for _, h := range del[0].Headers {
+			if h.Key == HeaderArrayDims {
+				t.Fatalf("stale %s header: %s", h.Key, h.Value)
+			}
+		}
+	}
+}

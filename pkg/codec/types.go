@@ -1,0 +1,225 @@
+package codec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// TypeInfo is what the json-with-schema format needs to know about a type that is not built in
+// (or a built-in type this package has no static entry for): one row of pg_type with its enum
+// labels, composite attributes and range subtype.
+type TypeInfo struct {
+	OID      uint32
+	Schema   string // pg_namespace.nspname
+	Name     string // pg_type.typname
+	Type     byte   // typtype: b base, c composite, d domain, e enum, r range, m multirange, p pseudo
+	Category byte   // typcategory ('A' for arrays)
+	Elem     uint32 // typelem of an array type (0 otherwise)
+	Base     uint32 // a domain's typbasetype
+	BaseMod  int32  // a domain's typtypmod (-1 when none)
+	Labels   []string
+	Fields   []change.Column // a composite's attributes, in attnum order (Key unused)
+	Subtype  uint32          // a range's subtype; a multirange's range type
+}
+
+// isArray reports whether ti describes an array type (of a known element).
+func (ti *TypeInfo) isArray() bool { return ti.Category == 'A' && ti.Elem != 0 && ti.Type == 'b' }
+
+// ErrTypeNotFound is wrapped when a column's type is not in pg_type (dropped since the table's
+// schema was read): permanent for that export.
+var ErrTypeNotFound = errors.New("type does not exist")
+
+// LoadTypesFunc reads the pg_type rows of oids (QueryTypes does it on a connection).
+type LoadTypesFunc func(ctx context.Context, oids []uint32) ([]TypeInfo, error)
+
+// Types is the catalog of the types that the json-with-schema format cannot know statically:
+// user-defined types (domains, enums, composites, ranges, arrays of them) and the few built-in
+// types without a static entry. Each OID is read once, with everything it refers to (a domain's
+// base type, an array's element type, a composite's attribute types), and kept for the life of the
+// process. One Types is shared by every stage, so the snapshot and the stream build identical
+// encoders. It is safe for concurrent use.
+//
+// A type changed while the process runs (ALTER TYPE ... ADD VALUE, ALTER TYPE ... ADD ATTRIBUTE)
+// keeps the description read first until the process restarts; see the package documentation.
+type Types struct {
+	load LoadTypesFunc
+
+	mu sync.RWMutex
+	m  map[uint32]*TypeInfo
+}
+
+// NewTypes returns an empty catalog that reads missing types with load.
+func NewTypes(load LoadTypesFunc) *Types {
+	return &Types{load: load, m: make(map[uint32]*TypeInfo)}
+}
+
+// Add puts descriptions into the catalog (for tests and for callers that already read them). A
+// type already described keeps its first description, so two stages that resolved it at the same
+// moment still build the same encoders.
+func (t *Types) Add(infos ...TypeInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range infos {
+		ti := infos[i]
+		if _, ok := t.m[ti.OID]; !ok {
+			t.m[ti.OID] = &ti
+		}
+	}
+}
+
+func (t *Types) get(oid uint32) *TypeInfo {
+	if t == nil {
+		return nil
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.m[oid]
+}
+
+// ResolveTable makes sure every column type of tbl, and every type those refer to, is known.
+func (t *Types) ResolveTable(ctx context.Context, tbl *change.Table) error {
+	oids := make([]uint32, 0, len(tbl.Columns))
+	for _, c := range tbl.Columns {
+		oids = append(oids, c.TypeOID)
+	}
+	if err := t.Resolve(ctx, oids); err != nil {
+		return fmt.Errorf("types of %s: %w", tbl.Export, err)
+	}
+	return nil
+}
+
+// Resolve reads the types among oids (and those they refer to) that are neither built in nor in
+// the catalog yet.
+func (t *Types) Resolve(ctx context.Context, oids []uint32) error {
+	for depth := 0; len(oids) > 0; depth++ {
+		if depth > 32 {
+			return fmt.Errorf("resolve types: type references nest too deep")
+		}
+		var missing []uint32
+		seen := map[uint32]bool{}
+		for _, oid := range oids {
+			if oid == 0 || seen[oid] || staticType(oid) || t.get(oid) != nil {
+				continue
+			}
+			seen[oid] = true
+			missing = append(missing, oid)
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+		if t.load == nil {
+			return fmt.Errorf("resolve types: type %d is unknown and there is no catalog to read it from", missing[0])
+		}
+		infos, err := t.load(ctx, missing)
+		if err != nil {
+			return fmt.Errorf("resolve types %v: %w", missing, err)
+		}
+		got := map[uint32]bool{}
+		oids = oids[:0:0]
+		for _, ti := range infos {
+			got[ti.OID] = true
+			oids = append(oids, ti.Elem, ti.Base, ti.Subtype)
+			for _, f := range ti.Fields {
+				oids = append(oids, f.TypeOID)
+			}
+		}
+		for _, oid := range missing {
+			if !got[oid] {
+				return fmt.Errorf("resolve types: type %d: %w", oid, ErrTypeNotFound)
+			}
+		}
+		t.Add(infos...)
+	}
+	return nil
+}
+
+// Querier is the part of a pgx connection or pool that QueryTypes uses.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// QueryTypes reads the pg_type rows of oids.
+func QueryTypes(ctx context.Context, q Querier, oids []uint32) ([]TypeInfo, error) {
+	rows, err := q.Query(ctx, `SELECT t.oid, n.nspname::text, t.typname::text, t.typtype::text,
+		t.typcategory::text, t.typelem, t.typbasetype, t.typtypmod,
+		COALESCE((SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+			FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid), '{}'),
+		COALESCE((SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+			WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
+		COALESCE((SELECT array_agg(a.atttypid ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+			WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
+		COALESCE((SELECT array_agg(a.atttypmod ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+			WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped), '{}'),
+		COALESCE((SELECT r.rngsubtype FROM pg_catalog.pg_range r WHERE r.rngtypid = t.oid),
+			(SELECT r.rngtypid FROM pg_catalog.pg_range r WHERE to_jsonb(r)->>'rngmultitypid' = t.oid::text),
+			0)
+		FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+		WHERE t.oid = ANY($1)`, oids)
+	if err != nil {
+		return nil, fmt.Errorf("read pg_type: %w", err)
+	}
+	var out []TypeInfo
+	var (
+		ti       TypeInfo
+		typ, cat string
+		names    []string
+		attTypes []uint32
+		attMods  []int32
+		labels   []string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&ti.OID, &ti.Schema, &ti.Name, &typ, &cat, &ti.Elem, &ti.Base, &ti.BaseMod,
+		&labels, &names, &attTypes, &attMods, &ti.Subtype}, func() error {
+		x := ti
+		x.Type, x.Category = typ[0], cat[0]
+		x.Labels = append([]string(nil), labels...)
+		for i := range names {
+			x.Fields = append(x.Fields, change.Column{Name: names[i], TypeOID: attTypes[i], TypeMod: attMods[i]})
+		}
+		out = append(out, x)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read pg_type: %w", err)
+	}
+	return out, nil
+}
+
+// defaultTypeMap knows pgx's built-in types; it is read-only after init.
+var defaultTypeMap = pgtype.NewMap()
+
+// builtinArrayElem returns the element type of a built-in array type pgx knows.
+func builtinArrayElem(oid uint32) (uint32, bool) {
+	if e, ok := arrayElem(oid); ok {
+		return e, true
+	}
+	if oid >= 16384 {
+		return 0, false
+	}
+	t, ok := defaultTypeMap.TypeForOID(oid)
+	if !ok {
+		return 0, false
+	}
+	if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
+		return ac.ElementType.OID, true
+	}
+	return 0, false
+}
+
+// staticType reports whether oid needs no catalog entry: a built-in scalar with a static
+// mapping, or a built-in array of one.
+func staticType(oid uint32) bool {
+	if _, ok := scalarOf(oid); ok {
+		return true
+	}
+	if e, ok := builtinArrayElem(oid); ok {
+		return staticType(e)
+	}
+	return false
+}
