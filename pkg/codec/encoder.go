@@ -124,6 +124,9 @@ type Encoder struct {
 	// json-with-schema: `{"schema":<schema>,"payload":` of values and keys.
 	valHead []byte
 	keyHead []byte
+	// truncKey is the key of a truncate record of a table with a key (nil without one): a
+	// compacted topic refuses null keys, and no row's key has no columns.
+	truncKey []byte
 
 	// Reusable buffers.
 	val     []byte   // envelope under construction
@@ -200,6 +203,13 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 	if cfg.WithSchema() {
 		e.valHead, e.keyHead = connectHeads(e.topic, t, cols)
 	}
+	if len(e.keyIdx) > 0 {
+		e.truncKey = []byte("{}")
+		if cfg.WithSchema() {
+			k := append([]byte(`{"schema":{"type":"struct","fields":[],"optional":false,"name":`), appendString(nil, []byte(e.topic+".TruncateKey"))...)
+			e.truncKey = append(k, `},"payload":{}}`...)
+		}
+	}
 	return e, nil
 }
 
@@ -208,7 +218,7 @@ func (e *Encoder) Clone() *Encoder {
 	return &Encoder{
 		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
 		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now, placeholder: e.placeholder,
-		valHead: e.valHead, keyHead: e.keyHead,
+		valHead: e.valHead, keyHead: e.keyHead, truncKey: e.truncKey,
 	}
 }
 
@@ -309,15 +319,17 @@ func (e *Encoder) Delete(dst []change.Record, src Source, before [][]byte) ([]ch
 	}), nil
 }
 
-// Truncate appends the one record of a truncate (op t): a null key, before and after null, and
-// Partition change.AllPartitions so the sink writes it to every partition.
+// Truncate appends the one record of a truncate (op t): before and after null, and Partition
+// change.AllPartitions so the sink writes it to every partition. Its key is null for a keyless
+// table and, for a table with a key (whose topic is compacted, and refuses null keys), a key
+// with no columns: {} (json-with-schema: a struct <topic>.TruncateKey with no fields).
 func (e *Encoder) Truncate(dst []change.Record, src Source) ([]change.Record, error) {
 	var err error
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpTruncate, nil, nil, nil); err != nil {
 		return dst, err
 	}
 	return append(dst, change.Record{
-		Topic: e.topic, Partition: change.AllPartitions, Value: e.own(e.val),
+		Topic: e.topic, Partition: change.AllPartitions, Key: e.truncKey, Value: e.own(e.val),
 		Headers: e.headers(e.lsnText(src.LSN), change.OpTruncate, nil, nil, nil),
 	}), nil
 }

@@ -96,13 +96,17 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 			errs = append(errs, errors.New("topic spec without a name"))
 			continue
 		}
+		if spec.Name == s.cfg.WatermarkTopic {
+			// Asking for the watermark topic itself (compacted) is asking for what is already
+			// wanted: one partition, whatever the data topics' partition count.
+			if !spec.Compact {
+				errs = append(errs, fmt.Errorf("topic %s is both a data topic and the watermark topic", spec.Name))
+			}
+			continue
+		}
 		w := topicWant{compact: spec.Compact, partitions: partitions}
 		if prev, ok := wants[spec.Name]; ok && prev != w {
-			if spec.Name == s.cfg.WatermarkTopic {
-				errs = append(errs, fmt.Errorf("topic %s is both a data topic and the watermark topic", spec.Name))
-			} else {
-				errs = append(errs, fmt.Errorf("topic %s is listed twice, compacted and not compacted", spec.Name))
-			}
+			errs = append(errs, fmt.Errorf("topic %s is listed twice, compacted and not compacted", spec.Name))
 			continue
 		}
 		wants[spec.Name] = w
