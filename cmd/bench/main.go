@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -27,6 +28,8 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
+	quietTables     int
+	tablesWindow    time.Duration
 	memoryRows      int64
 	memoryTxns      int
 	compressionRows int64
@@ -55,7 +58,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression or memory")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory or tables")
+	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
+	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
 	fs.IntVar(&o.memoryTxns, "memory-txns", 1_000_000, "pgbench transactions of the backlog caught up in the memory scenario")
 	fs.Int64Var(&o.compressionRows, "compression-rows", 300_000, "rows of the table each codec copies in the compression scenario")
@@ -79,12 +84,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory:
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression or memory", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory or tables", o.only))
 	}
 	if o.compressionRows < 1 || o.compressionTxns < 1 {
 		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
+	}
+	if o.quietTables < 1 || o.tablesWindow < time.Second {
+		errs = append(errs, fmt.Errorf("-quiet-tables %d, -tables-window %s: want at least 1 and 1s", o.quietTables, o.tablesWindow))
 	}
 	if o.memoryRows < 1 || o.memoryTxns < 1 {
 		errs = append(errs, fmt.Errorf("-memory-rows %d, -memory-txns %d: both must be at least 1", o.memoryRows, o.memoryTxns))
@@ -131,6 +139,8 @@ const (
 	scenarioCompression = "compression"
 	// scenarioMemory prints cdc's peak RSS in a large copy and a large catch-up.
 	scenarioMemory = "memory"
+	// scenarioTables measures many quiet tables beside a few busy ones.
+	scenarioTables = "tables"
 )
 
 func (o options) wants(s string) bool { return o.only == "" || o.only == s }

@@ -242,6 +242,7 @@ type results struct {
 	Lag         map[string]lagResult `json:"lag,omitempty"`
 	Compression []compressionResult  `json:"compression,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
+	Tables      *tablesResult        `json:"tables,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
 
@@ -375,6 +376,7 @@ func (r *results) print(w io.Writer) {
 	}
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
+	printTables(w, r.Tables)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

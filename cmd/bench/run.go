@@ -124,6 +124,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		res.Compression = c
 	}
+	if o.wants(scenarioTables) && ctx.Err() == nil {
+		tb, err := b.tables(ctx)
+		if err != nil {
+			fail(scenarioTables, err)
+		}
+		res.Tables = tb
+	}
 	if o.wants(scenarioMemory) && ctx.Err() == nil {
 		m, err := b.memory(ctx)
 		if err != nil {

@@ -1,0 +1,248 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/wait"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// tablesResult is the many-tables scenario: many quiet tables beside a few busy ones.
+type tablesResult struct {
+	Quiet          int     `json:"quiet_tables"`
+	Busy           int     `json:"busy_tables"`
+	HydrateSeconds float64 `json:"seconds_from_start_to_all_hydrated"`
+	Topics         int     `json:"topics_created"`
+	WindowSeconds  float64 `json:"window_seconds"`
+	BusyTxns       int64   `json:"busy_transactions"`
+	// Records written to the watermark topic per second in the steady-state window, by kind.
+	OwnPerSec        float64 `json:"export_records_per_second"`
+	QuietPerSec      float64 `json:"quiet_records_per_second"`
+	CheckpointPerSec float64 `json:"checkpoints_per_second"`
+	// Lag of a quiet table's watermark as a consumer (pkg/wait) reads it: from reading the
+	// server's WAL position to a watermark at or past it.
+	LagSamples int     `json:"lag_samples"`
+	LagP50Sec  float64 `json:"lag_p50_seconds"`
+	LagP99Sec  float64 `json:"lag_p99_seconds"`
+	LagMaxSec  float64 `json:"lag_max_seconds"`
+	CPUSeconds float64 `json:"cdc_cpu_seconds"`
+	PeakRSSMiB float64 `json:"cdc_peak_rss_mib"`
+}
+
+// tables publishes -quiet-tables tables of 10 rows that never change and 10 busy tables taking
+// 100 transactions a second, all in one publication (FOR ALL TABLES), and measures the time to
+// hydrate them all, the watermark records per second at steady state, and how far a quiet
+// table's watermark trails the server's WAL position as a consumer reads it.
+func (b *bench) tables(ctx context.Context) (*tablesResult, error) {
+	const busy = 10
+	quiet := b.o.quietTables
+	res := &tablesResult{Quiet: quiet, Busy: busy}
+	s, err := b.newScenario(ctx, "tables")
+	if err != nil {
+		return nil, err
+	}
+	defer s.cleanup()
+	b.logf("tables: creating %d quiet and %d busy tables", quiet, busy)
+	var ddl []string
+	var quietIDs, all []change.ExportID
+	for i := range quiet {
+		e := exportID(fmt.Sprintf("public.quiet_%04d", i))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, g FROM generate_series(1, 10) g", e.Quoted(), e.Quoted()))
+		quietIDs, all = append(quietIDs, e), append(all, e)
+	}
+	for i := range busy {
+		e := exportID(fmt.Sprintf("public.busy_%02d", i))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g", e.Quoted(), e.Quoted()))
+		all = append(all, e)
+	}
+	for i := 0; i < len(ddl); i += 100 {
+		if err := s.db.exec(ctx, strings.Join(ddl[i:min(i+100, len(ddl))], ";\n")); err != nil {
+			return res, err
+		}
+	}
+	if err := s.db.exec(ctx, "CREATE PUBLICATION "+s.pub+" FOR ALL TABLES"); err != nil {
+		return res, err
+	}
+	p, err := s.startCDC(map[string]string{"CDC_PUBLICATION_POLL_INTERVAL": "1s"})
+	if err != nil {
+		return res, err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
+		return res, err
+	}
+	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return res, err
+	}
+	defer wt.close()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	hydratedAt, err := wt.until(wctx, "hydration of every table", allHydrated(0, all...), p.check)
+	if err != nil {
+		return res, err
+	}
+	res.HydrateSeconds = hydratedAt.Sub(p.started).Seconds()
+	topics, err := b.k.adm.ListTopics(ctx)
+	if err != nil {
+		return res, err
+	}
+	for t := range topics {
+		if strings.HasPrefix(t, s.prefix+".") && t != s.watermarkTopic() {
+			res.Topics++
+		}
+	}
+	b.logf("tables: %d tables hydrated %.1fs after cdc started; %d topics", len(all), res.HydrateSeconds, res.Topics)
+
+	// The busy writer.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var writerErr error
+	var wg sync.WaitGroup
+	var txns atomic.Int64
+	conn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Close(context.Background())
+	wg.Go(func() {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := conn.Exec(runCtx, fmt.Sprintf("UPDATE public.busy_%02d SET v = v + 1 WHERE id = $1", i%busy), 1+(i/busy)%1000); err != nil {
+				if runCtx.Err() == nil {
+					writerErr = err
+				}
+				return
+			}
+			txns.Add(1)
+		}
+	})
+	time.Sleep(5 * time.Second) // steady state
+
+	// Quiet tables' lag, sampled one table at a time, as a consumer waits for it.
+	w, err := wait.New(b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return res, err
+	}
+	defer w.Close()
+	lsnConn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return res, err
+	}
+	defer lsnConn.Close(context.Background())
+	start := time.Now()
+	startTxns := txns.Load()
+	var lags []float64
+	for i := 0; time.Since(start) < b.o.tablesWindow; i++ {
+		lsn, err := currentLSN(ctx, lsnConn)
+		if err != nil {
+			return res, err
+		}
+		at := time.Now()
+		uctx, ucancel := context.WithTimeout(ctx, time.Minute)
+		_, err = w.Until(uctx, lsn, quietIDs[(i*37)%len(quietIDs)])
+		ucancel()
+		if err != nil {
+			return res, fmt.Errorf("quiet table %s never reached %s: %w", quietIDs[(i*37)%len(quietIDs)], lsn, err)
+		}
+		lags = append(lags, time.Since(at).Seconds())
+		time.Sleep(100 * time.Millisecond)
+	}
+	end := time.Now()
+	res.BusyTxns = txns.Load() - startTxns
+	stopRun()
+	wg.Wait()
+	if writerErr != nil {
+		return res, fmt.Errorf("writer: %w", writerErr)
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return res, err
+	}
+	res.CPUSeconds, res.PeakRSSMiB = p.usage()
+	res.WindowSeconds = end.Sub(start).Seconds()
+	slices.Sort(lags)
+	res.LagSamples = len(lags)
+	if len(lags) > 0 {
+		res.LagP50Sec, res.LagP99Sec, res.LagMaxSec = lags[len(lags)/2], lags[len(lags)*99/100], lags[len(lags)-1]
+	}
+	own, qr, cp, err := countWatermarkRecords(ctx, b.svc.brokers, s.watermarkTopic(), start, end)
+	if err != nil {
+		return res, err
+	}
+	res.OwnPerSec, res.QuietPerSec, res.CheckpointPerSec = float64(own)/res.WindowSeconds, float64(qr)/res.WindowSeconds, float64(cp)/res.WindowSeconds
+	b.logf("tables: %.1f table records/s, %.1f quiet records/s, %.1f checkpoints/s; quiet lag p99 %.2fs", res.OwnPerSec, res.QuietPerSec, res.CheckpointPerSec, res.LagP99Sec)
+	return res, nil
+}
+
+// countWatermarkRecords reads topic (read-committed) to its end and counts the records produced
+// between from and to by kind: tables' own records, quiet records and checkpoints.
+func countWatermarkRecords(ctx context.Context, brokers []string, topic string, from, to time.Time) (own, quiet, checkpoints int, err error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var end int64
+	ends.Each(func(o kadm.ListedOffset) { end = o.Offset })
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			return own, quiet, checkpoints, nil // the last records before end were markers
+		}
+		last := int64(-1)
+		fs.EachRecord(func(r *kgo.Record) {
+			last = r.Offset
+			if r.Timestamp.Before(from) || r.Timestamp.After(to) {
+				return
+			}
+			switch string(r.Key) {
+			case watermark.QuietKey:
+				quiet++
+			case watermark.CheckpointKey:
+				checkpoints++
+			default:
+				own++
+			}
+		})
+		if last+2 >= end { // the last record, or the last before its commit marker
+			return own, quiet, checkpoints, nil
+		}
+	}
+}
+
+func printTables(w io.Writer, r *tablesResult) {
+	if r == nil {
+		return
+	}
+	fmt.Fprintf(w, "\nMany tables: %d quiet (10 rows, never written) + %d busy (%.0f transactions/s)\n", r.Quiet, r.Busy, float64(r.BusyTxns)/r.WindowSeconds)
+	fmt.Fprintf(w, "   start -> all hydrated %.1fs; %d topics created; cdc CPU %.1fs, peak RSS %.0f MiB\n", r.HydrateSeconds, r.Topics, r.CPUSeconds, r.PeakRSSMiB)
+	fmt.Fprintf(w, "   watermark topic at steady state (%.0fs window): %.1f table records/s + %.1f quiet records/s + %.1f checkpoints/s\n",
+		r.WindowSeconds, r.OwnPerSec, r.QuietPerSec, r.CheckpointPerSec)
+	fmt.Fprintf(w, "   quiet table watermark lag as a consumer reads it (%d samples): p50 %.2fs p99 %.2fs max %.2fs (target p99 <= 2s)\n",
+		r.LagSamples, r.LagP50Sec, r.LagP99Sec, r.LagMaxSec)
+}
