@@ -339,7 +339,7 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 		// The export's records are keyed and its topic compacted: records without a key would
 		// be refused by Kafka, and keys of the old identity would never be deleted. It stops
 		// alone; the others go on.
-		st.failExport(e, prev.enc.Topic(), fmt.Errorf("%s lost its key at %s: it has no primary key or replica identity index any more (replica identity %s); add one and copy the table again (cdc resnapshot)",
+		st.failExport(e, prev.enc.Topic(), fmt.Errorf("%s lost its key at %s: it has no primary key or replica identity index any more (replica identity %s); add one, then restart the service to copy the table again",
 			e, st.tx.commit, identityName(m.ReplicaIdentity)))
 	}
 	return nil

@@ -779,7 +779,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 		return err
 	}
 	if t.cursor != nil && len(t.cursor) != len(t.keyNames) {
-		return &permanentError{fmt.Errorf("chunked copy of %s: the copy resumes after a key of %d columns, the table's key has %d now (changed while the service was stopped); copy the table again (cdc resnapshot)",
+		return &permanentError{fmt.Errorf("chunked copy of %s: the copy resumes after a key of %d columns, the table's key has %d now (changed while the service was stopped); restart the service to copy the table again",
 			e, len(t.cursor), len(t.keyNames))}
 	}
 	if err := w.conn.QueryRow(ctx, schemaFingerprintSQL, table.OID).Scan(&t.fingerprint); err != nil {
@@ -852,7 +852,7 @@ func (w *chunkWorker) rangeKey(ctx context.Context, t *chunkTable, oid uint32) e
 	)
 	_, err = pgx.ForEachRow(rows, []any{&num, &name, &typ}, func() error {
 		if name == nil || typ == nil {
-			return &permanentError{fmt.Errorf("chunked copy of %s: a key column it is cut by was dropped during the copy; copy the table again (cdc resnapshot)", e)}
+			return &permanentError{fmt.Errorf("chunked copy of %s: a key column it is cut by was dropped during the copy; restart the service to copy the table again", e)}
 		}
 		nums, names, typs = append(nums, num), append(names, quoteIdent(*name)), append(typs, *typ)
 		return nil
