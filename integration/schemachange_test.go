@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -523,4 +524,29 @@ func TestNewKeyRecopyReconciles(t *testing.T) {
 		got[compactJSON(t, `{"id":`+string(row["id"])+`}`)] = row
 	}
 	assertSameState(t, "nk", got, want)
+}
+
+// TestKeyLostWhileStopped: a key dropped while Tidemark is stopped is found at start, where the
+// table's compacted topic is checked against its key: cdc stops with a message that says what
+// to do, instead of publishing records Kafka would refuse.
+func TestKeyLostWhileStopped(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(`CREATE TABLE kl (id int PRIMARY KEY, v text)`, `INSERT INTO kl VALUES (1, 'one')`,
+		`CREATE TABLE kl_other (id int PRIMARY KEY, v text)`)
+	e.exec(`CREATE PUBLICATION ` + e.pub + ` FOR TABLE kl, kl_other`)
+	vars := e.baseVars()
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.kl", "public.kl_other")
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	e.exec(`ALTER TABLE kl DROP CONSTRAINT kl_pkey`, `ALTER TABLE kl REPLICA IDENTITY FULL`, `INSERT INTO kl VALUES (2, 'two')`)
+	p = e.startCDC(vars)
+	code := waitExit(t, p, time.Minute)
+	out := p.log.String()
+	t.Logf("exit %d: %s", code, tail(out, 600))
+	if code == 0 || !strings.Contains(out, "has no key") {
+		t.Errorf("exit code %d; want non-zero with a message that kl's compacted topic has no key", code)
+	}
 }
