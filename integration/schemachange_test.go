@@ -483,7 +483,6 @@ func pick(m map[string]json.RawMessage, like map[string]json.RawMessage) map[str
 	return out
 }
 
-
 // TestNewKeyRecopyReconciles: after a new primary key, records of rows not changed since stay
 // under the old key in the compacted topic; a re-copy with the copy strategy (cdc resnapshot)
 // reconciles them away, leaving every row once, under its new key.
