@@ -758,6 +758,16 @@ func (w *chunkWorker) ready(ctx context.Context, t *chunkTable) error {
 // setup reads t's schema, key (in index order) and size.
 func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	e := t.job.Export
+	// The fingerprint first: a change committed between it and LoadTable (outside a chunk's
+	// transaction) shows as a changed schema at the next chunk.
+	var fp string
+	err := w.conn.QueryRow(ctx, strings.Replace(schemaFingerprintSQL, "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), e.Quoted()).Scan(&fp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &permanentError{fmt.Errorf("load table %s: %w", e, ErrTableNotFound)}
+	}
+	if err != nil {
+		return fmt.Errorf("read schema of %s: %w", e, err)
+	}
 	table, err := LoadTable(ctx, w.conn, e)
 	if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
 		return &permanentError{err}
@@ -782,14 +792,11 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 		return &permanentError{fmt.Errorf("chunked copy of %s: the copy resumes after a key of %d columns, the table's key has %d now (changed while the service was stopped); restart the service to copy the table again",
 			e, len(t.cursor), len(t.keyNames))}
 	}
-	if err := w.conn.QueryRow(ctx, schemaFingerprintSQL, table.OID).Scan(&t.fingerprint); err != nil {
-		return fmt.Errorf("read schema of %s: %w", e, err)
-	}
 	enc, err := codec.NewEncoder(w.c.cfg.Codec, table)
 	if err != nil {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
 	}
-	t.table, t.enc = table, enc
+	t.table, t.enc, t.fingerprint = table, enc, fp
 	t.from = " FROM ONLY " + e.Quoted()
 	if st.relkind == "p" {
 		t.from = " FROM " + e.Quoted()
