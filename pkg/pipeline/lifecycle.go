@@ -340,6 +340,11 @@ func (lc *lifecycle) partitions(leaves map[change.ExportID]string) {
 // a key, nothing to reconcile) and returns the others, which take a copy.
 func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []change.ExportID) ([]change.ExportID, error) {
 	if lc.cfg.SnapshotStrategy != StrategyChunked {
+		lc.mu.Lock()
+		for _, e := range exports {
+			delete(lc.reconcileNext, e)
+		}
+		lc.mu.Unlock()
 		return exports, nil
 	}
 	var rest, chunked []change.ExportID
