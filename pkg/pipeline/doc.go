@@ -19,6 +19,14 @@
 // through narrow interfaces (replicationControl, chunkControl, topicControl, catalog), so its
 // unit tests run it against fakes. The stages never call one another.
 //
+// Exports are the rows of pg_publication_tables, so a renamed table is the old export removed
+// and a new one added (copied into the new name's topic), and a partitioned table is one export
+// per leaf partition, or one for the root under publish_via_partition_root. A root's partitions
+// change without a row change in the stream (ATTACH, DETACH): the poller also reads each
+// published root's leaf partitions, and when they changed the lifecycle copies the root again
+// with the copy strategy, whose reconcile deletes the keys of a detached partition from the
+// topic (partitions in lifecycle.go).
+//
 // What else is here is wiring: Pipeline.Run checks PostgreSQL and Kafka, restores the tracker
 // from the watermark topic, starts the stages under one errgroup (replication, snapshot,
 // chunker, poller, reconciles, sink) and retries the whole pipeline with capped exponential

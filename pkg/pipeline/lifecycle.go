@@ -137,6 +137,11 @@ type lifecycle struct {
 	sink *sink.Sink
 	// copied: exports whose copy became durable in the batch not yet committed.
 	copied []change.ExportID
+	// leaves: per published partitioned table (publish_via_partition_root), its leaf
+	// partitions as last acted on (partitions). reconcileNext (under mu): exports whose next
+	// copy must reconcile their topic, so it takes the copy strategy.
+	leaves        map[change.ExportID]string
+	reconcileNext map[change.ExportID]bool
 }
 
 var (
@@ -149,12 +154,14 @@ var (
 func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lifecycle {
 	return &lifecycle{
 		cfg: cfg, tracker: tracker, log: log,
-		phases:       make(map[change.ExportID]phase),
-		requests:     make(chan snapshot.Request, 16),
-		topic:        func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
-		wakePoll:     func() {},
-		streaming:    func() bool { return false },
-		reconcileSig: make(chan struct{}, 1),
+		phases:        make(map[change.ExportID]phase),
+		requests:      make(chan snapshot.Request, 16),
+		topic:         func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
+		wakePoll:      func() {},
+		streaming:     func() bool { return false },
+		reconcileSig:  make(chan struct{}, 1),
+		leaves:        make(map[change.ExportID]string),
+		reconcileNext: make(map[change.ExportID]bool),
 	}
 }
 
@@ -291,10 +298,53 @@ func (lc *lifecycle) published(ctx context.Context, cat catalog, published map[c
 	return nil
 }
 
+// partitions handles a poll of the published partitioned tables (a publication with
+// publish_via_partition_root: the root is the export and its partitions' rows stream under its
+// name). A partition attached or detached since the last poll changes the root's rows without a
+// row change in the stream: the root is copied again with the copy strategy, whose reconcile
+// publishes a delete and a tombstone for every key of its topic the new snapshot lacks, so a
+// detached partition's rows leave the topic and an attached one's arrive as snapshot reads. A
+// root that is being copied is looked at again once it is hydrated. leaves maps each root to
+// the list of its leaf partitions.
+func (lc *lifecycle) partitions(leaves map[change.ExportID]string) {
+	lc.mu.Lock()
+	var recopy []change.ExportID
+	for e, l := range leaves {
+		prev, seen := lc.leaves[e]
+		switch {
+		case !seen:
+			lc.leaves[e] = l
+		case prev == l, lc.phases[e] != phaseHydrated:
+		default:
+			lc.leaves[e] = l
+			lc.pending = append(lc.pending, e)
+			lc.reconcileNext[e] = true
+			recopy = append(recopy, e)
+		}
+	}
+	for e := range lc.leaves {
+		if _, ok := leaves[e]; !ok {
+			delete(lc.leaves, e)
+		}
+	}
+	lc.mu.Unlock()
+	for _, e := range recopy {
+		lc.log.Info("partitions of a published partitioned table changed; copying it again", "export", e.String())
+	}
+	if len(recopy) > 0 {
+		lc.wakePoll()
+	}
+}
+
 // startChunked starts a chunked copy of each of exports that can take one (chunked strategy,
 // a key, nothing to reconcile) and returns the others, which take a copy.
 func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []change.ExportID) ([]change.ExportID, error) {
 	if lc.cfg.SnapshotStrategy != StrategyChunked {
+		lc.mu.Lock()
+		for _, e := range exports {
+			delete(lc.reconcileNext, e)
+		}
+		lc.mu.Unlock()
 		return exports, nil
 	}
 	var rest, chunked []change.ExportID
@@ -307,7 +357,8 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 			continue
 		}
 		lc.mu.Lock()
-		can := lc.tracker.CanChunk(e)
+		can := lc.tracker.CanChunk(e) && !lc.reconcileNext[e]
+		delete(lc.reconcileNext, e)
 		lc.mu.Unlock()
 		if len(t.KeyColumns()) == 0 || !can {
 			rest = append(rest, e)

@@ -351,3 +351,36 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	wantPhase(t, lc2, exR, 0)
 	wantPhase(t, lc2, exH, phaseHydrated)
 }
+
+// TestPartitionsChanged: a published partitioned root whose leaf partitions change is copied
+// again, with the copy strategy (which reconciles), once it is hydrated.
+func TestPartitionsChanged(t *testing.T) {
+	lc, _ := newTestLifecycle(t, StrategyChunked, nil)
+	lc.phases[exA] = phaseHydrated
+	lc.phases[exB] = phaseChunking
+	lc.partitions(map[change.ExportID]string{exA: "1,2", exB: "5"})
+	if len(lc.pending) != 0 {
+		t.Fatalf("first sight of the partitions: pending %v, want none", lc.pending)
+	}
+	lc.partitions(map[change.ExportID]string{exA: "1,2", exB: "5"})
+	if len(lc.pending) != 0 {
+		t.Fatalf("unchanged partitions: pending %v, want none", lc.pending)
+	}
+	// b is being copied: looked at again once hydrated.
+	lc.partitions(map[change.ExportID]string{exA: "1,2,3", exB: "5,6"})
+	if !slices.Equal(lc.pending, []change.ExportID{exA}) || !lc.reconcileNext[exA] || lc.reconcileNext[exB] {
+		t.Fatalf("after a partition was attached: pending %v, reconcile %v; want a alone", lc.pending, lc.reconcileNext)
+	}
+	lc.phases[exB] = phaseHydrated
+	lc.partitions(map[change.ExportID]string{exA: "1,2,3", exB: "5,6"})
+	if !slices.Equal(lc.pending, []change.ExportID{exA, exB}) {
+		t.Fatalf("b hydrated: pending %v, want a and b", lc.pending)
+	}
+	rest, err := lc.startChunked(t.Context(), fakeCatalog{}, []change.ExportID{exA})
+	if err != nil || !slices.Equal(rest, []change.ExportID{exA}) {
+		t.Fatalf("startChunked = %v, %v; want a left to the copy strategy", rest, err)
+	}
+	if lc.reconcileNext[exA] {
+		t.Fatalf("reconcileNext of a kept after its copy started")
+	}
+}

@@ -87,7 +87,40 @@ func (p *poller) poll(ctx context.Context) error {
 	if p.toast != nil {
 		p.toast.check(ctx, p.conn, p.cfg, published, p.log)
 	}
-	return p.lc.published(ctx, connCatalog{p.conn}, published)
+	if err := p.lc.published(ctx, connCatalog{p.conn}, published); err != nil {
+		return err
+	}
+	leaves, err := partitionLeaves(ctx, p.conn, p.cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("poll partitions: %w", err)
+	}
+	p.lc.partitions(leaves)
+	return nil
+}
+
+// partitionLeaves returns, for each partitioned table the publication publishes under its own
+// name (publish_via_partition_root), the OIDs of its leaf partitions.
+func partitionLeaves(ctx context.Context, conn *pgx.Conn, pub string) (map[change.ExportID]string, error) {
+	rows, err := conn.Query(ctx, `SELECT t.schemaname::text, t.tablename::text,
+			coalesce((SELECT string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
+				FROM pg_catalog.pg_partition_tree(c.oid) p WHERE p.isleaf), '')
+		FROM pg_catalog.pg_publication_tables t
+		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
+		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
+		WHERE t.pubname = $1 AND c.relkind = 'p'`, pub)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[change.ExportID]string)
+	var (
+		e      change.ExportID
+		leaves string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&e.Schema, &e.Table, &leaves}, func() error {
+		out[e] = leaves
+		return nil
+	})
+	return out, err
 }
 
 // connCatalog reads the catalog on one connection.

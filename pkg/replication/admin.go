@@ -99,6 +99,12 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 			continue
 		}
 		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{pub}.Sanitize(), t.Quoted())); err != nil {
+			// A partitioned table published without publish_via_partition_root is listed by
+			// its partitions, not by its own name: it is a member already.
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+				continue
+			}
 			return setupError(fmt.Errorf("add %s to publication %s: %w", t, pub, err))
 		}
 	}

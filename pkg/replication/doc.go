@@ -38,7 +38,14 @@
 //     pipeline reports as confirmable (Kafka has everything below it); they never move backwards
 //     and never carry a received position.
 //   - Relation messages are applied whenever they arrive, also for tables that are not routed,
-//     and keep their order relative to the changes that follow them.
+//     and keep their order relative to the changes that follow them. Each one rebuilds its
+//     relation's encoder, so a column added, dropped, renamed or retyped, or a new key, shows in
+//     the records of every change after it. A Relation message that takes the last key column
+//     from an export whose records were keyed (primary key dropped, REPLICA IDENTITY NOTHING,
+//     FULL without a primary key) fails that export alone (a KindFailed unit after the
+//     transaction): its compacted topic refuses records without a key. A Relation message under
+//     a new name (ALTER TABLE ... RENAME) routes the table's changes to the new name, which is
+//     not an export until the publication poll adds it.
 //   - A message that does not decode (truncated, or a tuple column longer than its message) is a
 //     stream error, which reconnects, never a panic or an allocation of its declared length:
 //     pglogrepl's parser is guarded (pgoutput.go; FuzzDecode feeds it arbitrary messages).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/jackc/pglogrepl"
 
@@ -42,6 +43,8 @@ type relation struct {
 	export change.ExportID
 	enc    *codec.Encoder
 	ncols  int
+	// keyed: the relation has key columns (its records have a key).
+	keyed bool
 }
 
 // txn is the transaction being decoded.
@@ -330,11 +333,37 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 	if err != nil {
 		return fmt.Errorf("encoder for %s: %w", e, err)
 	}
-	st.rels[m.RelationID] = &relation{export: e, enc: enc, ncols: len(t.Columns)}
-	if _, ok := st.routes[e]; !ok {
+	keyed := slices.ContainsFunc(t.Columns, func(c change.Column) bool { return c.Key })
+	prev := st.rels[m.RelationID]
+	st.rels[m.RelationID] = &relation{export: e, enc: enc, ncols: len(t.Columns), keyed: keyed}
+	r, ok := st.routes[e]
+	if !ok {
 		st.s.hooks.UnknownRelation(e)
+		return nil
+	}
+	if prev != nil && prev.export == e && prev.keyed && !keyed && r.state != routeGone {
+		// The export's records are keyed and its topic compacted: records without a key would
+		// be refused by Kafka, and keys of the old identity would never be deleted. It stops
+		// alone; the others go on.
+		st.failExport(e, prev.enc.Topic(), fmt.Errorf("%s lost its key at %s: it has no primary key or replica identity index any more (replica identity %s); add one, then restart the service to copy the table again",
+			e, st.tx.commit, identityName(m.ReplicaIdentity)))
 	}
 	return nil
+}
+
+// identityName renders a pgoutput replica identity setting as ALTER TABLE spells it.
+func identityName(ri uint8) string {
+	switch ri {
+	case 'd':
+		return "DEFAULT"
+	case 'n':
+		return "NOTHING"
+	case 'f':
+		return "FULL"
+	case 'i':
+		return "USING INDEX"
+	}
+	return string(rune(ri))
 }
 
 type encodeFunc func(enc *codec.Encoder, dst []change.Record, src codec.Source, ncols int) ([]change.Record, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -238,5 +239,41 @@ func TestParsePGDuration(t *testing.T) {
 	}
 	if _, err := parsePGDuration("5 parsecs"); err == nil {
 		t.Error("want error for an unknown unit")
+	}
+}
+
+// relationIdent is relationMsg with replica identity ident, and id flagged as key or not.
+func relationIdent(id uint32, schema, table string, ident byte, keyed bool) []byte {
+	m := relationMsg(id, schema, table)
+	b := m[25:] // after the XLogData header
+	i := 1 + 4 + len(schema) + 1 + len(table) + 1
+	b[i] = ident
+	if !keyed {
+		b[i+3] = 0 // flags of the first column (id)
+	}
+	return m
+}
+
+func TestStreamKeyLost(t *testing.T) {
+	st, out := newTestStream(t, 0)
+	// A Relation message that keeps a key changes nothing for the export.
+	feed(t, st, begin(0x300, 1), relationIdent(1, "public", "a", 'i', true), insert(1, "1", "x"), commit(0x300, 0x308))
+	if got := kinds(drain(out)); len(got) != 1 || got[0] != change.KindTxn {
+		t.Fatalf("after a relation that keeps its key: %v, want one transaction", got)
+	}
+	// The key is gone (primary key dropped, replica identity nothing): a alone fails, after
+	// the transaction, whose other records go on.
+	feed(t, st, begin(0x400, 2), relationIdent(1, "public", "a", 'n', false), insert(1, "2", "y"), commit(0x400, 0x408))
+	units := drain(out)
+	if got := kinds(units); len(got) != 1 || got[0] != change.KindFailed {
+		t.Fatalf("after the key was lost: %v, want one failed unit", got)
+	}
+	if units[0].Export != tA || units[0].End != 0x408 || !strings.Contains(units[0].Err, "lost its key") || !strings.Contains(units[0].Err, "NOTHING") {
+		t.Fatalf("failed unit: export %v end %s err %q", units[0].Export, units[0].End, units[0].Err)
+	}
+	// Later changes of a are dropped.
+	feed(t, st, begin(0x500, 3), insert(1, "3", "z"), commit(0x500, 0x508))
+	if got := kinds(drain(out)); len(got) != 0 {
+		t.Fatalf("after a failed: %v, want nothing", got)
 	}
 }

@@ -144,17 +144,23 @@ type chunkTable struct {
 	job ChunkJob
 
 	// Set up by the first worker that takes the table (under planMu).
-	ready     bool
-	table     *change.Table
-	keyNames  []string // key columns in index order, quoted
-	keyTypes  []string // their types (format_type)
-	keyIdx    []int    // their positions in table.Columns
-	from      string   // FROM [ONLY] "schema"."table"
-	chunkRows int
-	enc       *codec.Encoder
-	progress  *progress
-	remaining int64 // estimated rows left: the largest tables go first
-	estimated int64 // estimated rows of the table
+	ready bool
+	table *change.Table
+	// The range key: the columns chunks are cut by, in index order. It is the table's key when
+	// the copy starts and stays the same columns (by attnum) for the whole copy, whatever
+	// happens to the key meanwhile, so that chunk ranges never change meaning; the records'
+	// key follows the table's current key (enc).
+	keyNums  []int16  // attnums
+	keyNames []string // names now, quoted
+	keyTypes []string // types now (format_type)
+	// fingerprint identifies the schema table and enc were made from (schemaFingerprintSQL).
+	fingerprint string
+	from        string // FROM [ONLY] "schema"."table"
+	chunkRows   int
+	enc         *codec.Encoder
+	progress    *progress
+	remaining   int64 // estimated rows left: the largest tables go first
+	estimated   int64 // estimated rows of the table
 
 	// planMu serialises planning (boundary queries). Under Chunker.mu: retry, busy, stopped.
 	planMu    sync.Mutex
@@ -543,16 +549,48 @@ func (w *chunkWorker) waitFor(ctx context.Context, ids []uint64) error {
 // copy reads ch's rows inside the chunk's transaction and encodes them as snapshot reads at the
 // low marker's position.
 func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk, low change.LSN) (*change.Unit, error) {
+	// The schema as of the chunk's snapshot: a column added, dropped, renamed or retyped, or a
+	// new key, since the table was set up is read again, so that the chunk's rows carry the
+	// same columns and key as the stream's changes around them.
+	//
+	// The lock comes first, before the transaction's snapshot: a rewrite (ALTER COLUMN TYPE,
+	// a volatile default) committed before it is in the snapshot, and none can commit between
+	// the snapshot and the COPY (an older snapshot would see the rewritten table empty).
+	if err := execSimple(ctx, w.conn, "LOCK TABLE "+t.job.Export.Quoted()+" IN ACCESS SHARE MODE"); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, ErrTableNotFound, pgErr)}
+		}
+		return nil, fmt.Errorf("lock %s: %w", t.job.Export, err)
+	}
+	var fp string
+	err := w.conn.QueryRow(ctx, schemaFingerprintSQL, t.oid()).Scan(&fp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &permanentError{fmt.Errorf("copy %s: %w", t.job.Export, ErrTableNotFound)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schema of %s: %w", t.job.Export, err)
+	}
+	t.planMu.Lock()
+	if fp != t.fingerprint {
+		if err := w.setup(ctx, t); err != nil {
+			t.ready = false
+			t.planMu.Unlock()
+			return nil, err
+		}
+	}
+	table, enc, pred := t.table, t.enc, t.predicate(ch.rg)
 	var b strings.Builder
 	b.WriteString("COPY (SELECT ")
-	for i, col := range t.table.Columns {
+	for i, col := range table.Columns {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(quoteIdent(col.Name))
 	}
 	b.WriteString(t.from)
-	if pred := t.predicate(ch.rg); pred != "" {
+	t.planMu.Unlock()
+	if pred != "" {
 		b.WriteString(" WHERE ")
 		b.WriteString(pred)
 	}
@@ -567,9 +605,9 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	if w.c.cfg.Codec.Now != nil {
 		start = w.c.cfg.Codec.Now()
 	}
-	cw := &chunkWriter{w: w, t: t, u: u, enc: t.enc.Clone(),
+	cw := &chunkWriter{w: w, t: t, u: u, enc: enc.Clone(), cols: len(table.Columns),
 		src: codec.Source{LSN: low, Snapshot: true, Attempt: t.job.Attempt, Time: start}}
-	_, err := w.conn.PgConn().CopyTo(ctx, cw, b.String())
+	_, err = w.conn.PgConn().CopyTo(ctx, cw, b.String())
 	if err == nil && cw.err == nil && len(cw.buf) > 0 {
 		err = fmt.Errorf("stream ended inside a line (%d bytes)", len(cw.buf))
 	}
@@ -605,9 +643,11 @@ type chunkWriter struct {
 	t   *chunkTable
 	u   *change.Unit
 	enc *codec.Encoder
-	src codec.Source
-	buf []byte
-	err error
+	// cols is the number of columns the COPY reads.
+	cols int
+	src  codec.Source
+	buf  []byte
+	err  error
 }
 
 func (cw *chunkWriter) Write(p []byte) (int, error) {
@@ -621,7 +661,7 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 }
 
 func (cw *chunkWriter) row(line []byte) {
-	cols := len(cw.t.table.Columns)
+	cols := cw.cols
 	var (
 		fields [][]byte
 		err    error
@@ -718,6 +758,16 @@ func (w *chunkWorker) ready(ctx context.Context, t *chunkTable) error {
 // setup reads t's schema, key (in index order) and size.
 func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	e := t.job.Export
+	// The fingerprint first: a change committed between it and LoadTable (outside a chunk's
+	// transaction) shows as a changed schema at the next chunk.
+	var fp string
+	err := w.conn.QueryRow(ctx, strings.Replace(schemaFingerprintSQL, "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), e.Quoted()).Scan(&fp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &permanentError{fmt.Errorf("load table %s: %w", e, ErrTableNotFound)}
+	}
+	if err != nil {
+		return fmt.Errorf("read schema of %s: %w", e, err)
+	}
 	table, err := LoadTable(ctx, w.conn, e)
 	if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
 		return &permanentError{err}
@@ -732,30 +782,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	if !st.canSelect {
 		return &permanentError{fmt.Errorf("snapshot %s: permission denied (grant SELECT on it to the replication user)", e)}
 	}
-	rows, err := w.conn.Query(ctx, `SELECT a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
-		FROM pg_catalog.pg_class c
-		JOIN pg_catalog.pg_index i ON i.indrelid = c.oid
-			AND CASE c.relreplident WHEN 'i' THEN i.indisreplident ELSE i.indisprimary END
-		CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
-		JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
-		WHERE c.oid = $1 AND c.relreplident <> 'n'
-		ORDER BY k.ord`, table.OID)
-	if err != nil {
-		return fmt.Errorf("read key of %s: %w", e, err)
-	}
-	t.keyNames, t.keyTypes, t.keyIdx = nil, nil, nil
-	var name, typ string
-	_, err = pgx.ForEachRow(rows, []any{&name, &typ}, func() error {
-		t.keyNames = append(t.keyNames, quoteIdent(name))
-		t.keyTypes = append(t.keyTypes, typ)
-		i := slices.IndexFunc(table.Columns, func(c change.Column) bool { return c.Name == name })
-		t.keyIdx = append(t.keyIdx, i)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("read key of %s: %w", e, err)
-	}
-	if len(t.keyNames) == 0 {
+	if len(table.KeyColumns()) == 0 {
 		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, ErrUnsupportedTable)}
 	}
 	if err := w.c.cfg.Codec.Prepare(ctx, table); errors.Is(err, codec.ErrTypeNotFound) {
@@ -763,11 +790,18 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	} else if err != nil {
 		return fmt.Errorf("snapshot %s: %w", e, err)
 	}
+	if err := w.rangeKey(ctx, t, table.OID); err != nil {
+		return err
+	}
+	if t.cursor != nil && len(t.cursor) != len(t.keyNames) {
+		return &permanentError{fmt.Errorf("chunked copy of %s: the copy resumes after a key of %d columns, the table's key has %d now (changed while the service was stopped); restart the service to copy the table again",
+			e, len(t.cursor), len(t.keyNames))}
+	}
 	enc, err := codec.NewEncoder(w.c.cfg.Codec, table)
 	if err != nil {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
 	}
-	t.table, t.enc = table, enc
+	t.table, t.enc, t.fingerprint = table, enc, fp
 	t.from = " FROM ONLY " + e.Quoted()
 	if st.relkind == "p" {
 		t.from = " FROM " + e.Quoted()
@@ -793,6 +827,79 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	w.c.mu.Unlock()
 	t.ready = true
 	return nil
+}
+
+// rangeKey reads t's range key: on first use the key columns of the table (replica identity
+// index or primary key), afterwards the current names and types of the same columns. A range key
+// column dropped during the copy stops it: its chunks cannot be cut any more.
+func (w *chunkWorker) rangeKey(ctx context.Context, t *chunkTable, oid uint32) error {
+	e := t.job.Export
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if t.keyNums == nil {
+		rows, err = w.conn.Query(ctx, `SELECT a.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
+			FROM pg_catalog.pg_class c
+			JOIN pg_catalog.pg_index i ON i.indrelid = c.oid
+				AND CASE c.relreplident WHEN 'i' THEN i.indisreplident ELSE i.indisprimary END
+			CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+			JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+			WHERE c.oid = $1 AND c.relreplident <> 'n'
+			ORDER BY k.ord`, oid)
+	} else {
+		rows, err = w.conn.Query(ctx, `SELECT k.attnum, a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
+			FROM unnest($2::int2[]) WITH ORDINALITY AS k(attnum, ord)
+			LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid = $1 AND a.attnum = k.attnum AND NOT a.attisdropped
+			ORDER BY k.ord`, oid, t.keyNums)
+	}
+	if err != nil {
+		return fmt.Errorf("read key of %s: %w", e, err)
+	}
+	var (
+		nums        []int16
+		names, typs []string
+		num         int16
+		name, typ   *string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&num, &name, &typ}, func() error {
+		if name == nil || typ == nil {
+			return &permanentError{fmt.Errorf("chunked copy of %s: a key column it is cut by was dropped during the copy; restart the service to copy the table again", e)}
+		}
+		nums, names, typs = append(nums, num), append(names, quoteIdent(*name)), append(typs, *typ)
+		return nil
+	})
+	var perm *permanentError
+	if errors.As(err, &perm) {
+		return perm
+	}
+	if err != nil {
+		return fmt.Errorf("read key of %s: %w", e, err)
+	}
+	if len(nums) == 0 {
+		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, ErrUnsupportedTable)}
+	}
+	t.keyNums, t.keyNames, t.keyTypes = nums, names, typs
+	return nil
+}
+
+// schemaFingerprintSQL identifies what a chunk's records depend on: the published columns (name,
+// type, typmod, in order) and the key (replica identity and its index's columns). A chunk reads
+// it under its own snapshot; when it differs from the one its table was set up with, the schema
+// changed since and the table is set up again before the chunk is read.
+const schemaFingerprintSQL = `SELECT c.relreplident::text || ';' ||
+	coalesce((SELECT string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum)
+		FROM pg_catalog.pg_attribute a
+		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''), '') || ';' ||
+	coalesce((SELECT string_agg(i.indkey::text || ':' || i.indisprimary || ':' || i.indisreplident, ',' ORDER BY i.indexrelid)
+		FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)), '')
+	FROM pg_catalog.pg_class c WHERE c.oid = $1`
+
+// oid is t's table OID (under planMu: set up before any chunk is read).
+func (t *chunkTable) oid() uint32 {
+	t.planMu.Lock()
+	defer t.planMu.Unlock()
+	return t.table.OID
 }
 
 // predicate is the WHERE condition of the keys in rg ("" for every key).

@@ -18,6 +18,18 @@
 //     snapshot reads (op "r") at the low marker's LSN: one change.KindChunk unit;
 //  5. ChunkHooks.ChunkRead hands the unit over, then the high marker is written.
 //
+// Schema changes during a chunked copy. The chunk's transaction first locks the table (ACCESS
+// SHARE) and only then takes its snapshot, so a rewrite (ALTER COLUMN TYPE, a volatile default)
+// is either in the snapshot or waits for the chunk: an older snapshot would see a rewritten table
+// empty. Under that snapshot the chunk compares the table's schema (published columns with their
+// types, replica identity, key index) with the one the table was set up with; when it changed,
+// the table is set up again before the COPY, so every chunk carries the columns and the key the
+// stream's changes around it carry. Chunks stay cut by the key columns the copy started with
+// (kept by attnum, so a rename does not matter): after a new primary key or replica identity
+// index the ranges keep their meaning while the records are keyed by the new key. A range column
+// dropped during the copy, a table without a key any more, or a table renamed (the COPY names the
+// table) fails the export alone.
+//
 // The replication stage publishes the unit when the high marker arrives, without the rows whose
 // key the stream changed after the low marker, in chunk order. No transaction lives longer than
 // one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
