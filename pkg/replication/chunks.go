@@ -287,7 +287,11 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 	}
 	keys := st.tx.touched[e]
 	for i := range records {
-		keys = append(keys, records[i].Key)
+		k := records[i].Key
+		if records[i].Partition == change.AllPartitions {
+			k = nil // a truncate (its record has a key of no columns on a keyed table)
+		}
+		keys = append(keys, k)
 	}
 	st.tx.touched[e] = slices.Clip(keys)
 }
