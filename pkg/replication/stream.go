@@ -82,6 +82,8 @@ type streamState struct {
 	resumeAt change.LSN
 	// windows of chunked copies, by chunk id.
 	windows map[uint64]*window
+	// rows are the reusable buffers of the row-change fast path (fastpath.go).
+	rows rowBuffers
 }
 
 // reconnected prepares the state for a new connection that resumes at the stream position:
@@ -232,6 +234,9 @@ func (st *streamState) handle(data []byte) error {
 		xld, err := pglogrepl.ParseXLogData(data[1:])
 		if err != nil {
 			return fmt.Errorf("parse xlogdata: %w", err)
+		}
+		if handled, err := st.fastChange(xld.WALData); handled {
+			return err
 		}
 		msg, err := parseMessage(xld.WALData)
 		if err != nil {

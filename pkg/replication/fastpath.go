@@ -1,0 +1,173 @@
+package replication
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+)
+
+// The row changes (Insert, Update, Delete) are most of a stream, so they skip pglogrepl's
+// parser, which allocates a message, a column struct and a copy of every value: their tuples
+// are read in place into buffers the stream state reuses, and encoded before the next message
+// arrives (the encoder copies the values). Every other message goes through parseMessage.
+// BenchmarkDecodeTxn measures the difference; FuzzDecode feeds this code arbitrary bytes.
+
+// rowBuffers are the reusable tuple buffers of the row-change fast path.
+type rowBuffers struct {
+	before, after [][]byte
+	hasBefore     bool
+	unchanged     []bool
+	hasUnchanged  bool
+	// Encode functions bound once (a method value made per change would allocate).
+	insertFn, updateFn, deleteFn encodeFunc
+}
+
+// fastChange handles data if it is an Insert, Update or Delete message (protocol version 1),
+// reading its tuples in place. handled is false for any other message.
+func (st *streamState) fastChange(data []byte) (handled bool, err error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	kind := data[0]
+	if kind != 'I' && kind != 'U' && kind != 'D' {
+		return false, nil
+	}
+	if len(data) < 6 {
+		return true, fmt.Errorf("parse pgoutput message: %q message: %w: %d bytes", kind, errTuple, len(data))
+	}
+	rb := &st.rows
+	if rb.insertFn == nil {
+		rb.insertFn, rb.updateFn, rb.deleteFn = st.encodeInsert, st.encodeUpdate, st.encodeDelete
+	}
+	relID := binary.BigEndian.Uint32(data[1:])
+	pos := 5
+	rb.hasBefore, rb.hasUnchanged = false, false
+	var fn encodeFunc
+	switch kind {
+	case 'I':
+		if data[pos] != 'N' {
+			return true, fmt.Errorf("parse pgoutput message: insert: %w: tuple kind %q", errTuple, data[pos])
+		}
+		if rb.after, _, pos, err = readTuple(data, pos+1, rb.after[:0], nil); err != nil {
+			return true, fmt.Errorf("parse pgoutput message: insert: %w", err)
+		}
+		fn = rb.insertFn
+	case 'U':
+		if data[pos] == 'K' || data[pos] == 'O' {
+			if rb.before, _, pos, err = readTuple(data, pos+1, rb.before[:0], nil); err != nil {
+				return true, fmt.Errorf("parse pgoutput message: update: %w", err)
+			}
+			rb.hasBefore = true
+		}
+		if pos >= len(data) || data[pos] != 'N' {
+			return true, fmt.Errorf("parse pgoutput message: update: %w: no new tuple", errTuple)
+		}
+		var unchanged bool
+		if rb.after, unchanged, pos, err = readTuple(data, pos+1, rb.after[:0], &rb.unchanged); err != nil {
+			return true, fmt.Errorf("parse pgoutput message: update: %w", err)
+		}
+		rb.hasUnchanged = unchanged
+		fn = rb.updateFn
+	case 'D':
+		if data[pos] != 'K' && data[pos] != 'O' {
+			return true, fmt.Errorf("parse pgoutput message: delete: %w: tuple kind %q", errTuple, data[pos])
+		}
+		if rb.before, _, pos, err = readTuple(data, pos+1, rb.before[:0], nil); err != nil {
+			return true, fmt.Errorf("parse pgoutput message: delete: %w", err)
+		}
+		rb.hasBefore = true
+		fn = rb.deleteFn
+	}
+	return true, st.change(relID, fn)
+}
+
+// readTuple reads the TupleData at data[pos:] into vals (nil for NULL; the others slice data,
+// an empty value a non-nil empty slice). With unchanged set it marks the unchanged out-of-line
+// columns there (reusing its buffer) and reports whether there were any. It returns the offset
+// after the tuple.
+func readTuple(data []byte, pos int, vals [][]byte, unchanged *[]bool) ([][]byte, bool, int, error) {
+	if pos+2 > len(data) {
+		return vals, false, 0, fmt.Errorf("%w: truncated column count", errTuple)
+	}
+	n := int(binary.BigEndian.Uint16(data[pos:]))
+	pos += 2
+	any := false
+	if unchanged != nil {
+		*unchanged = (*unchanged)[:0]
+	}
+	for i := range n {
+		if pos >= len(data) {
+			return vals, false, 0, fmt.Errorf("%w: %d of %d columns", errTuple, i, n)
+		}
+		var v []byte
+		u := false
+		switch data[pos] {
+		case 'n':
+			pos++
+		case 'u':
+			pos++
+			u, any = true, true
+		case 't', 'b':
+			if pos+5 > len(data) {
+				return vals, false, 0, fmt.Errorf("%w: truncated length of column %d", errTuple, i+1)
+			}
+			l := int(binary.BigEndian.Uint32(data[pos+1:]))
+			pos += 5
+			if l < 0 || l > len(data)-pos {
+				return vals, false, 0, fmt.Errorf("%w: column %d of %d bytes in a message of %d", errTuple, i+1, l, len(data))
+			}
+			v = data[pos : pos+l : pos+l]
+			pos += l
+		default:
+			return vals, false, 0, fmt.Errorf("%w: unknown column kind %q", errTuple, data[pos])
+		}
+		vals = append(vals, v)
+		if unchanged != nil {
+			*unchanged = append(*unchanged, u)
+		}
+	}
+	return vals, any, pos, nil
+}
+
+// checkColumns checks that a tuple has the relation's column count.
+func checkColumns(vals [][]byte, ncols int) error {
+	if len(vals) != ncols {
+		return fmt.Errorf("tuple has %d columns, relation has %d", len(vals), ncols)
+	}
+	return nil
+}
+
+func (st *streamState) encodeInsert(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+	if err := checkColumns(st.rows.after, n); err != nil {
+		return dst, err
+	}
+	return enc.Insert(dst, src, st.rows.after)
+}
+
+func (st *streamState) encodeUpdate(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+	rb := &st.rows
+	var before [][]byte
+	if rb.hasBefore {
+		if err := checkColumns(rb.before, n); err != nil {
+			return dst, err
+		}
+		before = rb.before
+	}
+	if err := checkColumns(rb.after, n); err != nil {
+		return dst, err
+	}
+	var unchanged []bool
+	if rb.hasUnchanged {
+		unchanged = rb.unchanged
+	}
+	return enc.Update(dst, src, before, rb.after, unchanged)
+}
+
+func (st *streamState) encodeDelete(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+	if err := checkColumns(st.rows.before, n); err != nil {
+		return dst, err
+	}
+	return enc.Delete(dst, src, st.rows.before)
+}
