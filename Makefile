@@ -11,8 +11,9 @@ IMAGE    ?= tidemark/cdc
 # runs every unit package with -race.
 RACE_PKGS = ./pkg/change/ ./pkg/codec/ ./pkg/replication/ ./pkg/watermark/ ./pkg/pipeline/
 UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
-# JVM flags of the Kafka broker that benchmarks start (no TieredStopAtLevel: full JIT).
-BENCH_KAFKA_HEAP ?= -Xms512m -Xmx1g -XX:+UseSerialGC
+# JVM flags of the Kafka broker that benchmarks start: kafka-server-start.sh's defaults (1 GiB
+# heap, G1), as users run it; full JIT (no TieredStopAtLevel).
+BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
 .PHONY: build test test-unit test-race test-integration fuzz bench lint fmt up down demo docker clean
 

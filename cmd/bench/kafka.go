@@ -264,6 +264,12 @@ type writeResult struct {
 // producer settings of pkg/sink, into a fresh topic per sample topic (dest maps them), in
 // transactions of perTxn records (transactional) or with the idempotent producer only.
 func writeLimit(ctx context.Context, k *kafkaClient, samples []sampleRecord, dest map[string]string, policy map[string]string, n int64, perTxn int, transactional bool) (writeResult, error) {
+	return writeLimitWith(ctx, k, samples, dest, policy, n, perTxn, transactional, false)
+}
+
+// writeLimitWith is writeLimit; tuned replaces the sink's batching with larger batches and a
+// longer linger (producerTuned).
+func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord, dest map[string]string, policy map[string]string, n int64, perTxn int, transactional, tuned bool) (writeResult, error) {
 	if len(samples) == 0 {
 		return writeResult{}, errors.New("write limit: no sample records")
 	}
@@ -292,6 +298,11 @@ func writeLimit(ctx context.Context, k *kafkaClient, samples []sampleRecord, des
 		kgo.MaxBufferedBytes(sinkMaxBufferedBytes),
 	}
 	mode := "idempotent, acks=all"
+	if tuned {
+		opts = append(opts, kgo.ProducerBatchMaxBytes(producerTunedBatch), kgo.ProducerLinger(producerTunedLinger),
+			kgo.MaxBufferedBytes(producerTunedBuffered))
+		mode = fmt.Sprintf("idempotent, acks=all, batch %d kB, linger %s, buffer %d MiB", producerTunedBatch/1000, producerTunedLinger, producerTunedBuffered>>20)
+	}
 	if transactional {
 		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+randomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
 		mode = fmt.Sprintf("transactional, %d records/txn, acks=all", perTxn)

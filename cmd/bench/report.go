@@ -55,7 +55,12 @@ type snapshotResult struct {
 	Ranges     int        `json:"ranges"`
 	Read       throughput `json:"read"`
 	Write      throughput `json:"write"`
-	Delivery   string     `json:"delivery"`
+	// Ceiling are the write ceiling's runs (writeCeiling); CeilingBest the fastest.
+	Ceiling     []ceilingRun `json:"write_ceiling,omitempty"`
+	CeilingBest throughput   `json:"write_ceiling_best"`
+	// RatioCeiling is cdc (chunked, snapshot start -> hydrated) over min(read, ceiling best).
+	RatioCeiling float64 `json:"ratio_cdc_to_min_read_ceiling"`
+	Delivery     string  `json:"delivery"`
 	// The chunked copies (CDC_SNAPSHOT_STRATEGY=chunked, the default), their fields at the top
 	// level as before the copy strategy's run.
 	snapshotRun
@@ -129,8 +134,12 @@ type streamResult struct {
 	Changes        int64      `json:"changes"`
 	Read           throughput `json:"read"`
 	// ReadRecvlogical is the same backlog streamed by pg_recvlogical to /dev/null.
-	ReadRecvlogical *throughput `json:"read_pg_recvlogical,omitempty"`
-	Write           throughput  `json:"write"`
+	ReadRecvlogical *throughput  `json:"read_pg_recvlogical,omitempty"`
+	Write           throughput   `json:"write"`
+	Ceiling         []ceilingRun `json:"write_ceiling,omitempty"`
+	CeilingBest     throughput   `json:"write_ceiling_best"`
+	// RatioCeiling is cdc exactly-once over min(the higher read limit, ceiling best).
+	RatioCeiling float64 `json:"ratio_cdc_to_min_read_ceiling"`
 	// The exactly-once catch-up, its fields at the top level as before the at-least-once run.
 	catchUp
 	// AtLeastOnce is the same backlog caught up by a second cdc with CDC_DELIVERY=at-least-once.
@@ -236,6 +245,7 @@ type results struct {
 	Command     string               `json:"command"`
 	Host        map[string]string    `json:"host"`
 	Services    string               `json:"services"`
+	Broker      string               `json:"broker_settings"`
 	WorkDir     string               `json:"work_dir,omitempty"`
 	Snapshot    *snapshotResult      `json:"snapshot,omitempty"`
 	Stream      *streamResult        `json:"stream,omitempty"`
@@ -261,12 +271,16 @@ func (r *results) writeJSON(path string) error {
 func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "\n=== Tidemark bench (%s, %s) ===\n", r.Host["cpus"]+" CPUs", r.Host["go"])
 	fmt.Fprintf(w, "services: %s\n", r.Services)
+	fmt.Fprintf(w, "broker: %s\n", r.Broker)
 	if s := r.Snapshot; s != nil {
 		fmt.Fprintf(w, "\n1. Snapshot of %s: %s rows, %s on disk, %d workers, %d ctid ranges; cdc delivery %s\n",
 			s.Table, thousands(s.Rows), mib(s.TableBytes), s.Workers, s.Ranges, s.Delivery)
 		header(w, "rows/s")
 		row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
+		for _, c := range s.Ceiling {
+			row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
+		}
 		runs := []snapshotRun{s.snapshotRun}
 		if s.Copy != nil {
 			runs = append(runs, *s.Copy)
@@ -283,6 +297,9 @@ func (r *results) print(w io.Writer) {
 		}
 		for _, c := range runs {
 			fmt.Fprintf(w, "   ratio %s / min(read, write) = %.2f   (from process start: %.2f)\n", c.label(), c.Ratio, c.RatioFromProc)
+		}
+		if s.CeilingBest.PerSecond > 0 {
+			fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 		}
 		if s.Copy != nil {
 			fmt.Fprintf(w, "   snapshot chunked/copy: %.2f (target >= 0.8); from process start: %.2f\n",
@@ -306,6 +323,9 @@ func (r *results) print(w io.Writer) {
 			row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
 		}
 		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
+		for _, c := range s.Ceiling {
+			row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
+		}
 		runs := []catchUp{s.catchUp}
 		if s.AtLeastOnce != nil {
 			runs = append(runs, *s.AtLeastOnce)
@@ -329,6 +349,9 @@ func (r *results) print(w io.Writer) {
 				fmt.Fprintf(w, "; against pg_recvlogical's read: %.2f", ratio(c.CDC.PerSecond, s.ReadRecvlogical.PerSecond, s.Write.PerSecond))
 			}
 			fmt.Fprintln(w)
+		}
+		if s.CeilingBest.PerSecond > 0 {
+			fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 		}
 		if s.AtLeastOnce != nil {
 			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",

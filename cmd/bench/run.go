@@ -79,6 +79,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"os": runtime.GOOS + "/" + runtime.GOARCH, "pg_server": b.serverVersion(ctx),
 		},
 		Services: svc.source,
+		Broker:   svc.broker,
 		WorkDir:  work,
 	}
 	fail := func(scenario string, err error) {

@@ -21,14 +21,18 @@ import (
 )
 
 // defaultKafkaHeap are the broker's JVM flags for benchmarks: full JIT (no TieredStopAtLevel).
-const defaultKafkaHeap = "-Xms512m -Xmx1g -XX:+UseSerialGC"
+// They are what kafka-server-start.sh uses when KAFKA_HEAP_OPTS is not set: a 1 GiB heap and G1
+// with a 20 ms pause target, as users run the broker.
+const defaultKafkaHeap = "-Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20"
 
 // services are the PostgreSQL server and Kafka cluster the bench uses.
 type services struct {
 	pgURL   string // URL of a database on the server; scenarios create their own databases
 	brokers []string
 	source  string
-	stop    func(ctx context.Context) error
+	// broker is the broker's settings, for the report.
+	broker string
+	stop   func(ctx context.Context) error
 }
 
 // acquireServices uses CDC_TEST_PG_URL / CDC_TEST_KAFKA_BROKERS when both are set, or starts
@@ -38,7 +42,7 @@ func acquireServices(ctx context.Context, root, stateDir string, o options, gete
 	brokers := splitList(getenv("CDC_TEST_KAFKA_BROKERS"))
 	switch {
 	case pg != "" && len(brokers) > 0:
-		return &services{pgURL: pg, brokers: brokers, source: "CDC_TEST_PG_URL / CDC_TEST_KAFKA_BROKERS",
+		return &services{pgURL: pg, brokers: brokers, source: "CDC_TEST_PG_URL / CDC_TEST_KAFKA_BROKERS", broker: "external broker (settings unknown)",
 			stop: func(context.Context) error { return nil }}, nil
 	case pg != "" || len(brokers) > 0:
 		return nil, errors.New("set both CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS, or neither")
@@ -97,6 +101,7 @@ func acquireServices(ctx context.Context, root, stateDir string, o options, gete
 		brokers: []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))},
 		source: fmt.Sprintf("scripts/services.sh (PostgreSQL 127.0.0.1:%d, Kafka 127.0.0.1:%d, JVM %q)",
 			ports[0], ports[1], heap),
+		broker: brokerSettings(stateDir, heap),
 		stop: func(ctx context.Context) error {
 			if out, err := runScript(ctx, sub); err != nil {
 				return fmt.Errorf("services.sh %s: %w\n%s", sub, err, lastLines(out, 20))

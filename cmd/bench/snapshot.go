@@ -137,8 +137,19 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
 		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
 	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
+	b.logf("snapshot: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
+	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, map[string]string{statsTopic: policy}, s.prefix+".ceil", stats.Records); err != nil {
+		return res, errors.Join(append(errs, fmt.Errorf("write ceiling: %w", err))...)
+	}
+	for _, c := range res.Ceiling {
+		if c.Result.PerSecond > res.CeilingBest.PerSecond {
+			res.CeilingBest = c.Result
+		}
+	}
+	b.logf("snapshot: write ceiling %.0f records/s", res.CeilingBest.PerSecond)
 
 	res.setRatios()
+	res.RatioCeiling = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.CeilingBest.PerSecond)
 	if res.Copy != nil && res.CDC.Seconds > 0 {
 		b.logf("snapshot: chunked / copy = %.2f (from process start %.2f)", res.RatioStrategy, res.RatioStrategyFromProc)
 	}

@@ -122,8 +122,8 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("read limit: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", readSlot); err != nil {
-		return res, fmt.Errorf("drop slot %s: %w", readSlot, err)
+	if err := dropSlot(ctx, conn, readSlot); err != nil {
+		return res, err
 	}
 	res.Changes = rd.changes
 	res.Read = newThroughput(rd.changes, rd.bytes, rd.elapsed, fmt.Sprintf("%d transactions", rd.commits))
@@ -137,8 +137,8 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", recvSlot); err != nil {
-		return res, fmt.Errorf("drop slot %s: %w", recvSlot, err)
+	if err := dropSlot(ctx, conn, recvSlot); err != nil {
+		return res, err
 	}
 	rv := newThroughput(rd.changes, n, elapsed, "pg_recvlogical -f /dev/null, proto_version 1")
 	res.ReadRecvlogical = &rv
@@ -190,6 +190,21 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
 		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
 	b.logf("stream: WRITE %.0f records/s", res.Write.PerSecond)
+	b.logf("stream: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
+	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, policy, s.prefix+".ceil", stats.Records); err != nil {
+		return res, fmt.Errorf("write ceiling: %w", err)
+	}
+	for _, c := range res.Ceiling {
+		if c.Result.PerSecond > res.CeilingBest.PerSecond {
+			res.CeilingBest = c.Result
+		}
+	}
+	readBest := res.Read.PerSecond
+	if res.ReadRecvlogical != nil {
+		readBest = max(readBest, res.ReadRecvlogical.PerSecond)
+	}
+	res.RatioCeiling = ratio(res.CDC.PerSecond, readBest, res.CeilingBest.PerSecond)
+	b.logf("stream: write ceiling %.0f records/s", res.CeilingBest.PerSecond)
 	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
 	res.AtLeastOnce.Ratio = ratio(res.AtLeastOnce.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
 	res.RatioDelivery = over(res.CDC.PerSecond, res.AtLeastOnce.CDC.PerSecond)
@@ -426,6 +441,23 @@ func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, 
 	}
 	r.elapsed = time.Since(began)
 	return r, nil
+}
+
+// dropSlot drops slot, waiting up to 30 s for the WAL sender of a reader that just closed its
+// connection to let go of it.
+func dropSlot(ctx context.Context, conn *pgx.Conn, slot string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", slot)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			if err != nil {
+				return fmt.Errorf("drop slot %s: %w", slot, err)
+			}
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // findPgbench looks for pgbench on PATH and beside the PostgreSQL server binaries.
