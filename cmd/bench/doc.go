@@ -26,6 +26,19 @@
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode, with the copy
 //     strategy of -lag-strategy (chunked by default; copy to compare).
+//   - compression: one table copied and one pgbench backlog caught up with each
+//     CDC_KAFKA_COMPRESSION codec, with the bytes each left on the broker (log segment sizes).
+//   - memory: cdc's peak RSS during a -memory-rows copy while two small tables stream (the lag
+//     scenario's run) and during the catch-up of a -memory-txns backlog (target 256 MiB).
+//   - tables: -quiet-tables quiet tables beside 10 busy ones: time to hydrate, topics created,
+//     watermark records per second by kind at steady state, and a quiet table's watermark lag
+//     as pkg/wait reads it.
+//
+// The snapshot and stream scenarios also measure a WRITE ceiling: the same records produced by
+// 1 and 2 producers with the sink's settings and with 1 MB batches (no transactions); the best
+// run is the ceiling, and cdc's ratio is given against min(read, ceiling) too. The stream's READ
+// limit is measured twice: with the Go reader and with pg_recvlogical to /dev/null. Every cdc
+// run reports its CPU time and peak RSS, and the report prints the broker's settings.
 //
 // Services come from CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS when both are set; otherwise
 // scripts/services.sh starts a private PostgreSQL and Kafka on free ports and removes them at the
@@ -41,7 +54,7 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag, -out (results JSON,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.
 package main
