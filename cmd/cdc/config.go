@@ -68,6 +68,7 @@ type Env struct {
 	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
 	HoldMemory              string `env:"CDC_HOLD_MEMORY" envDefault:"64MiB" desc:"memory per hydrating table for changes held back during its snapshot; beyond it they spill to disk (at least 1MiB; suffixes KiB, MiB, GiB, KB, MB, GB)"`
 	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
+	TxnPieceSize            string `env:"CDC_TXN_PIECE_SIZE" envDefault:"4MiB" desc:"a transaction whose changes pass this size is published in pieces of it, across several Kafka transactions; at most 8 pieces are in memory (64KiB to 64MiB)"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
@@ -166,8 +167,9 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			WatermarkMode:            oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, pipeline.Independent, pipeline.Global),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
 			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
-			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
+			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20, math.MaxInt64, "at least 1MiB"),
 			SpillDir:                 spillDir,
+			TxnPieceBytes:            int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB")),
 			SlotWaitTimeout:          c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
 			HTTPAddr:                 c.httpAddr(e.HTTPAddr, e.MetricsAddr),
 		},
@@ -548,7 +550,7 @@ var byteUnits = []struct {
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
 }
 
-func (c *checker) bytes(name, s string, least int64) int64 {
+func (c *checker) bytes(name, s string, least, most int64, bounds string) int64 {
 	num, mult := s, int64(1)
 	for _, u := range byteUnits {
 		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
@@ -557,8 +559,8 @@ func (c *checker) bytes(name, s string, least int64) int64 {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least {
-		c.add(name, s, "want a size of at least 1MiB: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB")
+	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least || n*mult > most {
+		c.add(name, s, "want a size %s: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB", bounds)
 		return 0
 	}
 	return n * mult

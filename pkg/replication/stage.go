@@ -38,9 +38,23 @@ type Config struct {
 	// MarkerTag names this process in the WAL markers of chunked copies (change.ChunkMarker);
 	// markers of other tags are ignored.
 	MarkerTag string
-	Codec     codec.Config
-	Logger    *slog.Logger
+	// PieceBytes is the bound past which an open transaction's records are handed to the sink
+	// as a piece, before its Commit message (see change.Piece). Default DefaultPieceBytes.
+	PieceBytes int
+	// PiecesInFlight bounds the pieces handed over and not yet durable; the stream waits for
+	// the sink beyond it. Default DefaultPiecesInFlight.
+	PiecesInFlight int
+	Codec          codec.Config
+	Logger         *slog.Logger
 }
+
+// Defaults of Config's large-transaction bounds: at most 8 × 4 MiB of one transaction's records
+// are in memory between this stage and Kafka, twice what one Kafka transaction of the sink
+// takes (16 MiB), so the sink never waits for the stage.
+const (
+	DefaultPieceBytes     = 4 << 20
+	DefaultPiecesInFlight = 8
+)
 
 // Hooks is what the stage needs from the pipeline.
 type Hooks interface {
@@ -80,6 +94,11 @@ type Stage struct {
 	backendPID atomic.Uint32
 	// streaming: a connection is streaming from the slot now.
 	streaming atomic.Bool
+
+	// pieceSlots holds one token per piece in flight (capacity PiecesInFlight); releasePiece
+	// takes one back (Unit.Release of a piece).
+	pieceSlots   chan struct{}
+	releasePiece func()
 }
 
 // Streaming reports whether the stage is streaming from the slot now (false while it connects,
@@ -101,14 +120,29 @@ func New(cfg Config, hooks Hooks) *Stage {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Stage{
-		cfg:     cfg,
-		hooks:   hooks,
-		log:     cfg.Logger.With("stage", "replication"),
-		ctrlSig: make(chan struct{}, 1),
+	if cfg.PieceBytes <= 0 {
+		cfg.PieceBytes = DefaultPieceBytes
 	}
+	if cfg.PiecesInFlight <= 0 {
+		cfg.PiecesInFlight = DefaultPiecesInFlight
+	}
+	s := &Stage{
+		cfg:        cfg,
+		hooks:      hooks,
+		log:        cfg.Logger.With("stage", "replication"),
+		ctrlSig:    make(chan struct{}, 1),
+		pieceSlots: make(chan struct{}, cfg.PiecesInFlight),
+	}
+	s.releasePiece = func() { <-s.pieceSlots }
 	s.state = newStreamState(s)
 	return s
+}
+
+// ResumePartial says that the first p.Changes changes of the transaction committing at
+// p.Commit are durable already (published in pieces before a restart): they are skipped when
+// the server sends that transaction again. Call it before Run.
+func (s *Stage) ResumePartial(p change.Partial) {
+	s.state.partial = p
 }
 
 // Resume registers exports that were hydrated before a restart: their changes flow directly,

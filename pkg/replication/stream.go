@@ -58,6 +58,16 @@ type txn struct {
 	held    map[change.ExportID]*change.Unit
 	// touched: keys changed by the transaction, of exports with open chunk windows.
 	touched map[change.ExportID][][]byte
+	// changes counts the transaction's change messages so far; the first skip of them were
+	// handed over in pieces before a reconnect or a restart and are left out.
+	changes int64
+	skip    int64
+	// bytes estimates the records held for the transaction (records and held units).
+	bytes int
+	// pieces is the number of pieces handed over; split: some of the transaction was handed
+	// over in pieces, in this life or an earlier one (the rest follows as pieces too).
+	pieces int
+	split  bool
 }
 
 // streamState is owned by the stream goroutine.
@@ -79,6 +89,10 @@ type streamState struct {
 	resumeAt change.LSN
 	// windows of chunked copies, by chunk id.
 	windows map[uint64]*window
+	// partial is the part of a transaction already handed over in pieces: when the server
+	// sends that transaction again (after a reconnect, or a restart that found it partly
+	// durable), its first partial.Changes changes are skipped.
+	partial change.Partial
 }
 
 // reconnected prepares the state for a new connection that resumes at the stream position:
@@ -242,6 +256,9 @@ func (st *streamState) message(msg pglogrepl.Message) error {
 		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held, touched: st.tx.touched, replay: change.LSN(m.FinalLSN) < st.resumeAt}
 		clear(st.tx.held)
 		clear(st.tx.touched)
+		if st.partial.Changes > 0 && st.partial.Commit == st.tx.commit && !st.tx.replay {
+			st.tx.skip, st.tx.split = st.partial.Changes, true
+		}
 		st.tx.src = codec.Source{LSN: change.LSN(m.FinalLSN), Xid: m.Xid, Time: m.CommitTime}
 	case *pglogrepl.CommitMessage:
 		return st.commit(m)
@@ -339,14 +356,21 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	if !ok {
 		return fmt.Errorf("change for relation %d before its Relation message", relID)
 	}
+	if st.tx.replay {
+		return nil
+	}
+	// Every change message counts, routed or not: the count is the same whenever the server
+	// sends the transaction, whatever the routes are.
+	st.tx.changes++
 	r, ok := st.routes[rel.export]
 	if !ok {
 		return nil
 	}
-	if st.tx.replay {
+	st.tx.seq++
+	if st.tx.changes <= st.tx.skip {
+		// Handed over in an earlier piece; its keys reached the chunk windows then.
 		return nil
 	}
-	st.tx.seq++
 	src := st.tx.src
 	src.Seq = st.tx.seq
 	var err error
@@ -357,8 +381,13 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 		}
 		n := len(st.tx.records)
 		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
-		if err == nil && r.chunks != nil {
-			st.touch(rel.export, r, st.tx.records[n:])
+		if err == nil {
+			for i := n; i < len(st.tx.records); i++ {
+				st.tx.bytes += st.tx.records[i].Size()
+			}
+			if r.chunks != nil {
+				st.touch(rel.export, r, st.tx.records[n:])
+			}
 		}
 	case routeHolding, routeReleasing:
 		if r.hasC && st.tx.commit < r.c {
@@ -372,13 +401,84 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 			u = &change.Unit{Kind: change.KindHeld, Export: rel.export, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time}
 			st.tx.held[rel.export] = u
 		}
+		n := len(u.Records)
 		u.Records, err = encode(rel.enc, u.Records, src, rel.ncols)
+		if err == nil {
+			for i := n; i < len(u.Records); i++ {
+				st.tx.bytes += u.Records[i].Size()
+			}
+		}
 	}
 	if err != nil {
 		// A change that cannot be encoded (a record above the size limit, a value that does
 		// not parse) stops its export alone; the transaction goes on without it.
 		st.failExport(rel.export, rel.enc.Topic(), fmt.Errorf("encode change of %s at %s: %w", rel.export, st.tx.commit, err))
+		return nil
 	}
+	if st.tx.bytes >= st.s.cfg.PieceBytes {
+		return st.cutPiece()
+	}
+	return nil
+}
+
+// cutPiece hands over what the open transaction holds so far, because it passed the piece
+// bound: its records as one piece to the sink, its held changes to their hold buffers. Without
+// streaming, pgoutput sends a transaction only once it has committed, so what arrived of it
+// may be published before its Commit message. The piece takes one of the stage's in-flight
+// slots, freed when the sink made it durable: the records of a transaction in memory stay
+// bounded by PiecesInFlight pieces, whatever its size.
+func (st *streamState) cutPiece() error {
+	st.noteKeys()
+	if err := st.holdTx(0); err != nil {
+		return err
+	}
+	u := &change.Unit{
+		Kind: change.KindTxn, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time,
+		Records: st.tx.records,
+		Piece:   &change.Piece{Index: st.tx.pieces, Changes: st.tx.changes},
+	}
+	st.tx.records, st.tx.bytes = nil, 0
+	if err := st.emitPiece(u); err != nil {
+		return err
+	}
+	if st.tx.pieces == 0 {
+		st.log.Info("large transaction: publishing it in pieces", "commit_lsn", st.tx.commit.String(), "xid", st.tx.xid, "piece_bytes", st.s.cfg.PieceBytes)
+	}
+	st.tx.pieces++
+	st.tx.split = true
+	st.partial = change.Partial{Commit: st.tx.commit, Changes: st.tx.changes}
+	return nil
+}
+
+// emitPiece emits a piece once an in-flight slot is free, applying control calls meanwhile.
+func (st *streamState) emitPiece(u *change.Unit) error {
+	for {
+		select {
+		case st.s.pieceSlots <- struct{}{}:
+			u.Release = st.s.releasePiece
+			return st.emit(u)
+		case <-st.s.ctrlSig:
+			st.control()
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+}
+
+// holdTx adds the open transaction's held changes to their exports' hold buffers; end is the
+// transaction's end LSN, or 0 for a piece cut before its Commit.
+func (st *streamState) holdTx(end change.LSN) error {
+	for e, u := range st.tx.held {
+		u.End = end
+		r := st.routes[e]
+		if r == nil || r.hold == nil || (r.hasC && u.Commit < r.c) {
+			continue
+		}
+		if err := r.hold.Add(u); err != nil {
+			return fmt.Errorf("hold change of %s: %w", e, err)
+		}
+	}
+	clear(st.tx.held)
 	return nil
 }
 
@@ -401,26 +501,30 @@ func (st *streamState) failExport(e change.ExportID, topic string, err error) {
 
 func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	end := change.LSN(m.TransactionEndLSN)
-	for e, u := range st.tx.held {
-		u.End = end
-		r := st.routes[e]
-		if r == nil || r.hold == nil || (r.hasC && u.Commit < r.c) {
-			continue
-		}
-		if err := r.hold.Add(u); err != nil {
-			return fmt.Errorf("hold change of %s: %w", e, err)
-		}
+	if err := st.holdTx(end); err != nil {
+		return err
 	}
-	clear(st.tx.held)
 	st.noteKeys()
-	recs, xid := st.tx.records, st.tx.xid
+	tx := st.tx
 	st.tx = txn{held: st.tx.held, touched: st.tx.touched}
 	// Register the transaction's records with the sink before the position passes its end.
-	if len(recs) > 0 {
-		if err := st.emit(&change.Unit{
-			Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,
-			Xid: xid, Time: m.CommitTime, Records: recs,
-		}); err != nil {
+	u := &change.Unit{
+		Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,
+		Xid: tx.xid, Time: m.CommitTime, Records: tx.records,
+	}
+	switch {
+	case tx.split:
+		// The last piece, even an empty one: it completes the transaction.
+		u.Piece = &change.Piece{Index: tx.pieces, Last: true, Changes: tx.changes}
+		if err := st.emitPiece(u); err != nil {
+			return err
+		}
+		if tx.pieces > 0 {
+			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
+		}
+		st.partial = change.Partial{}
+	case len(tx.records) > 0:
+		if err := st.emit(u); err != nil {
 			return err
 		}
 	}
