@@ -114,7 +114,9 @@ type Unit struct {
 // transaction only with it, so no watermark and no checkpoint position passes the transaction
 // before its last piece is durable.
 type Piece struct {
-	// Index numbers the pieces of one transaction from 0.
+	// Index numbers the pieces of one transaction from 0 (again from 0 when the server sends
+	// the transaction again, after a reconnect or a restart). The sink starts a Kafka
+	// transaction at piece 0.
 	Index int
 	// Last is set on the piece that completes the transaction.
 	Last bool

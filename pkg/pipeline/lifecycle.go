@@ -454,11 +454,11 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 			if u.Piece != nil {
 				pieces = true
 				lc.partial = partialAfter(u)
-				if !u.Piece.Last {
-					continue // its End is not set: the position stays before the transaction
-				}
 			}
-			lc.tracker.Advance(u.End)
+			// A piece before the last has no End: the position stays before its transaction.
+			if u.Piece == nil || u.Piece.Last {
+				lc.tracker.Advance(u.End)
+			}
 		case change.KindSnapshot:
 			lc.tracker.SnapshotRows(u.Export, int64(u.Rows))
 		case change.KindSnapshotDone:

@@ -432,21 +432,27 @@ func (st *streamState) cutPiece() error {
 	if err := st.holdTx(0); err != nil {
 		return err
 	}
-	u := &change.Unit{
-		Kind: change.KindTxn, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time,
-		Records: st.tx.records,
-		Piece:   &change.Piece{Index: st.tx.pieces, Changes: st.tx.changes},
+	if len(st.tx.records) > 0 {
+		u := &change.Unit{
+			Kind: change.KindTxn, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time,
+			Records: st.tx.records,
+			Piece:   &change.Piece{Index: st.tx.pieces, Changes: st.tx.changes},
+		}
+		st.tx.records = nil
+		if err := st.emitPiece(u); err != nil {
+			return err
+		}
+		if st.tx.pieces == 0 {
+			st.log.Info("large transaction: publishing it in pieces", "commit_lsn", st.tx.commit.String(), "xid", st.tx.xid, "piece_bytes", st.s.cfg.PieceBytes)
+		}
+		st.tx.pieces++
+		st.tx.split = true
 	}
-	st.tx.records, st.tx.bytes = nil, 0
-	if err := st.emitPiece(u); err != nil {
-		return err
+	st.tx.bytes = 0
+	// Transactions arrive in commit order: one before a restored partial one leaves it alone.
+	if st.tx.commit >= st.partial.Commit {
+		st.partial = change.Partial{Commit: st.tx.commit, Changes: st.tx.changes}
 	}
-	if st.tx.pieces == 0 {
-		st.log.Info("large transaction: publishing it in pieces", "commit_lsn", st.tx.commit.String(), "xid", st.tx.xid, "piece_bytes", st.s.cfg.PieceBytes)
-	}
-	st.tx.pieces++
-	st.tx.split = true
-	st.partial = change.Partial{Commit: st.tx.commit, Changes: st.tx.changes}
 	return nil
 }
 
@@ -522,11 +528,13 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 		if tx.pieces > 0 {
 			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
 		}
-		st.partial = change.Partial{}
 	case len(tx.records) > 0:
 		if err := st.emit(u); err != nil {
 			return err
 		}
+	}
+	if st.partial.Commit == tx.commit {
+		st.partial = change.Partial{}
 	}
 	st.pos = max(st.pos, end)
 	for _, u := range st.failed {
