@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,7 +34,9 @@ type Config struct {
 	// server's wal_sender_timeout. Each asks the server for a keepalive, whose WAL end moves the
 	// stream position on a quiet database. Default 1s.
 	StatusInterval time.Duration
-	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest.
+	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest, in a
+	// folder named after the slot, whose spill files Run removes when it starts (those of a
+	// process that died: only one process streams from a slot).
 	HoldMemory int64
 	SpillDir   string
 	// MarkerTag names this process in the WAL markers of chunked copies (change.ChunkMarker);
@@ -125,6 +129,9 @@ func New(cfg Config, hooks Hooks) *Stage {
 	}
 	if cfg.PiecesInFlight <= 0 {
 		cfg.PiecesInFlight = DefaultPiecesInFlight
+	}
+	if cfg.SpillDir != "" && cfg.Slot != "" {
+		cfg.SpillDir = filepath.Join(cfg.SpillDir, cfg.Slot)
 	}
 	s := &Stage{
 		cfg:        cfg,
@@ -236,6 +243,7 @@ func (s *Stage) takeControl() []func(*streamState) {
 // end Run: the slot missing or invalidated (ErrSlotLost), settings that do not parse.
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	defer s.state.close()
+	s.removeStaleSpill()
 	backoff := retryMin
 	for {
 		started := time.Now()
@@ -261,6 +269,22 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// removeStaleSpill removes hold-buffer spill files left in the slot's spill folder by a process
+// that died; this one has none yet.
+func (s *Stage) removeStaleSpill() {
+	if s.cfg.Slot == "" {
+		return
+	}
+	names, _ := filepath.Glob(filepath.Join(s.cfg.SpillDir, "hold-*.gob"))
+	for _, name := range names {
+		if err := os.Remove(name); err != nil {
+			s.log.Warn("remove stale spill file", "file", name, "err", err)
+			continue
+		}
+		s.log.Info("removed stale spill file", "file", name)
 	}
 }
 
