@@ -177,3 +177,30 @@ func TestStreamPiecesInFlight(t *testing.T) {
 		t.Fatalf("after releases: %d more units, want the third piece and the last", len(rest))
 	}
 }
+
+// TestStreamPiecesPartialNeverSent: a transaction restored as partly published that the server
+// does not send again (pgoutput skips a transaction none of whose changes are published any
+// more) is closed once the stream passes it, with an empty last piece, so watermarks go on.
+func TestStreamPiecesPartialNeverSent(t *testing.T) {
+	st, out := newPieceStream(t, 100, change.Partial{Commit: 0x300, Changes: 2})
+	feed(t, st, keepalive(0x200))
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range drain(out) {
+		if u.Piece != nil {
+			t.Fatalf("closed the partial transaction at 0/300 while the stream was at 0/200")
+		}
+	}
+	feed(t, st, keepalive(0x400))
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	units := drain(out)
+	if len(units) == 0 || units[0].Piece == nil || !units[0].Piece.Last || units[0].Commit != 0x300 || units[0].End != 0x400 {
+		t.Fatalf("units %v, want an empty last piece of 0/300 ending at 0/400", kinds(units))
+	}
+	if st.partial != (change.Partial{}) {
+		t.Fatalf("partial %+v still set", st.partial)
+	}
+}

@@ -206,6 +206,17 @@ func (st *streamState) yield() error {
 	if err := st.chunkingCheck(); err != nil {
 		return err
 	}
+	if st.partial.Changes > 0 && st.pos > st.partial.Commit {
+		// The stream passed a transaction restored as partly published without the server
+		// sending it again (none of its changes are published any more, so pgoutput skips it
+		// as empty): what was published of it is all there is. Close it, or the watermarks
+		// would wait for it for ever.
+		p := st.partial
+		st.partial = change.Partial{}
+		st.log.Warn("transaction published in part was not sent again; closing it", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
+		return st.emit(&change.Unit{Kind: change.KindTxn, Commit: p.Commit, End: st.pos,
+			Piece: &change.Piece{Last: true, Changes: p.Changes}})
+	}
 	if st.pos > st.emitted {
 		return st.emit(&change.Unit{Kind: change.KindProgress, End: st.pos})
 	}
