@@ -93,3 +93,33 @@ func TestLifecyclePieces(t *testing.T) {
 		t.Fatalf("restart reads checkpoint %+v, want no partial transaction", cp)
 	}
 }
+
+// TestLifecyclePiecesAtLeastOnce: in at-least-once mode (no Carry) the checkpoint that follows
+// acknowledged pieces names the part of the transaction Kafka holds, so a crash repeats at most
+// the pieces in flight.
+func TestLifecyclePiecesAtLeastOnce(t *testing.T) {
+	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", Delivery: AtLeastOnce, SnapshotStrategy: StrategyChunked}
+	lc := newLifecycle(cfg, watermark.NewTracker(watermark.Options{}), slog.New(slog.DiscardHandler))
+	checkpoint := func(units ...*change.Unit) *watermark.Checkpoint {
+		t.Helper()
+		var cp *watermark.Checkpoint
+		for _, r := range lc.Durable(units, nil) {
+			if c, ok, err := watermark.DecodeCheckpoint(r.Value); ok && err == nil {
+				cp = &c
+			}
+		}
+		lc.Committed()
+		return cp
+	}
+	if cp := checkpoint(&change.Unit{Kind: change.KindTxn, Commit: 0x100, End: 0x108}); cp == nil || cp.Position != 0x108 {
+		t.Fatalf("checkpoint %+v, want 0/108", cp)
+	}
+	cp := checkpoint(&change.Unit{Kind: change.KindTxn, Commit: 0x200, Piece: &change.Piece{Changes: 700}})
+	if cp == nil || cp.Position != 0x108 || cp.Partial == nil || *cp.Partial != (change.Partial{Commit: 0x200, Changes: 700}) {
+		t.Fatalf("checkpoint after a piece %+v, want 0/108 with 700 changes of 0/200", cp)
+	}
+	cp = checkpoint(&change.Unit{Kind: change.KindTxn, Commit: 0x200, End: 0x208, Piece: &change.Piece{Index: 1, Last: true, Changes: 900}})
+	if cp == nil || cp.Position != 0x208 || cp.Partial != nil {
+		t.Fatalf("checkpoint after the last piece %+v, want 0/208 without partial", cp)
+	}
+}
