@@ -31,8 +31,10 @@
 // message, and its held changes go to their hold buffers; at Commit the last piece follows,
 // with the transaction's end LSN. This is safe because, with streaming off, pgoutput sends a
 // transaction only after it committed (and only from WAL flushed to disk). Each piece takes
-// one of Config.PiecesInFlight slots until the sink made it durable (Unit.Release), so the
-// records of a transaction in memory are bounded whatever its size. Every change message of
+// its bytes from an in-flight budget of Config.PiecesInFlight pieces until the sink made it
+// durable (Unit.Release); whole transactions take from the same budget, so the records between
+// this stage and Kafka are bounded whatever the size and number of transactions (a unit larger
+// than the budget goes alone). Every change message of
 // the transaction is counted; a piece names how many it covers. When the server sends the
 // transaction again, after a reconnect or after a restart that found part of it durable
 // (ResumePartial, from the checkpoint), that many changes are skipped.

@@ -64,7 +64,7 @@ func heldIDs(t *testing.T, st *streamState) []string {
 // transaction (sets End and moves the stream position). Held changes go to the hold buffer in
 // pieces too.
 func TestStreamPieces(t *testing.T) {
-	st, out := newPieceStream(t, 100, change.Partial{})
+	st, out := newPieceStream(t, 1<<20, change.Partial{})
 	feed(t, st, begin(0x300, 7), insert(1, "1", "x"), insert(2, "10", "y"), insert(1, "2", "z"))
 	units := drain(out)
 	if len(units) != 2 {
@@ -108,7 +108,7 @@ func TestStreamPieces(t *testing.T) {
 // pieces; the server sends it again whole. The changes handed over before the cut are skipped,
 // so each row is published, or held, exactly once.
 func TestStreamPiecesReconnect(t *testing.T) {
-	st, out := newPieceStream(t, 100, change.Partial{})
+	st, out := newPieceStream(t, 1<<20, change.Partial{})
 	txn := [][]byte{begin(0x300, 7), insert(1, "1", "a"), insert(2, "10", "b"), insert(1, "2", "c"), insert(2, "11", "d"), insert(1, "3", "e")}
 	feed(t, st, txn[:4]...) // three changes handed over, then the cut
 	st.reconnected()
@@ -140,14 +140,14 @@ func TestStreamPiecesReconnect(t *testing.T) {
 // durable (the checkpoint's partial), they are skipped; a transaction with nothing left still
 // ends with an (empty) last piece, which completes it for the watermarks.
 func TestStreamPiecesResumePartial(t *testing.T) {
-	st, out := newPieceStream(t, 100, change.Partial{Commit: 0x300, Changes: 2})
+	st, out := newPieceStream(t, 1<<20, change.Partial{Commit: 0x300, Changes: 2})
 	feed(t, st, begin(0x200, 6), insert(1, "0", "before"), commit(0x200, 0x208))
 	feed(t, st, begin(0x300, 7), insert(1, "1", "a"), insert(1, "2", "b"), insert(1, "3", "c"), commit(0x300, 0x308))
 	if got := published(t, drain(out)); !slices.Equal(got, []string{"0", "3"}) {
 		t.Fatalf("published %v, want [0 3]: the two durable changes of 0/300 skipped", got)
 	}
 
-	st, out = newPieceStream(t, 100, change.Partial{Commit: 0x300, Changes: 2})
+	st, out = newPieceStream(t, 1<<20, change.Partial{Commit: 0x300, Changes: 2})
 	feed(t, st, begin(0x300, 7), insert(1, "1", "a"), insert(1, "2", "b"), commit(0x300, 0x308))
 	units := drain(out)
 	if len(units) != 1 || units[0].Piece == nil || !units[0].Piece.Last || len(units[0].Records) != 0 || units[0].End != 0x308 {
@@ -155,26 +155,38 @@ func TestStreamPiecesResumePartial(t *testing.T) {
 	}
 }
 
-// TestStreamPiecesInFlight: the stage waits once PiecesInFlight pieces are not yet durable, so
-// a transaction of any size holds a bounded amount of memory.
+// TestStreamPiecesInFlight: the stage waits while the pieces and transactions not yet durable
+// fill its in-flight budget, so a transaction of any size, or many, hold a bounded amount of
+// memory.
 func TestStreamPiecesInFlight(t *testing.T) {
+	// A budget of 2 × 1 byte: each piece (a record of about 200 bytes) goes alone.
 	st, out := newPieceStream(t, 2, change.Partial{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		feed(t, st, begin(0x300, 7), insert(1, "1", "a"), insert(1, "2", "b"), insert(1, "3", "c"), commit(0x300, 0x308))
 	}()
-	time.Sleep(100 * time.Millisecond)
-	if n := len(out); n != 2 {
-		t.Fatalf("%d pieces handed over with 2 slots and none durable, want 2", n)
+	var got []*change.Unit
+	for i := range 3 {
+		time.Sleep(50 * time.Millisecond)
+		if n := len(out); n != 1 {
+			t.Fatalf("step %d: %d pieces handed over while none is durable, want 1", i, n)
+		}
+		if used := st.s.inFlight.inUse(); used <= 0 {
+			t.Fatalf("step %d: budget in use %d", i, used)
+		}
+		u := <-out
+		got = append(got, u)
+		u.Release()
 	}
-	first := <-out
-	first.Release()
-	second := <-out
-	second.Release()
 	<-done
-	if rest := drain(out); len(rest) != 2 || !rest[1].Piece.Last {
-		t.Fatalf("after releases: %d more units, want the third piece and the last", len(rest))
+	rest := drain(out)
+	if len(rest) != 1 || !rest[0].Piece.Last || len(got[0].Records) != 1 {
+		t.Fatalf("after releases: %d more units, want the (empty) last piece", len(rest))
+	}
+	rest[0].Release()
+	if used := st.s.inFlight.inUse(); used != 0 {
+		t.Fatalf("budget in use %d after every unit was released", used)
 	}
 }
 
@@ -182,7 +194,7 @@ func TestStreamPiecesInFlight(t *testing.T) {
 // does not send again (pgoutput skips a transaction none of whose changes are published any
 // more) is closed once the stream passes it, with an empty last piece, so watermarks go on.
 func TestStreamPiecesPartialNeverSent(t *testing.T) {
-	st, out := newPieceStream(t, 100, change.Partial{Commit: 0x300, Changes: 2})
+	st, out := newPieceStream(t, 1<<20, change.Partial{Commit: 0x300, Changes: 2})
 	feed(t, st, keepalive(0x200))
 	if err := st.yield(); err != nil {
 		t.Fatal(err)

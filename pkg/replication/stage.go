@@ -45,16 +45,17 @@ type Config struct {
 	// PieceBytes is the bound past which an open transaction's records are handed to the sink
 	// as a piece, before its Commit message (see change.Piece). Default DefaultPieceBytes.
 	PieceBytes int
-	// PiecesInFlight bounds the pieces handed over and not yet durable; the stream waits for
-	// the sink beyond it. Default DefaultPiecesInFlight.
+	// PiecesInFlight × PieceBytes bounds the bytes of transactions (whole ones and pieces)
+	// handed to the sink and not yet durable; the stream waits for the sink beyond it. Default
+	// DefaultPiecesInFlight.
 	PiecesInFlight int
 	Codec          codec.Config
 	Logger         *slog.Logger
 }
 
-// Defaults of Config's large-transaction bounds: at most 8 × 4 MiB of one transaction's records
-// are in memory between this stage and Kafka, twice what one Kafka transaction of the sink
-// takes (16 MiB), so the sink never waits for the stage.
+// Defaults of Config's large-transaction bounds: at most 8 × 4 MiB of transactions' records are
+// in memory between this stage and Kafka, twice what one Kafka transaction of the sink takes (16
+// MiB), so the sink never waits for the stage.
 const (
 	DefaultPieceBytes     = 4 << 20
 	DefaultPiecesInFlight = 8
@@ -99,10 +100,8 @@ type Stage struct {
 	// streaming: a connection is streaming from the slot now.
 	streaming atomic.Bool
 
-	// pieceSlots holds one token per piece in flight (capacity PiecesInFlight); releasePiece
-	// takes one back (Unit.Release of a piece).
-	pieceSlots   chan struct{}
-	releasePiece func()
+	// inFlight is the byte budget of transactions handed to the sink and not yet durable.
+	inFlight *budget
 }
 
 // Streaming reports whether the stage is streaming from the slot now (false while it connects,
@@ -134,13 +133,12 @@ func New(cfg Config, hooks Hooks) *Stage {
 		cfg.SpillDir = filepath.Join(cfg.SpillDir, cfg.Slot)
 	}
 	s := &Stage{
-		cfg:        cfg,
-		hooks:      hooks,
-		log:        cfg.Logger.With("stage", "replication"),
-		ctrlSig:    make(chan struct{}, 1),
-		pieceSlots: make(chan struct{}, cfg.PiecesInFlight),
+		cfg:      cfg,
+		hooks:    hooks,
+		log:      cfg.Logger.With("stage", "replication"),
+		ctrlSig:  make(chan struct{}, 1),
+		inFlight: newBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),
 	}
-	s.releasePiece = func() { <-s.pieceSlots }
 	s.state = newStreamState(s)
 	return s
 }

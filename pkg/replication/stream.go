@@ -435,8 +435,8 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 // cutPiece hands over what the open transaction holds so far, because it passed the piece
 // bound: its records as one piece to the sink, its held changes to their hold buffers. Without
 // streaming, pgoutput sends a transaction only once it has committed, so what arrived of it
-// may be published before its Commit message. The piece takes one of the stage's in-flight
-// slots, freed when the sink made it durable: the records of a transaction in memory stay
+// may be published before its Commit message. The piece takes its bytes from the stage's
+// in-flight budget until the sink made it durable: the records of a transaction in memory stay
 // bounded by PiecesInFlight pieces, whatever its size.
 func (st *streamState) cutPiece() error {
 	st.noteKeys()
@@ -450,7 +450,7 @@ func (st *streamState) cutPiece() error {
 			Piece:   &change.Piece{Index: st.tx.pieces, Changes: st.tx.changes},
 		}
 		st.tx.records = nil
-		if err := st.emitPiece(u); err != nil {
+		if err := st.emitTxn(u, st.tx.bytes); err != nil {
 			return err
 		}
 		if st.tx.pieces == 0 {
@@ -467,19 +467,21 @@ func (st *streamState) cutPiece() error {
 	return nil
 }
 
-// emitPiece emits a piece once an in-flight slot is free, applying control calls meanwhile.
-func (st *streamState) emitPiece(u *change.Unit) error {
-	for {
+// emitTxn emits a transaction or a piece of n bytes once they fit in the in-flight budget,
+// applying control calls meanwhile; the sink gives them back once the unit is durable.
+func (st *streamState) emitTxn(u *change.Unit, n int) error {
+	for !st.s.inFlight.take(int64(n)) {
 		select {
-		case st.s.pieceSlots <- struct{}{}:
-			u.Release = st.s.releasePiece
-			return st.emit(u)
+		case <-st.s.inFlight.freed:
 		case <-st.s.ctrlSig:
 			st.control()
 		case <-st.ctx.Done():
 			return st.ctx.Err()
 		}
 	}
+	b := st.s.inFlight
+	u.Release = func() { b.give(int64(n)) }
+	return st.emit(u)
 }
 
 // holdTx adds the open transaction's held changes to their exports' hold buffers; end is the
@@ -533,14 +535,14 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	case tx.split:
 		// The last piece, even an empty one: it completes the transaction.
 		u.Piece = &change.Piece{Index: tx.pieces, Last: true, Changes: tx.changes}
-		if err := st.emitPiece(u); err != nil {
+		if err := st.emitTxn(u, tx.bytes); err != nil {
 			return err
 		}
 		if tx.pieces > 0 {
 			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
 		}
 	case len(tx.records) > 0:
-		if err := st.emit(u); err != nil {
+		if err := st.emitTxn(u, tx.bytes); err != nil {
 			return err
 		}
 	}
