@@ -50,7 +50,7 @@
 // least one whole batch. A record larger than MaxRecordBytes fails with MESSAGE_TOO_LARGE and
 // ends Run like any produce error; the caller must keep such a record out (see MaxRecordBytes).
 //
-// Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound)
-// beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
+// Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound, and a
+// first piece waiting for the next batch) beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
 // buffered bytes, which backpressures the input channel.
 package sink
