@@ -2,6 +2,8 @@ package replication
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +216,41 @@ func TestStreamPiecesPartialNeverSent(t *testing.T) {
 	}
 	if st.partial != (change.Partial{}) {
 		t.Fatalf("partial %+v still set", st.partial)
+	}
+}
+
+// TestStreamPiecesHeldSpill: a large transaction of a table being copied (its changes held
+// until the copy is done) goes to the hold buffer piece by piece, which spills to a file past
+// its memory bound; released, every change comes back once, in order.
+func TestStreamPiecesHeldSpill(t *testing.T) {
+	s := New(Config{Codec: codec.Config{TopicPrefix: "p", Tombstones: true}, SpillDir: t.TempDir(), HoldMemory: 64 << 10,
+		PieceBytes: 16 << 10}, fakeHooks{})
+	out := make(chan *change.Unit, 1000)
+	st := s.state
+	st.ctx, st.out = t.Context(), out
+	st.detect([]change.ExportID{tB})
+	st.setConsistentPoint([]change.ExportID{tB}, 0x50)
+	feed(t, st, relationMsg(2, "public", "b"), begin(0x300, 7))
+	const rows = 2000
+	pad := strings.Repeat("x", 200)
+	for i := range rows {
+		feed(t, st, insert(2, strconv.Itoa(i), pad))
+	}
+	h := st.routes[tB].hold
+	if h.file == nil || h.Len() < 2 {
+		t.Fatalf("hold buffer: %d units, spilled %v; want pieces spilled to a file before the commit", h.Len(), h.file != nil)
+	}
+	feed(t, st, commit(0x300, 0x308))
+	ids := heldIDs(t, st)
+	if len(ids) != rows {
+		t.Fatalf("%d held changes released, want %d", len(ids), rows)
+	}
+	for i, id := range ids {
+		if id != strconv.Itoa(i) {
+			t.Fatalf("held change %d is id %s", i, id)
+		}
+	}
+	if us := drain(out); len(us) != 0 {
+		t.Fatalf("%d units published for a table being copied", len(us))
 	}
 }
