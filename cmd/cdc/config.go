@@ -75,6 +75,7 @@ type Env struct {
 	PublicationPollInterval string `env:"CDC_PUBLICATION_POLL_INTERVAL" envDefault:"5s" desc:"how often the publication is polled for added and removed tables (at least 100ms)"`
 	HoldMemory              string `env:"CDC_HOLD_MEMORY" envDefault:"64MiB" desc:"memory per hydrating table for changes held back during its snapshot; beyond it they spill to disk (at least 1MiB; suffixes KiB, MiB, GiB, KB, MB, GB)"`
 	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
+	TxnPieceSize            string `env:"CDC_TXN_PIECE_SIZE" envDefault:"4MiB" desc:"a transaction whose changes pass this size is published in pieces of it, across several Kafka transactions; at most 8 times this size of changes wait for Kafka in memory (64KiB to 64MiB)"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
@@ -183,15 +184,16 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			ValueFormat:              oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema),
 			WatermarkInterval:        c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
 			PublicationPollInterval:  c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
-			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20),
+			HoldMemory:               c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20, math.MaxInt64, "at least 1MiB"),
 			SpillDir:                 spillDir,
+			TxnPieceBytes:            int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB")),
 			SlotWaitTimeout:          c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
 			HTTPAddr:                 c.httpAddr(e.HTTPAddr, e.MetricsAddr),
 		},
 		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
 	}
 	if e.MemoryLimit != "0" {
-		s.MemoryLimit = c.bytes("CDC_MEMORY_LIMIT", e.MemoryLimit, 64<<20)
+		s.MemoryLimit = c.bytes("CDC_MEMORY_LIMIT", e.MemoryLimit, 64<<20, math.MaxInt64, "at least 64MiB, or 0")
 	}
 	switch oneOf(&c, "CDC_LOG_LEVEL", e.LogLevel, "debug", "info", "warn", "error") {
 	case "debug":
@@ -578,7 +580,7 @@ var byteUnits = []struct {
 	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1},
 }
 
-func (c *checker) bytes(name, s string, least int64) int64 {
+func (c *checker) bytes(name, s string, least, most int64, bounds string) int64 {
 	num, mult := s, int64(1)
 	for _, u := range byteUnits {
 		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
@@ -587,8 +589,8 @@ func (c *checker) bytes(name, s string, least int64) int64 {
 		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least {
-		c.add(name, s, "want a size of at least %dMiB: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB", least>>20)
+	if err != nil || n < 0 || n > math.MaxInt64/mult || n*mult < least || n*mult > most {
+		c.add(name, s, "want a size %s: an integer number of bytes, optionally followed by KiB, MiB, GiB, KB, MB or GB", bounds)
 		return 0
 	}
 	return n * mult

@@ -96,6 +96,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		PublicationPollInterval: 5 * time.Second,
 		HoldMemory:              64 << 20,
 		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
+		TxnPieceBytes:           4 << 20,
 		SlotWaitTimeout:         5 * time.Minute,
 	}
 	if !reflect.DeepEqual(s.Pipeline, want) {
@@ -133,6 +134,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		"CDC_UNCHANGED_TOAST":              "placeholder",
 		"CDC_KAFKA_COMPRESSION":            "zstd",
 		"CDC_UNCHANGED_TOAST_PLACEHOLDER":  "n/a",
+		"CDC_TXN_PIECE_SIZE":               "256KiB",
 		"CDC_SLOT_WAIT_TIMEOUT":            "30s",
 		"CDC_HTTP_ADDR":                    ":9187",
 		"CDC_LOG_LEVEL":                    "debug",
@@ -171,6 +173,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		PublicationPollInterval:  2 * time.Minute,
 		HoldMemory:               2 << 30,
 		SpillDir:                 "/var/spill",
+		TxnPieceBytes:            256 << 10,
 		SlotWaitTimeout:          30 * time.Second,
 		HTTPAddr:                 ":9187",
 	}
@@ -239,6 +242,38 @@ func TestLoadConfigHoldMemory(t *testing.T) {
 			}
 			if s.Pipeline.HoldMemory != tt.want {
 				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.HoldMemory, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigTxnPieceSize(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int
+	}{
+		{"64KiB", 64 << 10},
+		{"4MiB", 4 << 20},
+		{"64MiB", 64 << 20},
+		{"63KiB", 0}, // below 64KiB
+		{"65MiB", 0}, // above 64MiB
+		{"1GiB", 0},
+		{"four", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_TXN_PIECE_SIZE": tt.in}))
+			if tt.want == 0 {
+				if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_TXN_PIECE_SIZE"}) {
+					t.Fatalf("problems with %v, want only CDC_TXN_PIECE_SIZE", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if s.Pipeline.TxnPieceBytes != tt.want {
+				t.Errorf("TxnPieceBytes = %d, want %d", s.Pipeline.TxnPieceBytes, tt.want)
 			}
 		})
 	}

@@ -100,8 +100,38 @@ type Unit struct {
 	Records []Record
 	Err     string // KindFailed
 	Chunk   *Chunk // KindChunk
-	// Release, when set, is called once the sink made the unit durable (a chunk's memory slot).
+	// Release, when set, is called once the sink made the unit durable (a chunk's memory slot,
+	// a piece's share of the replication stage's budget).
 	Release func()
+	// Piece, on a KindTxn unit, makes it one piece of a transaction too large to hand over
+	// whole (see Piece); nil for a whole transaction.
+	Piece *Piece
+}
+
+// Piece says which part of a large transaction a KindTxn unit carries. The replication stage
+// hands a transaction over in pieces once its records pass a byte bound, in order, all with
+// the transaction's Commit. Only the last piece has End set: the stream position passes the
+// transaction only with it, so no watermark and no checkpoint position passes the transaction
+// before its last piece is durable.
+type Piece struct {
+	// Index numbers the pieces of one transaction from 0 (again from 0 when the server sends
+	// the transaction again, after a reconnect or a restart). The sink starts a Kafka
+	// transaction at piece 0.
+	Index int
+	// Last is set on the piece that completes the transaction.
+	Last bool
+	// Changes is the number of change messages (insert, update, delete, truncate) of the
+	// transaction, in stream order, that this piece and the earlier ones cover. A restart that
+	// finds the transaction partly durable skips that many changes when the server sends it
+	// again.
+	Changes int64
+}
+
+// Partial names the durable part of a transaction published in pieces: the first Changes
+// change messages of the transaction committing at Commit.
+type Partial struct {
+	Commit  LSN   `json:"commit"`
+	Changes int64 `json:"changes"`
 }
 
 // Bytes estimates the memory held by the unit's records.

@@ -112,6 +112,9 @@ type Config struct {
 	HoldMemory int64
 	// SpillDir holds hold-buffer files beyond HoldMemory.
 	SpillDir string
+	// TxnPieceBytes is the size past which a transaction's records are handed to Kafka in
+	// pieces, before its commit is decoded; 0 is the replication stage's default (4 MiB).
+	TxnPieceBytes int
 	// SlotWaitTimeout bounds how long creating a replication slot may wait for open transactions.
 	SlotWaitTimeout time.Duration
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.

@@ -142,6 +142,11 @@ type lifecycle struct {
 	// copy must reconcile their topic, so it takes the copy strategy.
 	leaves        map[change.ExportID]string
 	reconcileNext map[change.ExportID]bool
+	// partial (under mu) is the transaction published in pieces whose last piece is not
+	// durable yet, as far as the durable units tell (restored from the checkpoint at start).
+	// While it is set no watermark record is written: a consumer reading a topic up to a
+	// watermark's offsets never sees part of a transaction.
+	partial *change.Partial
 }
 
 var (
@@ -493,10 +498,18 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 	now := time.Now()
 	var stop []change.ExportID
 	lc.mu.Lock()
+	pieces := false
 	for _, u := range units {
 		switch u.Kind {
 		case change.KindTxn, change.KindProgress:
-			lc.tracker.Advance(u.End)
+			if u.Piece != nil {
+				pieces = true
+				lc.partial = partialAfter(u)
+			}
+			// A piece before the last has no End: the position stays before its transaction.
+			if u.Piece == nil || u.Piece.Last {
+				lc.tracker.Advance(u.End)
+			}
 		case change.KindSnapshot:
 			lc.tracker.SnapshotRows(u.Export, int64(u.Rows))
 		case change.KindSnapshotDone:
@@ -521,7 +534,19 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 			u.Release = nil
 		}
 	}
-	recs := lc.tracker.Due(now, func(topic string) map[int32]int64 { return offsets[topic] })
+	var recs []watermark.Record
+	var quiet *watermark.Quiet
+	if lc.partial == nil {
+		// While a transaction is partly published its records would lie below the offsets of
+		// any watermark record: records wait until its last piece is durable. (The stream
+		// position does not move meanwhile, and the sink starts a new batch at a transaction's
+		// first piece, so nothing else waits behind it: only state changes of exports being
+		// copied, which a restart repeats anyway.)
+		recs = lc.tracker.Due(now, func(topic string) map[int32]int64 { return offsets[topic] })
+		if q, ok := lc.tracker.Quiet(now); ok {
+			quiet = &q
+		}
+	}
 	out := make([]change.Record, 0, len(recs))
 	for _, r := range recs {
 		v, err := watermark.Encode(r)
@@ -532,8 +557,8 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 		out = append(out, change.Record{Topic: lc.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
 	}
 	// One record for every quiet export, after their own records.
-	if q, ok := lc.tracker.Quiet(now); ok {
-		if v, err := watermark.EncodeQuiet(q); err != nil {
+	if quiet != nil {
+		if v, err := watermark.EncodeQuiet(*quiet); err != nil {
 			lc.log.Error("encode quiet watermark record", "err", err)
 		} else {
 			out = append(out, change.Record{Topic: lc.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.QuietKey), Value: v})
@@ -543,7 +568,10 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 	// checkpoint applies to exactly the exports they (or earlier records) say follow the stream.
 	// (In exactly-once mode Carry wrote it already, into the same transaction.)
 	if lsn, ok := lc.tracker.Checkpoint(); ok {
-		out = lc.appendCheckpoint(out, lsn, now)
+		out = lc.appendCheckpoint(out, lsn, lc.partial, now)
+	} else if pieces && lc.partial != nil && lc.cfg.Delivery == AtLeastOnce {
+		// The pieces acknowledged so far are skipped if the process restarts.
+		out = lc.appendCheckpoint(out, lc.tracker.CheckpointPosition(), lc.partial, now)
 	}
 	lc.mu.Unlock()
 	for _, e := range stop {
@@ -556,27 +584,48 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 // of its last stream unit. Durable, called before the same transaction commits, adds the
 // watermark records of every state transition, so the checkpoint covers the same exports as if
 // it were written after them.
+//
+// A transaction of several pieces is published in several Kafka transactions. Each one that
+// holds pieces carries a checkpoint naming the changes of the transaction durable with it
+// (change.Partial), at an unchanged position until the last piece, so that a restart publishes
+// neither those changes again nor any change after them twice.
 func (lc *lifecycle) Carry(units []*change.Unit) []change.Record {
 	var end change.LSN
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	partial, pieces := lc.partial, false
 	for _, u := range units {
 		if u.Kind == change.KindTxn || u.Kind == change.KindProgress {
 			end = max(end, u.End)
+			if u.Piece != nil {
+				partial, pieces = partialAfter(u), true
+			}
 		}
 	}
-	if end == 0 {
-		return nil
+	var lsn change.LSN
+	ok := false
+	if end != 0 {
+		lsn, ok = lc.tracker.CheckpointAt(end)
 	}
-	lc.mu.Lock()
-	defer lc.mu.Unlock()
-	lsn, ok := lc.tracker.CheckpointAt(end)
+	if !ok && pieces && partial != nil {
+		lsn, ok = lc.tracker.CheckpointPosition(), true
+	}
 	if !ok {
 		return nil
 	}
-	return lc.appendCheckpoint(nil, lsn, time.Now())
+	return lc.appendCheckpoint(nil, lsn, partial, time.Now())
 }
 
-func (lc *lifecycle) appendCheckpoint(out []change.Record, lsn change.LSN, now time.Time) []change.Record {
-	v, err := watermark.EncodeCheckpoint(lsn, now)
+// partialAfter is the partly published transaction once piece unit u is durable.
+func partialAfter(u *change.Unit) *change.Partial {
+	if u.Piece.Last {
+		return nil
+	}
+	return &change.Partial{Commit: u.Commit, Changes: u.Piece.Changes}
+}
+
+func (lc *lifecycle) appendCheckpoint(out []change.Record, lsn change.LSN, partial *change.Partial, now time.Time) []change.Record {
+	v, err := watermark.EncodeCheckpoint(lsn, partial, now)
 	if err != nil {
 		lc.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
 		return out

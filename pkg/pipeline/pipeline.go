@@ -325,6 +325,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		HoldMemory:    cfg.HoldMemory,
 		SpillDir:      cfg.SpillDir,
 		MarkerTag:     markerTag,
+		PieceBytes:    cfg.TxnPieceBytes,
 		Codec:         codecCfg,
 		Logger:        log,
 	}, lc)
@@ -349,6 +350,14 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return fatal(err)
 	}
 	lc.repl, lc.chunks, lc.streaming = repl, chunker, repl.Streaming
+	if checkpoint != nil && checkpoint.Partial != nil {
+		// A transaction published in pieces was cut short: its durable changes are skipped
+		// when the server sends it again, and watermarks wait for the rest.
+		p := *checkpoint.Partial
+		lc.partial = &p
+		repl.ResumePartial(p)
+		log.Info("resuming a transaction published in part", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
+	}
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
 	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,15 +34,32 @@ type Config struct {
 	// server's wal_sender_timeout. Each asks the server for a keepalive, whose WAL end moves the
 	// stream position on a quiet database. Default 1s.
 	StatusInterval time.Duration
-	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest.
+	// HoldMemory bounds each hold buffer in memory (bytes); SpillDir holds the rest, in a
+	// folder named after the slot, whose spill files Run removes when it starts (those of a
+	// process that died: only one process streams from a slot).
 	HoldMemory int64
 	SpillDir   string
 	// MarkerTag names this process in the WAL markers of chunked copies (change.ChunkMarker);
 	// markers of other tags are ignored.
 	MarkerTag string
-	Codec     codec.Config
-	Logger    *slog.Logger
+	// PieceBytes is the bound past which an open transaction's records are handed to the sink
+	// as a piece, before its Commit message (see change.Piece). Default DefaultPieceBytes.
+	PieceBytes int
+	// PiecesInFlight × PieceBytes bounds the bytes of transactions (whole ones and pieces)
+	// handed to the sink and not yet durable; the stream waits for the sink beyond it. Default
+	// DefaultPiecesInFlight.
+	PiecesInFlight int
+	Codec          codec.Config
+	Logger         *slog.Logger
 }
+
+// Defaults of Config's large-transaction bounds: at most 8 × 4 MiB of transactions' records are
+// in memory between this stage and Kafka, twice what one Kafka transaction of the sink takes (16
+// MiB), so the sink never waits for the stage.
+const (
+	DefaultPieceBytes     = 4 << 20
+	DefaultPiecesInFlight = 8
+)
 
 // Hooks is what the stage needs from the pipeline.
 type Hooks interface {
@@ -80,6 +99,9 @@ type Stage struct {
 	backendPID atomic.Uint32
 	// streaming: a connection is streaming from the slot now.
 	streaming atomic.Bool
+
+	// inFlight is the byte budget of transactions handed to the sink and not yet durable.
+	inFlight *budget
 }
 
 // Streaming reports whether the stage is streaming from the slot now (false while it connects,
@@ -101,14 +123,31 @@ func New(cfg Config, hooks Hooks) *Stage {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.PieceBytes <= 0 {
+		cfg.PieceBytes = DefaultPieceBytes
+	}
+	if cfg.PiecesInFlight <= 0 {
+		cfg.PiecesInFlight = DefaultPiecesInFlight
+	}
+	if cfg.SpillDir != "" && cfg.Slot != "" {
+		cfg.SpillDir = filepath.Join(cfg.SpillDir, cfg.Slot)
+	}
 	s := &Stage{
-		cfg:     cfg,
-		hooks:   hooks,
-		log:     cfg.Logger.With("stage", "replication"),
-		ctrlSig: make(chan struct{}, 1),
+		cfg:      cfg,
+		hooks:    hooks,
+		log:      cfg.Logger.With("stage", "replication"),
+		ctrlSig:  make(chan struct{}, 1),
+		inFlight: newBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),
 	}
 	s.state = newStreamState(s)
 	return s
+}
+
+// ResumePartial says that the first p.Changes changes of the transaction committing at
+// p.Commit are durable already (published in pieces before a restart): they are skipped when
+// the server sends that transaction again. Call it before Run.
+func (s *Stage) ResumePartial(p change.Partial) {
+	s.state.partial = p
 }
 
 // Resume registers exports that were hydrated before a restart: their changes flow directly,
@@ -202,6 +241,7 @@ func (s *Stage) takeControl() []func(*streamState) {
 // end Run: the slot missing or invalidated (ErrSlotLost), settings that do not parse.
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	defer s.state.close()
+	s.removeStaleSpill()
 	backoff := retryMin
 	for {
 		started := time.Now()
@@ -227,6 +267,22 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// removeStaleSpill removes hold-buffer spill files left in the slot's spill folder by a process
+// that died; this one has none yet.
+func (s *Stage) removeStaleSpill() {
+	if s.cfg.Slot == "" {
+		return
+	}
+	names, _ := filepath.Glob(filepath.Join(s.cfg.SpillDir, "hold-*.gob"))
+	for _, name := range names {
+		if err := os.Remove(name); err != nil {
+			s.log.Warn("remove stale spill file", "file", name, "err", err)
+			continue
+		}
+		s.log.Info("removed stale spill file", "file", name)
 	}
 }
 

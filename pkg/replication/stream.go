@@ -61,6 +61,16 @@ type txn struct {
 	held    map[change.ExportID]*change.Unit
 	// touched: keys changed by the transaction, of exports with open chunk windows.
 	touched map[change.ExportID][][]byte
+	// changes counts the transaction's change messages so far; the first skip of them were
+	// handed over in pieces before a reconnect or a restart and are left out.
+	changes int64
+	skip    int64
+	// bytes estimates the records held for the transaction (records and held units).
+	bytes int
+	// pieces is the number of pieces handed over; split: some of the transaction was handed
+	// over in pieces, in this life or an earlier one (the rest follows as pieces too).
+	pieces int
+	split  bool
 }
 
 // streamState is owned by the stream goroutine.
@@ -84,6 +94,10 @@ type streamState struct {
 	windows map[uint64]*window
 	// rows are the reusable buffers of the row-change fast path (fastpath.go).
 	rows rowBuffers
+	// partial is the part of a transaction already handed over in pieces: when the server
+	// sends that transaction again (after a reconnect, or a restart that found it partly
+	// durable), its first partial.Changes changes are skipped.
+	partial change.Partial
 }
 
 // reconnected prepares the state for a new connection that resumes at the stream position:
@@ -197,6 +211,17 @@ func (st *streamState) yield() error {
 	if err := st.chunkingCheck(); err != nil {
 		return err
 	}
+	if st.partial.Changes > 0 && st.pos > st.partial.Commit {
+		// The stream passed a transaction restored as partly published without the server
+		// sending it again (none of its changes are published any more, so pgoutput skips it
+		// as empty): what was published of it is all there is. Close it, or the watermarks
+		// would wait for it for ever.
+		p := st.partial
+		st.partial = change.Partial{}
+		st.log.Warn("transaction published in part was not sent again; closing it", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
+		return st.emit(&change.Unit{Kind: change.KindTxn, Commit: p.Commit, End: st.pos,
+			Piece: &change.Piece{Last: true, Changes: p.Changes}})
+	}
 	if st.pos > st.emitted {
 		return st.emit(&change.Unit{Kind: change.KindProgress, End: st.pos})
 	}
@@ -253,6 +278,9 @@ func (st *streamState) message(msg pglogrepl.Message) error {
 		st.tx = txn{open: true, commit: change.LSN(m.FinalLSN), xid: m.Xid, held: st.tx.held, touched: st.tx.touched, replay: change.LSN(m.FinalLSN) < st.resumeAt}
 		clear(st.tx.held)
 		clear(st.tx.touched)
+		if st.partial.Changes > 0 && st.partial.Commit == st.tx.commit && !st.tx.replay {
+			st.tx.skip, st.tx.split = st.partial.Changes, true
+		}
 		st.tx.src = codec.Source{LSN: change.LSN(m.FinalLSN), Xid: m.Xid, Time: m.CommitTime}
 	case *pglogrepl.CommitMessage:
 		return st.commit(m)
@@ -379,14 +407,21 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	if !ok {
 		return fmt.Errorf("change for relation %d before its Relation message", relID)
 	}
+	if st.tx.replay {
+		return nil
+	}
+	// Every change message counts, routed or not: the count is the same whenever the server
+	// sends the transaction, whatever the routes are.
+	st.tx.changes++
 	r, ok := st.routes[rel.export]
 	if !ok {
 		return nil
 	}
-	if st.tx.replay {
+	st.tx.seq++
+	if st.tx.changes <= st.tx.skip {
+		// Handed over in an earlier piece; its keys reached the chunk windows then.
 		return nil
 	}
-	st.tx.seq++
 	src := st.tx.src
 	src.Seq = st.tx.seq
 	var err error
@@ -397,8 +432,13 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 		}
 		n := len(st.tx.records)
 		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
-		if err == nil && r.chunks != nil {
-			st.touch(rel.export, r, st.tx.records[n:])
+		if err == nil {
+			for i := n; i < len(st.tx.records); i++ {
+				st.tx.bytes += st.tx.records[i].Size()
+			}
+			if r.chunks != nil {
+				st.touch(rel.export, r, st.tx.records[n:])
+			}
 		}
 	case routeHolding, routeReleasing:
 		if r.hasC && st.tx.commit < r.c {
@@ -412,13 +452,92 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 			u = &change.Unit{Kind: change.KindHeld, Export: rel.export, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time}
 			st.tx.held[rel.export] = u
 		}
+		n := len(u.Records)
 		u.Records, err = encode(rel.enc, u.Records, src, rel.ncols)
+		if err == nil {
+			for i := n; i < len(u.Records); i++ {
+				st.tx.bytes += u.Records[i].Size()
+			}
+		}
 	}
 	if err != nil {
 		// A change that cannot be encoded (a record above the size limit, a value that does
 		// not parse) stops its export alone; the transaction goes on without it.
 		st.failExport(rel.export, rel.enc.Topic(), fmt.Errorf("encode change of %s at %s: %w", rel.export, st.tx.commit, err))
+		return nil
 	}
+	if st.tx.bytes >= st.s.cfg.PieceBytes {
+		return st.cutPiece()
+	}
+	return nil
+}
+
+// cutPiece hands over what the open transaction holds so far, because it passed the piece
+// bound: its records as one piece to the sink, its held changes to their hold buffers. Without
+// streaming, pgoutput sends a transaction only once it has committed, so what arrived of it
+// may be published before its Commit message. The piece takes its bytes from the stage's
+// in-flight budget until the sink made it durable: the records of a transaction in memory stay
+// bounded by PiecesInFlight pieces, whatever its size.
+func (st *streamState) cutPiece() error {
+	st.noteKeys()
+	if err := st.holdTx(0); err != nil {
+		return err
+	}
+	if len(st.tx.records) > 0 {
+		u := &change.Unit{
+			Kind: change.KindTxn, Commit: st.tx.commit, Xid: st.tx.xid, Time: st.tx.src.Time,
+			Records: st.tx.records,
+			Piece:   &change.Piece{Index: st.tx.pieces, Changes: st.tx.changes},
+		}
+		st.tx.records = nil
+		if err := st.emitTxn(u, st.tx.bytes); err != nil {
+			return err
+		}
+		if st.tx.pieces == 0 {
+			st.log.Info("large transaction: publishing it in pieces", "commit_lsn", st.tx.commit.String(), "xid", st.tx.xid, "piece_bytes", st.s.cfg.PieceBytes)
+		}
+		st.tx.pieces++
+		st.tx.split = true
+	}
+	st.tx.bytes = 0
+	// Transactions arrive in commit order: one before a restored partial one leaves it alone.
+	if st.tx.commit >= st.partial.Commit {
+		st.partial = change.Partial{Commit: st.tx.commit, Changes: st.tx.changes}
+	}
+	return nil
+}
+
+// emitTxn emits a transaction or a piece of n bytes once they fit in the in-flight budget,
+// applying control calls meanwhile; the sink gives them back once the unit is durable.
+func (st *streamState) emitTxn(u *change.Unit, n int) error {
+	for !st.s.inFlight.take(int64(n)) {
+		select {
+		case <-st.s.inFlight.freed:
+		case <-st.s.ctrlSig:
+			st.control()
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+	b := st.s.inFlight
+	u.Release = func() { b.give(int64(n)) }
+	return st.emit(u)
+}
+
+// holdTx adds the open transaction's held changes to their exports' hold buffers; end is the
+// transaction's end LSN, or 0 for a piece cut before its Commit.
+func (st *streamState) holdTx(end change.LSN) error {
+	for e, u := range st.tx.held {
+		u.End = end
+		r := st.routes[e]
+		if r == nil || r.hold == nil || (r.hasC && u.Commit < r.c) {
+			continue
+		}
+		if err := r.hold.Add(u); err != nil {
+			return fmt.Errorf("hold change of %s: %w", e, err)
+		}
+	}
+	clear(st.tx.held)
 	return nil
 }
 
@@ -441,28 +560,34 @@ func (st *streamState) failExport(e change.ExportID, topic string, err error) {
 
 func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	end := change.LSN(m.TransactionEndLSN)
-	for e, u := range st.tx.held {
-		u.End = end
-		r := st.routes[e]
-		if r == nil || r.hold == nil || (r.hasC && u.Commit < r.c) {
-			continue
-		}
-		if err := r.hold.Add(u); err != nil {
-			return fmt.Errorf("hold change of %s: %w", e, err)
-		}
+	if err := st.holdTx(end); err != nil {
+		return err
 	}
-	clear(st.tx.held)
 	st.noteKeys()
-	recs, xid := st.tx.records, st.tx.xid
+	tx := st.tx
 	st.tx = txn{held: st.tx.held, touched: st.tx.touched}
 	// Register the transaction's records with the sink before the position passes its end.
-	if len(recs) > 0 {
-		if err := st.emit(&change.Unit{
-			Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,
-			Xid: xid, Time: m.CommitTime, Records: recs,
-		}); err != nil {
+	u := &change.Unit{
+		Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,
+		Xid: tx.xid, Time: m.CommitTime, Records: tx.records,
+	}
+	switch {
+	case tx.split:
+		// The last piece, even an empty one: it completes the transaction.
+		u.Piece = &change.Piece{Index: tx.pieces, Last: true, Changes: tx.changes}
+		if err := st.emitTxn(u, tx.bytes); err != nil {
 			return err
 		}
+		if tx.pieces > 0 {
+			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
+		}
+	case len(tx.records) > 0:
+		if err := st.emitTxn(u, tx.bytes); err != nil {
+			return err
+		}
+	}
+	if st.partial.Commit == tx.commit {
+		st.partial = change.Partial{}
 	}
 	st.pos = max(st.pos, end)
 	for _, u := range st.failed {

@@ -32,12 +32,14 @@
 //     transactional id fences this one: Run then fails with an error matching ErrFenced.
 //   - Units are never split across batches. A unit larger than MaxBatchBytes forms a batch of
 //     its own.
-//
-// Known limitation: a PostgreSQL transaction is one unit and therefore lies in one Kafka
-// transaction. A PostgreSQL transaction so large that producing it outlasts the Kafka
-// transaction timeout (Config.TransactionTimeout, bounded by the broker's
-// transaction.max.timeout.ms) is not split across several Kafka transactions yet: the broker
-// aborts the transaction and Run fails. Raise the timeout for such workloads.
+//   - Large transactions: the replication stage hands a PostgreSQL transaction past its piece
+//     bound over as several units (change.Piece), so its pieces spread over several batches,
+//     each one bounded by MaxBatchBytes and Linger like any other, and no Kafka transaction
+//     grows with the PostgreSQL one (nor comes near Config.TransactionTimeout). The first
+//     piece of a transaction always opens a new batch: the batches before it hold none of its
+//     records, so the watermarks Progress writes for them cover no part of it. Progress keeps
+//     the rest (no watermark while a transaction is partly durable, checkpoints naming the
+//     durable part); the sink treats pieces as units.
 //
 // Record size: one record (one row change: key, value and headers) may be up to MaxRecordBytes
 // (16 MiB). The producer builds record batches of up to that size, and EnsureTopics creates every
@@ -48,7 +50,7 @@
 // least one whole batch. A record larger than MaxRecordBytes fails with MESSAGE_TOO_LARGE and
 // ends Run like any produce error; the caller must keep such a record out (see MaxRecordBytes).
 //
-// Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound)
-// beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
+// Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound, and a
+// first piece waiting for the next batch) beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
 // buffered bytes, which backpressures the input channel.
 package sink

@@ -54,18 +54,23 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) erro
 
 	for {
 		var first *change.Unit
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case u, ok := <-in:
-			if !ok {
-				return nil
+		if s.next != nil {
+			// The first piece of a large transaction that closed the previous batch.
+			first, s.next = s.next, nil
+		} else {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case u, ok := <-in:
+				if !ok {
+					return nil
+				}
+				if u == nil {
+					continue
+				}
+				first = u
+			case <-tick.C:
 			}
-			if u == nil {
-				continue
-			}
-			first = u
-		case <-tick.C:
 		}
 		closed, err := s.runBatch(ctx, first, in, linger, p)
 		if err != nil {
@@ -167,6 +172,12 @@ func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, li
 			}
 			if u == nil {
 				continue
+			}
+			if u.Piece != nil && u.Piece.Index == 0 {
+				// A transaction published in pieces starts a batch of its own: the batches
+				// before it stay free of its records, so their watermarks can be written.
+				s.next = u
+				return false, nil
 			}
 			if err := s.produceUnit(ctx, b, u); err != nil {
 				return false, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -48,6 +49,9 @@ type Sink struct {
 	promise func(*kgo.Record, error)
 	// security are the client options of Config.Security, for every client.
 	security []kgo.Opt
+	// next is a unit Run took from its input that opens the next batch (the first piece of a
+	// transaction handed over in pieces).
+	next *change.Unit
 }
 
 // New validates cfg and builds the Kafka client. It does not connect; see Ping.

@@ -15,6 +15,12 @@ const CheckpointKey = "__checkpoint"
 // checkpointKind tells a checkpoint value from a watermark record value.
 const checkpointKind = "checkpoint"
 
+// CheckpointVersion is the newest checkpoint format this build reads. A checkpoint that names
+// a partly published transaction (Partial) is written as version 2, so that a build which would
+// publish that transaction again from its start refuses it; every other checkpoint stays at
+// version 1.
+const CheckpointVersion = 2
+
 // Checkpoint is the record that makes a restart resume past everything Kafka holds. The sink
 // writes one into every Kafka transaction (exactly-once) or batch (at-least-once) that moved the
 // durable stream position, in the watermark topic under CheckpointKey. Compaction keeps the
@@ -30,13 +36,23 @@ type Checkpoint struct {
 	Kind     string     `json:"kind"`
 	Position change.LSN `json:"position"`
 	// PositionLSN is Position as a number.
-	PositionLSN uint64    `json:"position_lsn"`
-	Time        time.Time `json:"ts"`
+	PositionLSN uint64 `json:"position_lsn"`
+	// Partial, when set, names a transaction published in several Kafka transactions whose
+	// first Partial.Changes changes are durable, and its last piece not yet: a restart skips
+	// those changes when the server sends the transaction again. Position is below that
+	// transaction's commit.
+	Partial *change.Partial `json:"partial,omitempty"`
+	Time    time.Time       `json:"ts"`
 }
 
-// EncodeCheckpoint renders the checkpoint value for position at now.
-func EncodeCheckpoint(position change.LSN, now time.Time) ([]byte, error) {
-	b, err := json.Marshal(Checkpoint{Version: Version, Kind: checkpointKind, Position: position, PositionLSN: uint64(position), Time: now.UTC()})
+// EncodeCheckpoint renders the checkpoint value for position at now, with the partly
+// published transaction partial (nil: none).
+func EncodeCheckpoint(position change.LSN, partial *change.Partial, now time.Time) ([]byte, error) {
+	cp := Checkpoint{Version: Version, Kind: checkpointKind, Position: position, PositionLSN: uint64(position), Partial: partial, Time: now.UTC()}
+	if partial != nil {
+		cp.Version = CheckpointVersion
+	}
+	b, err := json.Marshal(cp)
 	if err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
@@ -56,13 +72,16 @@ func DecodeCheckpoint(b []byte) (cp Checkpoint, ok bool, err error) {
 		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	switch {
-	case cp.Version > Version:
+	case cp.Version > CheckpointVersion:
 		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
-			cp.Version, Version, ErrUnsupportedVersion)
+			cp.Version, CheckpointVersion, ErrUnsupportedVersion)
 	case cp.Version < 1:
 		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: missing or invalid version %d", cp.Version)
 	case cp.PositionLSN != 0 && uint64(cp.Position) != cp.PositionLSN:
 		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: position %s and position_lsn %d disagree", cp.Position, cp.PositionLSN)
+	case cp.Partial != nil && (cp.Partial.Changes <= 0 || cp.Partial.Commit < cp.Position):
+		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: partial transaction at %s with %d changes does not follow position %s",
+			cp.Partial.Commit, cp.Partial.Changes, cp.Position)
 	}
 	return cp, true, nil
 }
@@ -86,6 +105,11 @@ func (t *Tracker) CheckpointAt(end change.LSN) (change.LSN, bool) {
 	t.cpPending, t.hasCPPending = end, true
 	return end, true
 }
+
+// CheckpointPosition is the position of the latest checkpoint returned (or restored): a
+// checkpoint written only to record a partly published transaction carries it, so that it
+// never lowers the position a restart resumes from.
+func (t *Tracker) CheckpointPosition() change.LSN { return t.cpReturned }
 
 // Checkpoint returns the durable stream position to write into the transaction being made
 // durable, when it moved since the last one returned. Like Due's records, it is in flight until

@@ -1,6 +1,7 @@
 package watermark
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -135,7 +136,7 @@ func TestCheckpointPinsUntilPublished(t *testing.T) {
 }
 
 func TestCheckpointEncodeDecode(t *testing.T) {
-	v, err := EncodeCheckpoint(0x16B3748, trackerT0)
+	v, err := EncodeCheckpoint(0x16B3748, nil, trackerT0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,5 +202,31 @@ func TestCheckpointStopsAtHolding(t *testing.T) {
 	tr.StartHydration(exB, "p.b", 310, 100, map[int32]int64{0: 50}, trackerT0.Add(2*time.Millisecond))
 	if r, ok := tr.ReconcileRange(exB); !ok || len(r.From) != 0 || !r.Needed() {
 		t.Errorf("reconcile of %s = %+v, %v; want from the beginning", exB, r, ok)
+	}
+}
+
+// TestCheckpointPartial: a checkpoint naming a partly published transaction round-trips as
+// version 2 (an older build, which would publish the transaction again from its start, refuses
+// it), and one whose partial transaction does not follow its position is refused.
+func TestCheckpointPartial(t *testing.T) {
+	p := &change.Partial{Commit: 0x2000, Changes: 150000}
+	v, err := EncodeCheckpoint(0x1F00, p, trackerT0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, ok, err := DecodeCheckpoint(v)
+	if err != nil || !ok || cp.Version != 2 || cp.Partial == nil || *cp.Partial != *p || cp.Position != 0x1F00 {
+		t.Fatalf("DecodeCheckpoint(%s) = %+v, %v, %v", v, cp, ok, err)
+	}
+	if v1, _ := EncodeCheckpoint(0x2100, nil, trackerT0); !bytes.Contains(v1, []byte(`"version":1`)) || bytes.Contains(v1, []byte("partial")) {
+		t.Errorf("checkpoint without a partial transaction = %s, want version 1 and no partial", v1)
+	}
+	for name, in := range map[string]string{
+		"below position": `{"version":2,"kind":"checkpoint","position":"0/2000","position_lsn":8192,"partial":{"commit":"0/1000","changes":5}}`,
+		"no changes":     `{"version":2,"kind":"checkpoint","position":"0/1000","position_lsn":4096,"partial":{"commit":"0/2000","changes":0}}`,
+	} {
+		if _, ok, err := DecodeCheckpoint([]byte(in)); !ok || err == nil {
+			t.Errorf("%s: DecodeCheckpoint(%s) = ok %v, err %v; want an error", name, in, ok, err)
+		}
 	}
 }

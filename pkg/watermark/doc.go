@@ -78,6 +78,16 @@
 //
 //	{"version": 1, "kind": "checkpoint", "position": "0/1A2B3C8", "position_lsn": 27439048, "ts": "2026-12-03T10:02:11Z"}
 //
+// A PostgreSQL transaction published in pieces spans several Kafka transactions. Each one that
+// holds pieces of it, before the last, carries a checkpoint of version 2 whose partial names
+// the transaction's commit LSN and how many of its change messages are durable; its position is
+// CheckpointPosition, unchanged (the stream position passes the transaction only with its last
+// piece). A restart skips those changes when the server sends the transaction again. Version 2
+// makes an older build, which would publish them again, refuse to start; a checkpoint without
+// partial stays version 1.
+//
+//	{"version": 2, "kind": "checkpoint", "position": "0/1A2B3C8", "position_lsn": 27439048, "partial": {"commit": "0/1A2C000", "changes": 1200000}, "ts": "2026-12-03T10:02:11Z"}
+//
 // # Record format (version 1)
 //
 // The watermark topic <prefix>.__watermarks is compacted and keyed by the export's name

@@ -112,7 +112,7 @@ func TestViewAppliesQuietRecordsInOrder(t *testing.T) {
 		return Record{Export: e, Topic: "t." + e.Table, State: StateHydrated, Mode: ModeIndependent, Watermark: &w, Position: w,
 			Offsets: map[int32]int64{0: 7}, Time: trackerT0}
 	}
-	cp, err := EncodeCheckpoint(500, trackerT0)
+	cp, err := EncodeCheckpoint(500, nil, trackerT0)
 	if err != nil {
 		t.Fatal(err)
 	}
