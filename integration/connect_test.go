@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec/connectcheck"
 	"github.com/tidemark/cdc/pkg/wait"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -149,7 +150,7 @@ func TestKafkaConnectReadsJSONWithSchema(t *testing.T) {
 				if b == nil {
 					continue
 				}
-				if err := checkConnectRecord(b); err != nil {
+				if err := connectcheck.Check(b); err != nil {
 					t.Fatalf("%s@%d: %v\n%s", r.Topic, r.Offset, err, b)
 				}
 			}
@@ -419,111 +420,6 @@ func checkConnectSemantics(t *testing.T, records map[string][]*kgo.Record) {
 	if _, v := find("c_time", "5", "r"); string(v.Payload.After["d"]) != "19728" {
 		t.Errorf("date: got %s, want 19728", v.Payload.After["d"])
 	}
-}
-
-// checkConnectRecord checks a json-with-schema key or value: {"schema":..,"payload":..} whose
-// payload has exactly the JSON types its schema declares.
-func checkConnectRecord(b []byte) error {
-	var env struct {
-		Schema  map[string]any `json:"schema"`
-		Payload any            `json:"payload"`
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	if err := d.Decode(&env); err != nil {
-		return err
-	}
-	if env.Schema == nil {
-		return fmt.Errorf("no schema")
-	}
-	return checkConnectPayload(env.Schema, env.Payload, "$")
-}
-
-func checkConnectPayload(s map[string]any, v any, path string) error {
-	if v == nil {
-		if s["optional"] != true {
-			return fmt.Errorf("%s: null in a required %v", path, s["type"])
-		}
-		return nil
-	}
-	switch typ, _ := s["type"].(string); typ {
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return fmt.Errorf("%s: %v is not a boolean", path, v)
-		}
-	case "int8", "int16", "int32", "int64":
-		n, ok := v.(json.Number)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a number", path, v)
-		}
-		size := map[string]int{"int8": 8, "int16": 16, "int32": 32, "int64": 64}[typ]
-		i, ok := new(big.Int).SetString(n.String(), 10)
-		lim := new(big.Int).Lsh(big.NewInt(1), uint(size-1))
-		if !ok || i.Cmp(lim) >= 0 || i.Cmp(new(big.Int).Neg(lim)) < 0 {
-			return fmt.Errorf("%s: %v is not an %s", path, v, typ)
-		}
-	case "float", "double":
-		if _, ok := v.(json.Number); !ok {
-			return fmt.Errorf("%s: %v is not a number", path, v)
-		}
-	case "string":
-		if _, ok := v.(string); !ok {
-			return fmt.Errorf("%s: %v is not a string", path, v)
-		}
-	case "bytes":
-		str, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("%s: %v is not base64", path, v)
-		}
-		if _, err := base64.StdEncoding.DecodeString(str); err != nil {
-			return fmt.Errorf("%s: %q is not base64", path, str)
-		}
-	case "array":
-		arr, ok := v.([]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not an array", path, v)
-		}
-		items, _ := s["items"].(map[string]any)
-		for i, x := range arr {
-			if err := checkConnectPayload(items, x, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	case "map":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a map", path, v)
-		}
-		vals, _ := s["values"].(map[string]any)
-		for k, x := range m {
-			if err := checkConnectPayload(vals, x, path+"."+k); err != nil {
-				return err
-			}
-		}
-	case "struct":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a struct", path, v)
-		}
-		fields, _ := s["fields"].([]any)
-		known := map[string]bool{}
-		for _, f := range fields {
-			fs := f.(map[string]any)
-			name, _ := fs["field"].(string)
-			known[name] = true
-			if err := checkConnectPayload(fs, m[name], path+"."+name); err != nil {
-				return err
-			}
-		}
-		for k := range m {
-			if !known[k] {
-				return fmt.Errorf("%s: field %q is not in the schema", path, k)
-			}
-		}
-	default:
-		return fmt.Errorf("%s: unknown schema type %q", path, typ)
-	}
-	return nil
 }
 
 // TestJSONWithSchemaRefusalFailsTheTableAlone: a value json-with-schema cannot carry faithfully

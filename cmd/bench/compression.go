@@ -6,10 +6,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
-
-	"github.com/tidemark/cdc/pkg/change"
 )
 
 // compressionCodecs are the CDC_KAFKA_COMPRESSION values the compression scenario compares.
@@ -82,25 +79,11 @@ func (b *bench) compression(ctx context.Context) ([]compressionResult, error) {
 	}
 
 	// Catch-up: pgbench tables hydrated by one lane per codec, then one backlog for all.
-	pgbench, err := findPgbench()
+	pgbench, conn, exports, err := s.pgbenchScale1(ctx)
 	if err != nil {
 		return res, err
-	}
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", "1"); err != nil {
-		return res, err
-	}
-	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY", "VACUUM ANALYZE"); err != nil {
-		return res, err
-	}
-	conn, err := pgx.Connect(ctx, s.db.url)
-	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	exports := make([]change.ExportID, len(pgbenchTables))
-	for i, t := range pgbenchTables {
-		exports[i] = exportID(t)
-	}
 	lanes := make([]*lane, len(compressionCodecs))
 	before := make([]int64, len(compressionCodecs))
 	for i, codec := range compressionCodecs {

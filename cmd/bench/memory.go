@@ -43,25 +43,11 @@ func (b *bench) memory(ctx context.Context) (*memoryResult, error) {
 		return res, err
 	}
 	defer s.cleanup()
-	pgbench, err := findPgbench()
+	pgbench, conn, exports, err := s.pgbenchScale1(ctx)
 	if err != nil {
 		return res, err
-	}
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", "1"); err != nil {
-		return res, err
-	}
-	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY", "VACUUM ANALYZE"); err != nil {
-		return res, err
-	}
-	conn, err := pgx.Connect(ctx, s.db.url)
-	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	exports := make([]change.ExportID, len(pgbenchTables))
-	for i, t := range pgbenchTables {
-		exports[i] = exportID(t)
-	}
 	ln := s.newLane(deliveryExactlyOnce, "", exports)
 	defer ln.close()
 	if err := ln.hydrate(ctx, conn); err != nil {
@@ -101,4 +87,29 @@ func printMemory(w io.Writer, m *memoryResult) {
 		fmt.Fprintf(w, "   catch-up of %s transactions (%s changes): %.0f MiB (%.0f changes/s, cdc CPU %.1fs)\n",
 			thousands(m.BacklogTxns), thousands(m.Backlog.CDC.Count), m.Backlog.PeakRSSMiB, m.Backlog.CDC.PerSecond, m.Backlog.CPUSeconds)
 	}
+}
+
+// pgbenchScale1 fills the scenario's database with pgbench's tables at scale 1 (history gets a
+// primary key, as cdc's tables need one) and returns pgbench's path, a connection (the caller
+// closes it) and the tables as exports.
+func (s *scenario) pgbenchScale1(ctx context.Context) (string, *pgx.Conn, []change.ExportID, error) {
+	pgbench, err := findPgbench()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", "1"); err != nil {
+		return "", nil, nil, err
+	}
+	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY", "VACUUM ANALYZE"); err != nil {
+		return "", nil, nil, err
+	}
+	conn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("connect: %w", err)
+	}
+	exports := make([]change.ExportID, len(pgbenchTables))
+	for i, t := range pgbenchTables {
+		exports[i] = exportID(t)
+	}
+	return pgbench, conn, exports, nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec/connectcheck"
 )
 
 // Test user types, as QueryTypes would read them.
@@ -241,116 +241,11 @@ func dumpConnect(tb testing.TB, recs []change.Record) []byte {
 // bytes valid base64.
 func checkConnectJSON(tb testing.TB, b []byte) {
 	tb.Helper()
-	var env struct {
-		Schema  map[string]any `json:"schema"`
-		Payload any            `json:"payload"`
-	}
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.UseNumber()
-	if err := d.Decode(&env); err != nil {
-		tb.Fatalf("not JSON: %v\n%s", err, b)
-	}
-	if env.Schema == nil {
-		tb.Fatalf("no schema: %s", b)
-	}
-	if err := checkPayload(env.Schema, env.Payload, "$"); err != nil {
-		tb.Fatalf("payload does not match schema: %v\n%s", err, b)
+	if err := connectcheck.Check(b); err != nil {
+		tb.Fatalf("%v\n%s", err, b)
 	}
 }
 
-func checkPayload(s map[string]any, v any, path string) error {
-	if v == nil {
-		if s["optional"] != true {
-			return fmt.Errorf("%s: null in a required %v", path, s["type"])
-		}
-		return nil
-	}
-	typ, _ := s["type"].(string)
-	switch typ {
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return fmt.Errorf("%s: %v is not a boolean", path, v)
-		}
-	case "int8", "int16", "int32", "int64":
-		n, ok := v.(json.Number)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a number", path, v)
-		}
-		bitsz := map[string]int{"int8": 8, "int16": 16, "int32": 32, "int64": 64}[typ]
-		i, ok := new(big.Int).SetString(n.String(), 10)
-		if !ok || i.BitLen() >= bitsz && !(i.Sign() < 0 && new(big.Int).Neg(i).BitLen() == bitsz && new(big.Int).Neg(i).TrailingZeroBits() == uint(bitsz-1)) {
-			return fmt.Errorf("%s: %v is not an %s", path, v, typ)
-		}
-	case "float", "double":
-		if _, ok := v.(json.Number); !ok {
-			return fmt.Errorf("%s: %v is not a number", path, v)
-		}
-	case "string":
-		if _, ok := v.(string); !ok {
-			return fmt.Errorf("%s: %v is not a string", path, v)
-		}
-		if s["name"] == "io.debezium.data.Json" {
-			if !json.Valid([]byte(v.(string))) {
-				return fmt.Errorf("%s: %q is not a JSON document", path, v)
-			}
-		}
-	case "bytes":
-		str, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("%s: %v is not base64", path, v)
-		}
-		if _, err := base64.StdEncoding.DecodeString(str); err != nil {
-			return fmt.Errorf("%s: %q is not base64: %v", path, str, err)
-		}
-	case "array":
-		arr, ok := v.([]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not an array", path, v)
-		}
-		items, _ := s["items"].(map[string]any)
-		for i, x := range arr {
-			if err := checkPayload(items, x, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
-		}
-	case "map":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a map", path, v)
-		}
-		vals, _ := s["values"].(map[string]any)
-		for k, x := range m {
-			if err := checkPayload(vals, x, path+"."+k); err != nil {
-				return err
-			}
-		}
-	case "struct":
-		m, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("%s: %v is not a struct", path, v)
-		}
-		fields, _ := s["fields"].([]any)
-		known := map[string]bool{}
-		for _, f := range fields {
-			fs := f.(map[string]any)
-			name := fs["field"].(string)
-			known[name] = true
-			if err := checkPayload(fs, m[name], path+"."+name); err != nil {
-				return err
-			}
-		}
-		for k := range m {
-			if !known[k] {
-				return fmt.Errorf("%s: field %q is not in the schema", path, k)
-			}
-		}
-	default:
-		return fmt.Errorf("%s: unknown schema type %q", path, typ)
-	}
-	return nil
-}
-
-// TestConnectValues pins single conversions against Debezium's definitions.
 func TestConnectValues(t *testing.T) {
 	b64 := func(b ...byte) string { return `"` + base64.StdEncoding.EncodeToString(b) + `"` }
 	numeric := func(p, s int32) int32 { return p<<16 | (s & 0x7ff) + 4 }
@@ -455,7 +350,7 @@ func TestConnectValues(t *testing.T) {
 			if err := d.Decode(&v); err != nil {
 				t.Fatalf("payload %s: %v", got, err)
 			}
-			if err := checkPayload(s, v, "$"); err != nil {
+			if err := connectcheck.Payload(s, v, "$"); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -548,7 +443,7 @@ func FuzzConnectValue(f *testing.F) {
 		if err := d.Decode(&v); err != nil {
 			t.Fatalf("%d %q: invalid JSON %s: %v", o.oid, text, got, err)
 		}
-		if err := checkPayload(s, v, "$"); err != nil {
+		if err := connectcheck.Payload(s, v, "$"); err != nil {
 			t.Fatalf("%d %q: %s: %v", o.oid, text, got, err)
 		}
 	})
