@@ -263,12 +263,18 @@ func (s *Sink) produceRecord(ctx context.Context, b *batch, r *change.Record) er
 }
 
 func (s *Sink) produce(ctx context.Context, b *batch, r *change.Record, partition int32) {
-	kr := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Partition: partition}
+	sr := s.newRecord()
+	kr := &sr.rec
+	kr.Topic, kr.Key, kr.Value, kr.Partition = r.Topic, r.Key, r.Value, partition
 	if partition >= 0 {
 		kr.Context = s.part.explicit
 	}
 	if len(r.Headers) > 0 {
-		kr.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		if len(r.Headers) <= len(sr.hdrs) {
+			kr.Headers = sr.hdrs[:len(r.Headers):len(r.Headers)]
+		} else {
+			kr.Headers = make([]kgo.RecordHeader, len(r.Headers))
+		}
 		for i, h := range r.Headers {
 			kr.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 		}

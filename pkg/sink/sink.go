@@ -52,6 +52,31 @@ type Sink struct {
 	// next is a unit Run took from its input that opens the next batch (the first piece of a
 	// transaction handed over in pieces).
 	next *change.Unit
+	// slab hands out the kgo.Records (with room for their headers) that produce needs, so
+	// that producing allocates once per slabSize records, not twice per record. Run's
+	// goroutine alone uses it; a slab is never reused, so a record stays untouched until
+	// Kafka has it and the garbage collector frees its slab.
+	slab []slabRecord
+}
+
+// slabSize is the records of one slab.
+const slabSize = 256
+
+// slabRecord is a record as franz-go takes it, with inline room for the headers the encoder
+// writes (lsn, op, old and new key, unchanged, array dims).
+type slabRecord struct {
+	rec  kgo.Record
+	hdrs [6]kgo.RecordHeader
+}
+
+// newRecord returns a zeroed record from the slab.
+func (s *Sink) newRecord() *slabRecord {
+	if len(s.slab) == 0 {
+		s.slab = make([]slabRecord, slabSize)
+	}
+	r := &s.slab[0]
+	s.slab = s.slab[1:]
+	return r
 }
 
 // New validates cfg and builds the Kafka client. It does not connect; see Ping.
