@@ -26,6 +26,11 @@
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode, with the copy
 //     strategy of -lag-strategy (chunked by default; copy to compare).
+//   - debezium (only with -only debezium, `make bench-debezium`): Tidemark against Debezium's
+//     PostgreSQL connector in a Kafka Connect standalone worker, on the same pgbench data
+//     (-debezium-scale, -debezium-txns): snapshot rows/s and catch-up changes/s from process
+//     start, CPU seconds and peak RSS, Debezium with Connect's default producer and with
+//     producer settings matched to Tidemark's (see debezium.go).
 //
 // Services come from CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS when both are set; otherwise
 // scripts/services.sh starts a private PostgreSQL and Kafka on free ports and removes them at the
@@ -41,7 +46,7 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag, -out (results JSON,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|...|debezium, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.
 package main
