@@ -15,7 +15,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build test test-unit test-race test-integration fuzz bench lint fmt up down demo docker clean
+.PHONY: build test test-unit test-race test-integration fuzz bench bench-debezium lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -50,6 +50,13 @@ fuzz:
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench $(BENCH_FLAGS)
+
+# Tidemark against Debezium 3.6.1.Final's PostgreSQL connector in Kafka Connect 4.1.1 on the same
+# pgbench data (cmd/bench, -only debezium). install-debezium fetches Connect's and Debezium's jars
+# from Maven Central once (cached in $$TIDEMARK_CACHE); `make test` never does.
+bench-debezium:
+	scripts/services.sh install-debezium
+	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench -only debezium $(BENCH_FLAGS)
 
 lint:
 	$(GO) vet ./...

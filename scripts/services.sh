@@ -2,7 +2,7 @@
 # Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
 #
-# Usage: scripts/services.sh install|install-connect|up|down|clean|env|status|pg-crash
+# Usage: scripts/services.sh install|install-connect|install-debezium|up|down|clean|env|status|pg-crash
 #
 #   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
 #            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the Kafka Connect jars
@@ -11,6 +11,12 @@
 #            only the jars of a Kafka Connect standalone worker with JsonConverter and
 #            FileStreamSink (Maven Central, cached in $TIDEMARK_CACHE/connect-<version>/lib), for
 #            the Kafka Connect integration test. Idempotent.
+#   install-debezium
+#            install-connect, then Debezium's PostgreSQL connector as it ships for Kafka Connect
+#            (its plugin archive from Maven Central, unpacked into
+#            $TIDEMARK_CACHE/debezium-<version>/debezium-connector-postgres, the worker's
+#            plugin.path being $TIDEMARK_CACHE/debezium-<version>), for `make bench-debezium`
+#            only: `install` does not fetch it. Idempotent.
 #   up       install, then start both servers (idempotent) and print the connection settings as
 #            shell exports on stdout:  eval "$(scripts/services.sh up)"
 #   down     stop both servers.
@@ -31,6 +37,7 @@
 #                                     broker so that every client connection goes through the proxy
 #   TIDEMARK_KAFKA_VERSION            Kafka version [4.1.1]
 #   TIDEMARK_LOG4J_VERSION            log4j version matching Kafka's [2.24.3]
+#   TIDEMARK_DEBEZIUM_VERSION         Debezium version of install-debezium [3.6.1.Final]
 #   TIDEMARK_KAFKA_HEAP               JVM flags [-Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
 #   TIDEMARK_KAFKA_START_TIMEOUT      seconds to wait for "Kafka Server started" [90]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
@@ -48,6 +55,8 @@ KAFKA_VERSION="${TIDEMARK_KAFKA_VERSION:-4.1.1}"
 LOG4J_VERSION="${TIDEMARK_LOG4J_VERSION:-2.24.3}"
 KAFKA_LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
 CONNECT_LIB="$CACHE/connect-$KAFKA_VERSION/lib"
+DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
+DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
 
@@ -205,6 +214,43 @@ install_connect() {
 	mv "$tmp" "$CONNECT_LIB"
 	log "Kafka Connect jars: $(find "$CONNECT_LIB" -name '*.jar' | wc -l) files"
 	exec 8>&-
+}
+
+# install_debezium unpacks Debezium's PostgreSQL connector plugin archive into $DEBEZIUM_PLUGINS,
+# the same way as install_kafka (a lock, a temporary folder, .complete when done).
+install_debezium() {
+	if [ -f "$DEBEZIUM_PLUGINS/.complete" ]; then
+		return 0
+	fi
+	mkdir -p "$CACHE"
+	exec 7>"$CACHE/debezium-$DEBEZIUM_VERSION.lock"
+	flock 7
+	if [ -f "$DEBEZIUM_PLUGINS/.complete" ]; then
+		exec 7>&-
+		return 0
+	fi
+	log "fetching Debezium $DEBEZIUM_VERSION PostgreSQL connector from Maven Central into $DEBEZIUM_PLUGINS"
+	local tmp="$DEBEZIUM_PLUGINS.tmp.$$"
+	rm -rf "$tmp"
+	mkdir -p "$tmp/archive"
+	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/debezium/pom.xml" \
+		-Ddebezium.version="$DEBEZIUM_VERSION" \
+		dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory="$tmp/archive" \
+		>"$tmp.log" 2>&1; then
+		cat "$tmp.log" >&2
+		rm -rf "$tmp" "$tmp.log"
+		die "mvn could not fetch io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin"
+	fi
+	tar -xzf "$tmp/archive/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$tmp" ||
+		die "could not unpack the Debezium plugin archive in $tmp/archive"
+	rm -rf "$tmp/archive" "$tmp.log"
+	ls "$tmp"/debezium-connector-postgres/debezium-connector-postgres-*.jar >/dev/null 2>&1 ||
+		die "no debezium-connector-postgres jar in $tmp/debezium-connector-postgres"
+	touch "$tmp/.complete"
+	rm -rf "$DEBEZIUM_PLUGINS"
+	mv "$tmp" "$DEBEZIUM_PLUGINS"
+	log "Debezium plugin: $(find "$DEBEZIUM_PLUGINS" -name '*.jar' | wc -l) jars"
+	exec 7>&-
 }
 
 cmd_install() {
@@ -528,6 +574,11 @@ main() {
 	install-connect)
 		install_java
 		install_connect
+		;;
+	install-debezium)
+		install_java
+		install_connect
+		install_debezium
 		;;
 	up) cmd_up ;;
 	down) cmd_down ;;

@@ -33,6 +33,11 @@
 //   - tables: -quiet-tables quiet tables beside 10 busy ones: time to hydrate, topics created,
 //     watermark records per second by kind at steady state, and a quiet table's watermark lag
 //     as pkg/wait reads it.
+//   - debezium (only with -only debezium, `make bench-debezium`): Tidemark against Debezium's
+//     PostgreSQL connector in a Kafka Connect standalone worker, on the same pgbench data
+//     (-debezium-scale, -debezium-txns): snapshot rows/s and catch-up changes/s from process
+//     start, CPU seconds and peak RSS, Debezium with Connect's default producer and with
+//     producer settings matched to Tidemark's (see debezium.go).
 //
 // The snapshot and stream scenarios also measure a WRITE ceiling: the same records produced by
 // 1 and 2 producers with the sink's settings and with 1 MB batches (no transactions); the best
@@ -54,7 +59,7 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables, -out (results JSON,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|debezium, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.
 package main

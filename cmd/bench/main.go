@@ -49,6 +49,8 @@ type options struct {
 	keep            bool
 	kafkaHeap       string
 	cdcLogLevel     string
+	debeziumScale   int
+	debeziumTxns    int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -58,7 +60,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory or tables")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory or tables; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
+	fs.IntVar(&o.debeziumScale, "debezium-scale", 10, "pgbench scale factor of the debezium scenario (100000 accounts each)")
+	fs.IntVar(&o.debeziumTxns, "debezium-txns", 100_000, "pgbench transactions in the debezium scenario's catch-up backlog")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
@@ -84,9 +88,12 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables:
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables, scenarioDebezium:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory or tables", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables or debezium", o.only))
+	}
+	if o.debeziumScale < 1 || o.debeziumTxns < 1 {
+		errs = append(errs, fmt.Errorf("-debezium-scale %d, -debezium-txns %d: both must be at least 1", o.debeziumScale, o.debeziumTxns))
 	}
 	if o.compressionRows < 1 || o.compressionTxns < 1 {
 		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
@@ -141,6 +148,11 @@ const (
 	scenarioMemory = "memory"
 	// scenarioTables measures many quiet tables beside a few busy ones.
 	scenarioTables = "tables"
+	// scenarioDebezium runs Tidemark and Debezium on the same data; only with -only (it
+	// downloads Debezium).
+	scenarioDebezium = "debezium"
 )
 
-func (o options) wants(s string) bool { return o.only == "" || o.only == s }
+func (o options) wants(s string) bool {
+	return o.only == s || o.only == "" && s != scenarioDebezium
+}

@@ -253,6 +253,7 @@ type results struct {
 	Compression []compressionResult  `json:"compression,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
+	Debezium    *debeziumResult      `json:"debezium,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
 
@@ -400,6 +401,9 @@ func (r *results) print(w io.Writer) {
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
+	if r.Debezium != nil {
+		r.Debezium.print(w)
+	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

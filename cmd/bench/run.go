@@ -139,6 +139,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		res.Memory = m
 	}
+	if o.wants(scenarioDebezium) && ctx.Err() == nil {
+		d, err := b.debezium(ctx)
+		if err != nil {
+			fail(scenarioDebezium, err)
+		}
+		res.Debezium = d
+	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}

@@ -1,0 +1,605 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
+// PostgreSQL connector one after another on the same pgbench database, broker and topic layout
+// (one partition per topic), each measured from its process start, after one unmeasured
+// Tidemark copy that warms the broker (the first run after its start is slower):
+//
+//   - snapshot: each tool copies the four pgbench tables through a slot of its own; rows/s is
+//     the tables' rows over the time from process start until they are all in the topics
+//     (Tidemark: its watermarks say every table is hydrated, which it writes only once the rows
+//     are committed; Debezium: the topics' end offsets hold every row, polled every 100ms).
+//   - catch-up: a pgbench backlog written while every tool is stopped (each slot holds all of
+//     it), then each tool restarted alone and timed until its topics hold every change of the
+//     backlog (Tidemark: watermarks reach the WAL position after the backlog, then the records
+//     are counted; Debezium: end offsets).
+//
+// Debezium runs in a Kafka Connect standalone worker (ConnectStandalone, the JVM flags of
+// Kafka's kafka-run-class.sh and connect-standalone.sh), with JsonConverter and
+// schemas.enable=false for keys and values (plain JSON, like Tidemark's default CDC_VALUE_FORMAT
+// json), pgoutput, snapshot.mode=initial, a filtered publication of its own, and the
+// connector's other settings at their defaults. It runs twice, on slots of its own: with the
+// producer Connect configures for source tasks (acks=all, max.in.flight.requests.per.connection=1,
+// Kafka's defaults otherwise) and with producer settings matched to Tidemark's sink
+// (debeziumMatchedProducer). CPU seconds and peak RSS of each process come from getrusage of the
+// exited process (the JVM's own, for Connect).
+
+// debeziumVersion is the connector scripts/services.sh install-debezium fetches.
+const debeziumVersion = "3.6.1.Final"
+
+// connectJVM are the worker's JVM flags: kafka-run-class.sh's defaults with
+// connect-standalone.sh's heap.
+var connectJVM = []string{"-Xms256m", "-Xmx2g", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+	"-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"}
+
+// debeziumMatchedProducer are worker properties that give Connect's producer Tidemark's sink
+// settings (pkg/sink clientOpts): acks=all, idempotence with 5 requests in flight (franz-go's
+// idempotent producer), a 5ms linger, no compression, 32 MiB of buffer. Batches are 1 MiB
+// (Tidemark's go up to 16 MiB, but the topics have the broker's default max.message.bytes).
+// The profile also sets plugin.discovery=service_load, which the worker itself recommends at
+// start-up ("All plugins have ServiceLoader manifests"): it skips the scan of every jar for
+// plugins, seconds of Connect's start-up here.
+var debeziumMatchedProducer = map[string]string{
+	"plugin.discovery":                               "service_load",
+	"producer.acks":                                  "all",
+	"producer.enable.idempotence":                    "true",
+	"producer.max.in.flight.requests.per.connection": "5",
+	"producer.linger.ms":                             "5",
+	"producer.batch.size":                            strconv.Itoa(1 << 20),
+	"producer.compression.type":                      "none",
+	"producer.buffer.memory":                         strconv.Itoa(32 << 20),
+}
+
+// Debezium profiles.
+const (
+	profileDefault = "default"
+	profileMatched = "matched"
+)
+
+// debeziumResult is the scenario's outcome.
+type debeziumResult struct {
+	Scale       int            `json:"pgbench_scale"`
+	Rows        int64          `json:"snapshot_rows"`
+	BacklogTxns int64          `json:"backlog_transactions"`
+	Changes     int64          `json:"backlog_changes"`
+	Debezium    string         `json:"debezium_version"`
+	ConnectJVM  string         `json:"connect_jvm_flags"`
+	Converter   string         `json:"converter"`
+	Tools       []debeziumTool `json:"tools"`
+	// Ratios are Tidemark's rate over each Debezium profile's, by profile.
+	SnapshotRatio map[string]float64 `json:"snapshot_ratio_tidemark_over_debezium"`
+	CatchUpRatio  map[string]float64 `json:"catch_up_ratio_tidemark_over_debezium"`
+}
+
+// debeziumTool is one tool (or Debezium profile) measured in both phases.
+type debeziumTool struct {
+	Name     string            `json:"name"`
+	Profile  string            `json:"profile,omitempty"`
+	Producer map[string]string `json:"producer_overrides,omitempty"`
+	Snapshot toolRun           `json:"snapshot"`
+	CatchUp  toolRun           `json:"catch_up"`
+}
+
+// toolRun is one timed process run.
+type toolRun struct {
+	Count      int64   `json:"count"`   // rows or changes expected
+	Records    int64   `json:"records"` // records counted in the topics
+	Seconds    float64 `json:"seconds_from_process_start"`
+	PerSecond  float64 `json:"per_second"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
+	r := toolRun{Count: count, Records: records, Seconds: d.Seconds()}
+	if r.Seconds > 0 {
+		r.PerSecond = float64(count) / r.Seconds
+	}
+	r.CPUSeconds, r.PeakRSSMiB = p.usage()
+	return r
+}
+
+func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
+	pgbench, err := findPgbench()
+	if err != nil {
+		return nil, err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	lib, plugins, err := debeziumJars(root)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.newScenario(ctx, scenarioDebezium)
+	if err != nil {
+		return nil, err
+	}
+	defer s.cleanup()
+	res := &debeziumResult{Scale: b.o.debeziumScale, Debezium: debeziumVersion,
+		ConnectJVM: strings.Join(connectJVM, " "),
+		Converter:  "org.apache.kafka.connect.json.JsonConverter, schemas.enable=false (keys and values)"}
+
+	b.logf("debezium: pgbench -i -s %d", b.o.debeziumScale)
+	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", strconv.Itoa(b.o.debeziumScale)); err != nil {
+		return nil, err
+	}
+	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY",
+		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
+		return nil, err
+	}
+	conn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return res, fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(context.Background())
+	for _, t := range pgbenchTables {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+			return res, fmt.Errorf("count %s: %w", t, err)
+		}
+		res.Rows += n
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
+	defer cancel()
+
+	// Snapshots: Tidemark, then Debezium with each producer profile, each on its own slot.
+	exports := make([]change.ExportID, len(pgbenchTables))
+	for i, t := range pgbenchTables {
+		exports[i] = exportID(t)
+	}
+	// The first run after the broker's start is slower, whatever the tool: one unmeasured
+	// Tidemark copy warms it (its slot is dropped, its topics stay until cleanup).
+	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
+	b.logf("debezium: unmeasured warm-up copy")
+	err = warm.hydrate(wctx, conn)
+	warm.close()
+	if err != nil {
+		return res, fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", warm.vars["CDC_SLOT"]); err != nil {
+		return res, fmt.Errorf("drop warm-up slot: %w", err)
+	}
+	tm := s.newLane(deliveryExactlyOnce, "", exports)
+	defer tm.close()
+	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
+	if tmRes.Snapshot, err = tm.timedHydrate(wctx, conn, res.Rows); err != nil {
+		return res, fmt.Errorf("tidemark snapshot: %w", err)
+	}
+	b.logf("debezium: Tidemark snapshot %.0f rows/s from process start", tmRes.Snapshot.PerSecond)
+	workers := []*connectWorker{
+		s.newConnectWorker(lib, plugins, profileDefault, nil),
+		s.newConnectWorker(lib, plugins, profileMatched, debeziumMatchedProducer),
+	}
+	dzRes := make([]debeziumTool, len(workers))
+	for i, w := range workers {
+		dzRes[i] = debeziumTool{Name: "Debezium " + debeziumVersion + ", " + w.profile + " producer",
+			Profile: w.profile, Producer: w.producer}
+		if err := b.k.createTopics(wctx, w.topics); err != nil {
+			return res, err
+		}
+		if dzRes[i].Snapshot, err = w.run(wctx, "snapshot", res.Rows); err != nil {
+			return res, fmt.Errorf("debezium %s snapshot: %w", w.profile, err)
+		}
+		b.logf("debezium: Debezium (%s producer) snapshot %.0f rows/s from process start", w.profile, dzRes[i].Snapshot.PerSecond)
+	}
+
+	// The backlog, written while every tool is stopped.
+	perClient := max(1, (b.o.debeziumTxns+b.o.clients-1)/b.o.clients)
+	b.logf("debezium: backlog of %s tpcb-like transactions (%d clients x %d) while both tools are stopped",
+		thousands(int64(perClient*b.o.clients)), b.o.clients, perClient)
+	out, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
+		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient))
+	if err != nil {
+		return res, err
+	}
+	if res.BacklogTxns, err = pgbenchProcessed(out); err != nil {
+		return res, err
+	}
+	// tpcb-like: three updates and one insert per transaction.
+	res.Changes = 4 * res.BacklogTxns
+	// The backlog's dirty pages and dead rows would otherwise be the first catch-up's burden.
+	if err := s.db.exec(ctx, "VACUUM ANALYZE", "CHECKPOINT"); err != nil {
+		return res, err
+	}
+	target, err := currentLSN(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+
+	// Catch-ups, each tool alone.
+	cu, _, err := tm.catchUp(wctx, target, res.Changes)
+	if err != nil {
+		return res, fmt.Errorf("tidemark catch-up: %w", err)
+	}
+	tmRes.CatchUp = toolRun{Count: res.Changes, Records: cu.CDCRecords, Seconds: cu.CDC.Seconds,
+		PerSecond: cu.CDC.PerSecond, CPUSeconds: cu.CPUSeconds, PeakRSSMiB: cu.PeakRSSMiB}
+	for i, w := range workers {
+		if dzRes[i].CatchUp, err = w.run(wctx, "catch-up", res.Changes); err != nil {
+			return res, fmt.Errorf("debezium %s catch-up: %w", w.profile, err)
+		}
+		b.logf("debezium: Debezium (%s producer) catch-up %.0f changes/s from process start", w.profile, dzRes[i].CatchUp.PerSecond)
+	}
+	res.Tools = append([]debeziumTool{tmRes}, dzRes...)
+	res.SnapshotRatio, res.CatchUpRatio = make(map[string]float64), make(map[string]float64)
+	for _, d := range dzRes {
+		res.SnapshotRatio[d.Profile] = over(tmRes.Snapshot.PerSecond, d.Snapshot.PerSecond)
+		res.CatchUpRatio[d.Profile] = over(tmRes.CatchUp.PerSecond, d.CatchUp.PerSecond)
+	}
+	return res, nil
+}
+
+// timedHydrate is lane.hydrate timed from cdc's start: the time until every table is hydrated.
+func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (toolRun, error) {
+	b := l.s.b
+	b.logf("debezium: Tidemark (%s, slot %s) copies %s", l.delivery, l.vars["CDC_SLOT"], strings.Join(pgbenchTables, ", "))
+	p, err := l.s.startCDC(l.vars)
+	if err != nil {
+		return toolRun{}, err
+	}
+	defer p.stop(time.Minute)
+	if err := b.k.waitTopic(ctx, l.watermarkTopic(), p.check); err != nil {
+		return toolRun{}, err
+	}
+	if l.wt, err = startWatcher(b.svc.brokers, l.watermarkTopic()); err != nil {
+		return toolRun{}, err
+	}
+	doneAt, err := l.wt.until(ctx, "hydration", allHydrated(0, l.exports...), p.check)
+	if err != nil {
+		return toolRun{}, err
+	}
+	now, err := currentLSN(ctx, conn)
+	if err != nil {
+		return toolRun{}, err
+	}
+	if _, err := l.wt.until(ctx, "watermarks >= "+now.String(), allHydrated(now, l.exports...), p.check); err != nil {
+		return toolRun{}, err
+	}
+	if err := p.stop(time.Minute); err != nil {
+		return toolRun{}, err
+	}
+	stats, err := b.k.readBack(ctx, l.topics, nil, 0)
+	if err != nil {
+		return toolRun{}, err
+	}
+	if stats.Records != rows {
+		b.logf("debezium: WARNING: Tidemark wrote %d records for %d rows", stats.Records, rows)
+	}
+	if l.start, err = b.k.endOffsets(ctx, l.topics...); err != nil {
+		return toolRun{}, err
+	}
+	return newToolRun(rows, stats.Records, doneAt.Sub(p.started), p), nil
+}
+
+// connectWorker is one Kafka Connect standalone worker running Debezium's PostgreSQL connector
+// with its own slot, publication, topic prefix and offset file.
+type connectWorker struct {
+	s        *scenario
+	profile  string
+	producer map[string]string
+	dir      string
+	lib      string
+	plugins  string
+	worker   map[string]string
+	conn     map[string]string
+	topics   []string
+	start    map[string]map[int32]int64 // end offsets before the current run
+}
+
+func (s *scenario) newConnectWorker(lib, plugins, profile string, producer map[string]string) *connectWorker {
+	dir := filepath.Join(s.tmp, "connect-"+profile)
+	prefix := s.prefix + ".dbz_" + profile
+	w := &connectWorker{s: s, profile: profile, producer: producer, dir: dir, lib: lib, plugins: plugins,
+		worker: map[string]string{
+			"bootstrap.servers":              strings.Join(s.b.svc.brokers, ","),
+			"key.converter":                  "org.apache.kafka.connect.json.JsonConverter",
+			"value.converter":                "org.apache.kafka.connect.json.JsonConverter",
+			"key.converter.schemas.enable":   "false",
+			"value.converter.schemas.enable": "false",
+			"offset.storage.file.filename":   filepath.Join(dir, "offsets"),
+			"offset.flush.interval.ms":       "10000", // connect-standalone.properties
+			"plugin.path":                    plugins,
+		},
+		conn: map[string]string{
+			"name":                        "dbz-" + profile,
+			"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
+			"tasks.max":                   "1",
+			"topic.prefix":                prefix,
+			"plugin.name":                 "pgoutput",
+			"slot.name":                   s.slot + "_dbz_" + profile,
+			"publication.name":            "dbz_pub_" + profile,
+			"publication.autocreate.mode": "filtered",
+			"table.include.list":          strings.Join(pgbenchTables, ","),
+			"snapshot.mode":               "initial",
+		}}
+	for k, v := range producer {
+		w.worker[k] = v
+	}
+	for _, t := range pgbenchTables {
+		w.topics = append(w.topics, prefix+"."+t)
+	}
+	return w
+}
+
+// run starts the worker, waits until its topics hold want more records than before, stops it
+// (SIGTERM: Connect commits the connector's offsets) and returns the run's figures.
+func (w *connectWorker) run(ctx context.Context, phase string, want int64) (toolRun, error) {
+	b := w.s.b
+	if err := w.configure(); err != nil {
+		return toolRun{}, err
+	}
+	var err error
+	if w.start, err = b.k.endOffsets(ctx, w.topics...); err != nil {
+		return toolRun{}, err
+	}
+	b.runs++
+	logPath := filepath.Join(b.work, fmt.Sprintf("%02d-%s-connect-%s-%s.log", b.runs, w.s.name, w.profile, phase))
+	port, err := freePorts(1)
+	if err != nil {
+		return toolRun{}, err
+	}
+	rest := fmt.Sprintf("http://127.0.0.1:%d", port[0])
+	w.worker["listeners"] = rest
+	wp, err := writeProperties(filepath.Join(w.dir, "worker.properties"), w.worker)
+	if err != nil {
+		return toolRun{}, err
+	}
+	cp := filepath.Join(w.dir, "connector.properties")
+	args := append(append([]string{}, connectJVM...), "-Dlog4j2.configurationFile="+filepath.Join(w.dir, "log4j2.properties"),
+		"-cp", filepath.Join(w.lib, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", wp, cp)
+	p, err := startProcess(exec.Command("java", args...), logPath)
+	if err != nil {
+		return toolRun{}, err
+	}
+	defer stopJVM(p)
+	b.logf("debezium: Kafka Connect (%s producer) started for the %s (log %s)", w.profile, phase, logPath)
+	lastStatus := time.Now()
+	check := func() error {
+		if err := p.check(); err != nil {
+			return err
+		}
+		if time.Since(lastStatus) < 2*time.Second {
+			return nil
+		}
+		lastStatus = time.Now()
+		return connectorFailed(ctx, rest, w.conn["name"])
+	}
+	var doneAt time.Time
+	var got int64
+	for {
+		ends, err := b.k.endOffsets(ctx, w.topics...)
+		if err != nil {
+			return toolRun{}, err
+		}
+		got = 0
+		for t, ps := range ends {
+			for part, e := range ps {
+				got += e - w.start[t][part]
+			}
+		}
+		if got >= want {
+			doneAt = time.Now()
+			break
+		}
+		if err := check(); err != nil {
+			return toolRun{}, fmt.Errorf("%d of %d records: %w", got, want, err)
+		}
+		select {
+		case <-ctx.Done():
+			return toolRun{}, fmt.Errorf("%d of %d records: %w", got, want, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if err := stopJVM(p); err != nil {
+		return toolRun{}, err
+	}
+	if got != want {
+		b.logf("debezium: WARNING: Debezium (%s producer) wrote %d records for %d", w.profile, got, want)
+	}
+	return newToolRun(want, got, doneAt.Sub(p.started), p), nil
+}
+
+// configure writes the connector's properties (database settings from the scenario's URL) and
+// the worker's log4j configuration.
+func (w *connectWorker) configure() error {
+	if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", w.dir, err)
+	}
+	cfg, err := pgconn.ParseConfig(w.s.db.url)
+	if err != nil {
+		return errors.New("parse PostgreSQL URL")
+	}
+	w.conn["database.hostname"] = cfg.Host
+	w.conn["database.port"] = strconv.Itoa(int(cfg.Port))
+	w.conn["database.user"] = cfg.User
+	w.conn["database.password"] = cfg.Password
+	w.conn["database.dbname"] = cfg.Database
+	if _, err := writeProperties(filepath.Join(w.dir, "connector.properties"), w.conn); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(w.dir, "log4j2.properties"), []byte(`status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = org.apache.kafka.clients
+logger.kafka.level = warn
+`), 0o644)
+}
+
+// writeProperties writes a Java properties file (0600: it may hold a password).
+func writeProperties(path string, m map[string]string) (string, error) {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "%s=%s\n", k, strings.ReplaceAll(m[k], `\`, `\\`))
+	}
+	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// startProcess starts cmd with its output in logPath, as a cdcProc (stop, check and usage work
+// the same). It dies with the bench.
+func startProcess(cmd *exec.Cmd, logPath string) (*cdcProc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p := &cdcProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// stopJVM stops a Java process with SIGTERM: the JVM runs its shutdown hooks (Connect stops
+// its connector and commits its offsets) and exits with status 143, which is a clean stop.
+func stopJVM(p *cdcProc) error {
+	err := p.stop(2 * time.Minute)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 143 {
+		return nil
+	}
+	return err
+}
+
+// connectorFailed asks the worker's REST API for the connector's status and returns an error
+// when the connector or a task has FAILED (nil while the worker is starting).
+func connectorFailed(ctx context.Context, rest, name string) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, rest+"/connectors/"+name+"/status", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Connector struct {
+			State string `json:"state"`
+			Trace string `json:"trace"`
+		} `json:"connector"`
+		Tasks []struct {
+			State string `json:"state"`
+			Trace string `json:"trace"`
+		} `json:"tasks"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
+		return nil
+	}
+	if st.Connector.State == "FAILED" {
+		return fmt.Errorf("connector %s FAILED: %s", name, abbreviate(st.Connector.Trace, 2000))
+	}
+	for _, t := range st.Tasks {
+		if t.State == "FAILED" {
+			return fmt.Errorf("connector %s: task FAILED: %s", name, abbreviate(t.Trace, 2000))
+		}
+	}
+	return nil
+}
+
+// debeziumJars returns the Kafka Connect worker's jar folder and Debezium's plugin path, running
+// scripts/services.sh install-debezium (Maven Central, cached in $TIDEMARK_CACHE) when they are
+// not there yet.
+func debeziumJars(root string) (lib, plugins string, err error) {
+	cache := os.Getenv("TIDEMARK_CACHE")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "tidemark")
+	}
+	lib = filepath.Join(cache, "connect-4.1.1", "lib")
+	plugins = filepath.Join(cache, "debezium-"+debeziumVersion)
+	complete := func() bool {
+		_, e1 := os.Stat(filepath.Join(lib, ".complete"))
+		_, e2 := os.Stat(filepath.Join(plugins, ".complete"))
+		return e1 == nil && e2 == nil
+	}
+	if complete() {
+		return lib, plugins, nil
+	}
+	cmd := exec.Command("bash", filepath.Join(root, "scripts", "services.sh"), "install-debezium")
+	cmd.Env = append(os.Environ(), "TIDEMARK_DEBEZIUM_VERSION="+debeziumVersion)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("scripts/services.sh install-debezium: %w\n%s", err, lastLines(string(out), 20))
+	}
+	if !complete() {
+		return "", "", fmt.Errorf("no Kafka Connect jars in %s or no Debezium plugin in %s after install-debezium", lib, plugins)
+	}
+	return lib, plugins, nil
+}
+
+// createTopics creates topics with one partition and the broker's replication factor, as
+// Tidemark creates its own (CDC_TOPIC_PARTITIONS=1).
+func (k *kafkaClient) createTopics(ctx context.Context, topics []string) error {
+	resps, err := k.adm.CreateTopics(ctx, 1, -1, nil, topics...)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("create topics %v: %w", topics, err)
+	}
+	return nil
+}
+
+// print writes the side-by-side table.
+func (r *debeziumResult) print(w io.Writer) {
+	fmt.Fprintf(w, "\n--- Tidemark against Debezium %s (pgbench scale %d: %s rows; backlog %s transactions = %s changes; one partition per topic) ---\n",
+		r.Debezium, r.Scale, thousands(r.Rows), thousands(r.BacklogTxns), thousands(r.Changes))
+	fmt.Fprintf(w, "%-44s %16s %19s %18s %16s\n", "tool (from process start)", "snapshot rows/s", "catch-up changes/s", "CPU s (snap/cu)", "peak RSS MiB")
+	for _, t := range r.Tools {
+		fmt.Fprintf(w, "%-44s %16s %19s %18s %16s\n", t.Name,
+			thousands(int64(t.Snapshot.PerSecond)), thousands(int64(t.CatchUp.PerSecond)),
+			fmt.Sprintf("%.1f / %.1f", t.Snapshot.CPUSeconds, t.CatchUp.CPUSeconds),
+			fmt.Sprintf("%.0f / %.0f", t.Snapshot.PeakRSSMiB, t.CatchUp.PeakRSSMiB))
+	}
+	for _, p := range []string{profileDefault, profileMatched} {
+		if _, ok := r.SnapshotRatio[p]; !ok {
+			continue
+		}
+		fmt.Fprintf(w, "Tidemark / Debezium (%s producer): snapshot %.1fx, catch-up %.1fx\n", p, r.SnapshotRatio[p], r.CatchUpRatio[p])
+	}
+	fmt.Fprintf(w, "Debezium: Kafka Connect 4.1.1 standalone, JVM %s; %s\n", r.ConnectJVM, r.Converter)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The debezium scenario downloads Debezium: it runs with -only debezium and never as part of
+// the default run of every scenario.
+func TestDebeziumOnlyOnRequest(t *testing.T) {
+	o, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.wants(scenarioDebezium) {
+		t.Error("a run of every scenario includes debezium")
+	}
+	if !o.wants(scenarioSnapshot) {
+		t.Error("a run of every scenario leaves out snapshot")
+	}
+	o, err = parseFlags([]string{"-only", "debezium", "-debezium-scale", "2", "-debezium-txns", "500"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.wants(scenarioDebezium) || o.wants(scenarioStream) {
+		t.Errorf("-only debezium: wants(debezium)=%v wants(stream)=%v", o.wants(scenarioDebezium), o.wants(scenarioStream))
+	}
+	if o.debeziumScale != 2 || o.debeziumTxns != 500 {
+		t.Errorf("-debezium-scale 2 -debezium-txns 500 parsed as %d, %d", o.debeziumScale, o.debeziumTxns)
+	}
+	if _, err := parseFlags([]string{"-only", "debezium", "-debezium-txns", "0"}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "-debezium-txns 0") {
+		t.Errorf("-debezium-txns 0: err = %v, want one naming the flag", err)
+	}
+}
+
+func TestDebeziumPrint(t *testing.T) {
+	r := &debeziumResult{Scale: 10, Rows: 1_000_011, BacklogTxns: 100_000, Changes: 400_000, Debezium: debeziumVersion,
+		Tools: []debeziumTool{
+			{Name: "Tidemark, exactly-once", Snapshot: toolRun{PerSecond: 200_000, CPUSeconds: 3, PeakRSSMiB: 80},
+				CatchUp: toolRun{PerSecond: 150_000, CPUSeconds: 2, PeakRSSMiB: 90}},
+			{Name: "Debezium, default producer", Profile: profileDefault, Snapshot: toolRun{PerSecond: 20_000},
+				CatchUp: toolRun{PerSecond: 15_000}},
+		},
+		SnapshotRatio: map[string]float64{profileDefault: 10},
+		CatchUpRatio:  map[string]float64{profileDefault: 10},
+	}
+	var b bytes.Buffer
+	r.print(&b)
+	for _, want := range []string{"1,000,011 rows", "400,000 changes", "200,000", "150,000", "3.0 / 2.0", "80 / 90",
+		"Tidemark / Debezium (default producer): snapshot 10.0x, catch-up 10.0x"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "matched producer)") {
+		t.Errorf("table has a ratio for a profile that did not run:\n%s", b.String())
+	}
+}
+
+func TestWriteProperties(t *testing.T) {
+	p, err := writeProperties(filepath.Join(t.TempDir(), "w.properties"),
+		map[string]string{"b": `C:\x`, "a": "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a=1\nb=C:\\\\x\n"; string(got) != want {
+		t.Errorf("properties = %q, want %q", got, want)
+	}
+	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v (%v), want 0600: the file may hold a password", st.Mode().Perm(), err)
+	}
+}
