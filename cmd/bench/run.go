@@ -235,6 +235,9 @@ func (s *scenario) vars(extra map[string]string) map[string]string {
 		"CDC_LOG_FORMAT":       "text",
 		"CDC_LOG_LEVEL":        s.b.o.cdcLogLevel,
 		"CDC_SPILL_DIR":        filepath.Join(s.tmp, "spill"),
+		// The limits are measured without compression; cdc is too, unless a scenario says
+		// otherwise (compression).
+		"CDC_KAFKA_COMPRESSION": "none",
 	}
 	for k, x := range extra {
 		v[k] = x

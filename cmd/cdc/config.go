@@ -47,7 +47,7 @@ type Env struct {
 	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
 	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
-	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"none" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see README, Performance, for what each costs and saves)"`
+	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"lz4" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see README, Performance, for what each costs and saves)"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
 	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables"`

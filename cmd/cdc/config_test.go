@@ -85,7 +85,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		WatermarkTopic:          "tidemark.__watermarks",
 		Delivery:                pipeline.ExactlyOnce,
 		TransactionTimeout:      time.Minute,
-		KafkaCompression:        "none",
+		KafkaCompression:        "lz4",
 		SnapshotWorkers:         4,
 		SnapshotStrategy:        pipeline.StrategyChunked,
 		UnchangedToast:          pipeline.UnchangedOmit,

@@ -39,7 +39,7 @@ const (
 	DefaultTransactionTimeout = 60 * time.Second
 	// DefaultCompression is the batch codec when Config.Compression is empty (see README,
 	// Performance, for the measurement that chose it).
-	DefaultCompression = "none"
+	DefaultCompression = "lz4"
 
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
 	producerLinger = 5 * time.Millisecond
