@@ -10,7 +10,8 @@
 // Update (u), Delete (d) and Truncate (t) appends the records of one change:
 //
 //   - Topic change.TopicName(prefix, export); Partition change.AnyPartition, except a truncate,
-//     which is change.AllPartitions with a null key.
+//     which is change.AllPartitions with the key {} (no columns; a compacted topic refuses a
+//     null key), or a null key for a keyless table.
 //   - Key: a JSON object of the key columns (change.Column.Key) in column order, e.g. {"id":1};
 //     nil for a table without key columns.
 //   - Value: a Debezium-compatible envelope in compact JSON with a fixed field order:
