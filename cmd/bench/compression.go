@@ -79,7 +79,7 @@ func (b *bench) compression(ctx context.Context) ([]compressionResult, error) {
 	}
 
 	// Catch-up: pgbench tables hydrated by one lane per codec, then one backlog for all.
-	pgbench, conn, exports, err := s.pgbenchScale1(ctx)
+	pgbench, conn, exports, err := s.pgbenchInit(ctx, 1)
 	if err != nil {
 		return res, err
 	}

@@ -18,8 +18,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/tidemark/cdc/pkg/change"
 )
 
 // The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
@@ -122,10 +120,6 @@ func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
 }
 
 func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
-	pgbench, err := findPgbench()
-	if err != nil {
-		return nil, err
-	}
 	root, err := repoRoot()
 	if err != nil {
 		return nil, err
@@ -143,17 +137,9 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		ConnectJVM: strings.Join(connectJVM, " "),
 		Converter:  "org.apache.kafka.connect.json.JsonConverter, schemas.enable=false (keys and values)"}
 
-	b.logf("debezium: pgbench -i -s %d", b.o.debeziumScale)
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", strconv.Itoa(b.o.debeziumScale)); err != nil {
-		return nil, err
-	}
-	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY",
-		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
-		return nil, err
-	}
-	conn, err := pgx.Connect(ctx, s.db.url)
+	pgbench, conn, exports, err := s.pgbenchInit(ctx, b.o.debeziumScale)
 	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
+		return nil, err
 	}
 	defer conn.Close(context.Background())
 	for _, t := range pgbenchTables {
@@ -167,10 +153,6 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	defer cancel()
 
 	// Snapshots: Tidemark, then Debezium with each producer profile, each on its own slot.
-	exports := make([]change.ExportID, len(pgbenchTables))
-	for i, t := range pgbenchTables {
-		exports[i] = exportID(t)
-	}
 	// The first run after the broker's start is slower, whatever the tool: one unmeasured
 	// Tidemark copy warms it (its slot is dropped, its topics stay until cleanup).
 	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)

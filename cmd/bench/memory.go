@@ -43,7 +43,7 @@ func (b *bench) memory(ctx context.Context) (*memoryResult, error) {
 		return res, err
 	}
 	defer s.cleanup()
-	pgbench, conn, exports, err := s.pgbenchScale1(ctx)
+	pgbench, conn, exports, err := s.pgbenchInit(ctx, 1)
 	if err != nil {
 		return res, err
 	}
@@ -89,18 +89,20 @@ func printMemory(w io.Writer, m *memoryResult) {
 	}
 }
 
-// pgbenchScale1 fills the scenario's database with pgbench's tables at scale 1 (history gets a
-// primary key, as cdc's tables need one) and returns pgbench's path, a connection (the caller
-// closes it) and the tables as exports.
-func (s *scenario) pgbenchScale1(ctx context.Context) (string, *pgx.Conn, []change.ExportID, error) {
+// pgbenchInit fills the scenario's database with pgbench's tables at scale (history gets a
+// primary key, as cdc's tables need one; then VACUUM ANALYZE and a checkpoint) and returns
+// pgbench's path, a connection (the caller closes it) and the tables as exports.
+func (s *scenario) pgbenchInit(ctx context.Context, scale int) (string, *pgx.Conn, []change.ExportID, error) {
 	pgbench, err := findPgbench()
 	if err != nil {
 		return "", nil, nil, err
 	}
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", "1"); err != nil {
+	s.b.logf("%s: pgbench -i -s %d", s.name, scale)
+	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", strconv.Itoa(scale)); err != nil {
 		return "", nil, nil, err
 	}
-	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY", "VACUUM ANALYZE"); err != nil {
+	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY",
+		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
 		return "", nil, nil, err
 	}
 	conn, err := pgx.Connect(ctx, s.db.url)

@@ -26,32 +26,15 @@ import (
 var pgbenchTables = []string{"public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_tellers", "public.pgbench_history"}
 
 func (b *bench) stream(ctx context.Context) (*streamResult, error) {
-	pgbench, err := findPgbench()
-	if err != nil {
-		return nil, err
-	}
 	s, err := b.newScenario(ctx, scenarioStream)
 	if err != nil {
 		return nil, err
 	}
 	defer s.cleanup()
 	res := &streamResult{Tables: pgbenchTables, Scale: b.o.scale}
-	exports := make([]change.ExportID, len(pgbenchTables))
-	for i, t := range pgbenchTables {
-		exports[i] = exportID(t)
-	}
-
-	b.logf("stream: pgbench -i -s %d", b.o.scale)
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-i", "-q", "-s", strconv.Itoa(b.o.scale)); err != nil {
-		return nil, err
-	}
-	if err := s.db.exec(ctx, "ALTER TABLE pgbench_history ADD COLUMN hid bigserial PRIMARY KEY",
-		"VACUUM ANALYZE", "CHECKPOINT"); err != nil {
-		return nil, err
-	}
-	conn, err := pgx.Connect(ctx, s.db.url)
+	pgbench, conn, exports, err := s.pgbenchInit(ctx, b.o.scale)
 	if err != nil {
-		return res, fmt.Errorf("connect: %w", err)
+		return nil, err
 	}
 	defer conn.Close(context.Background())
 	wctx, cancel := context.WithTimeout(ctx, time.Hour)

@@ -74,5 +74,7 @@
 //     not an export until the publication poll adds it.
 //   - A message that does not decode (truncated, or a tuple column longer than its message) is a
 //     stream error, which reconnects, never a panic or an allocation of its declared length:
-//     pglogrepl's parser is guarded (pgoutput.go; FuzzDecode feeds it arbitrary messages).
+//     row changes are read in place with every length checked (fastpath.go), and pglogrepl's
+//     parser, which reads the other messages, is guarded (pgoutput.go); FuzzDecode feeds both
+//     arbitrary messages.
 package replication

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -11,8 +12,16 @@ import (
 // The row changes (Insert, Update, Delete) are most of a stream, so they skip pglogrepl's
 // parser, which allocates a message, a column struct and a copy of every value: their tuples
 // are read in place into buffers the stream state reuses, and encoded before the next message
-// arrives (the encoder copies the values). Every other message goes through parseMessage.
-// BenchmarkDecodeTxn measures the difference; FuzzDecode feeds this code arbitrary bytes.
+// arrives (the encoder copies the values). Every length is checked against the message first,
+// so a corrupt one is an error (errTuple), never a panic or a large allocation. Every other
+// message goes through parseMessage. BenchmarkDecodeTxn measures the difference; FuzzDecode
+// feeds this code arbitrary bytes.
+
+// errTuple is wrapped by the errors of a malformed row change.
+var errTuple = errors.New("malformed tuple")
+
+// isRowChange reports whether a pgoutput message type is Insert, Update or Delete.
+func isRowChange(kind byte) bool { return kind == 'I' || kind == 'U' || kind == 'D' }
 
 // rowBuffers are the reusable tuple buffers of the row-change fast path.
 type rowBuffers struct {
@@ -31,7 +40,7 @@ func (st *streamState) fastChange(data []byte) (handled bool, err error) {
 		return false, nil
 	}
 	kind := data[0]
-	if kind != 'I' && kind != 'U' && kind != 'D' {
+	if !isRowChange(kind) {
 		return false, nil
 	}
 	if len(data) < 6 {

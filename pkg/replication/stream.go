@@ -288,37 +288,6 @@ func (st *streamState) message(msg pglogrepl.Message) error {
 		return st.marker(m)
 	case *pglogrepl.RelationMessage:
 		return st.relation(m)
-	case *pglogrepl.InsertMessage:
-		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-			after, _, err := tupleValues(m.Tuple, n)
-			if err != nil {
-				return dst, err
-			}
-			return enc.Insert(dst, src, after)
-		})
-	case *pglogrepl.UpdateMessage:
-		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-			var before [][]byte
-			if m.OldTuple != nil {
-				var err error
-				if before, _, err = tupleValues(m.OldTuple, n); err != nil {
-					return dst, err
-				}
-			}
-			after, unchanged, err := tupleValues(m.NewTuple, n)
-			if err != nil {
-				return dst, err
-			}
-			return enc.Update(dst, src, before, after, unchanged)
-		})
-	case *pglogrepl.DeleteMessage:
-		return st.change(m.RelationID, func(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-			before, _, err := tupleValues(m.OldTuple, n)
-			if err != nil {
-				return dst, err
-			}
-			return enc.Delete(dst, src, before)
-		})
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
 			err := st.change(id, func(enc *codec.Encoder, dst []change.Record, src codec.Source, _ int) ([]change.Record, error) {
@@ -598,31 +567,6 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	}
 	st.failed = st.failed[:0]
 	return nil
-}
-
-// tupleValues returns the text values of a tuple (nil = NULL) and which ones pgoutput sent as
-// unchanged TOAST.
-func tupleValues(t *pglogrepl.TupleData, ncols int) ([][]byte, []bool, error) {
-	if t == nil {
-		return nil, nil, nil
-	}
-	if len(t.Columns) != ncols {
-		return nil, nil, fmt.Errorf("tuple has %d columns, relation has %d", len(t.Columns), ncols)
-	}
-	vals := make([][]byte, ncols)
-	var unchanged []bool
-	for i, c := range t.Columns {
-		switch c.DataType {
-		case pglogrepl.TupleDataTypeText, pglogrepl.TupleDataTypeBinary:
-			vals[i] = c.Data
-		case pglogrepl.TupleDataTypeToast:
-			if unchanged == nil {
-				unchanged = make([]bool, ncols)
-			}
-			unchanged[i] = true
-		}
-	}
-	return vals, unchanged, nil
 }
 
 // Control functions, run on the stream goroutine.
