@@ -48,6 +48,9 @@ func (t *topicPartitioner) Partition(r *kgo.Record, n int) int {
 	if t.isExplicit(r) {
 		return int(r.Partition)
 	}
+	if n == 1 {
+		return 0 // no key to hash: the snapshot's millions of records skip murmur2
+	}
 	return t.inner.Partition(r, n)
 }
 
