@@ -88,7 +88,8 @@ type Env struct {
 // Settings is the validated configuration: the pipeline's (without its Logger) and the logger's.
 type Settings struct {
 	Pipeline pipeline.Config
-	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone.
+	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone. When it is
+	// set and GOGC is not, the collector runs at GOGC=gcPercent.
 	MemoryLimit int64
 	LogLevel    slog.Level
 	LogFormat   string // "json" or "text"
