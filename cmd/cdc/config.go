@@ -80,7 +80,7 @@ type Env struct {
 
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
-	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
+	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it, and unless GOGC is set it collects at GOGC=200; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 }
