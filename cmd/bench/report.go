@@ -89,6 +89,10 @@ type snapshotRun struct {
 	RatioFromProc float64    `json:"ratio_cdc_from_process_start_to_min_limit"`
 	CPUSeconds    float64    `json:"cdc_cpu_seconds"`
 	PeakRSSMiB    float64    `json:"cdc_peak_rss_mib"`
+	// CPU seconds of the bench's PostgreSQL and broker processes from cdc's start until the
+	// table was hydrated (0 with services the bench did not start).
+	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
+	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
 }
 
 // combineSnapshotRuns is runs (of one strategy) as one: each throughput is total rows over total
@@ -117,6 +121,8 @@ func combineSnapshotRuns(runs []snapshotRun) snapshotRun {
 	for _, r := range runs {
 		c.CDCTxns += r.CDCTxns
 		c.CPUSeconds += r.CPUSeconds
+		c.PostgresCPUSeconds += r.PostgresCPUSeconds
+		c.BrokerCPUSeconds += r.BrokerCPUSeconds
 		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
 	}
 	if c.CDCTxns > 0 {
@@ -174,6 +180,9 @@ type catchUp struct {
 	Ratio           float64    `json:"ratio_cdc_to_min_limit"`
 	CPUSeconds      float64    `json:"cdc_cpu_seconds"`
 	PeakRSSMiB      float64    `json:"cdc_peak_rss_mib"`
+	// CPU seconds of the bench's PostgreSQL and broker from cdc's start until it caught up.
+	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
+	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
 }
 
 type lagResult struct {
@@ -299,6 +308,9 @@ func (r *results) print(w io.Writer) {
 		for _, c := range runs {
 			fmt.Fprintf(w, "   ratio %s / min(read, write) = %.2f   (from process start: %.2f)\n", c.label(), c.Ratio, c.RatioFromProc)
 		}
+		for _, c := range runs {
+			printCPUShare(w, c.label(), c.CDC.Count, c.CDCFromStart.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, r.Host["cpus"])
+		}
 		if s.CeilingBest.PerSecond > 0 {
 			fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 		}
@@ -353,6 +365,9 @@ func (r *results) print(w io.Writer) {
 		}
 		if s.CeilingBest.PerSecond > 0 {
 			fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
+		}
+		for _, c := range runs {
+			printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, r.Host["cpus"])
 		}
 		if s.AtLeastOnce != nil {
 			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",

@@ -32,7 +32,9 @@ type services struct {
 	source  string
 	// broker is the broker's settings, for the report.
 	broker string
-	stop   func(ctx context.Context) error
+	// cpu reads the servers' CPU time; nil for services the bench did not start.
+	cpu  *serverCPU
+	stop func(ctx context.Context) error
 }
 
 // acquireServices uses CDC_TEST_PG_URL / CDC_TEST_KAFKA_BROKERS when both are set, or starts
@@ -102,6 +104,7 @@ func acquireServices(ctx context.Context, root, stateDir string, o options, gete
 		source: fmt.Sprintf("scripts/services.sh (PostgreSQL 127.0.0.1:%d, Kafka 127.0.0.1:%d, JVM %q)",
 			ports[0], ports[1], heap),
 		broker: brokerSettings(stateDir, heap),
+		cpu:    &serverCPU{stateDir: stateDir},
 		stop: func(ctx context.Context) error {
 			if out, err := runScript(ctx, sub); err != nil {
 				return fmt.Errorf("services.sh %s: %w\n%s", sub, err, lastLines(out, 20))

@@ -233,6 +233,7 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, t
 		return run, topicStats{}, topic, err
 	}
 	defer p.stop(time.Minute)
+	cpuBefore := b.svc.cpu.sample()
 	wmTopic := prefix + ".__watermarks"
 	if err := b.k.waitTopic(ctx, wmTopic, p.check); err != nil {
 		return run, topicStats{}, topic, err
@@ -245,6 +246,7 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, t
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	hydratedAt, err := wt.until(wctx, "hydration of "+e.String(), allHydrated(0, e), p.check)
 	cancel()
+	run.PostgresCPUSeconds, run.BrokerCPUSeconds, _ = b.svc.cpu.sample().since(cpuBefore)
 	if err != nil {
 		return run, topicStats{}, topic, err
 	}

@@ -210,6 +210,8 @@ func combineRuns(runs []catchUp) catchUp {
 	}
 	for _, r := range runs[1:] {
 		c.CPUSeconds += r.CPUSeconds
+		c.PostgresCPUSeconds += r.PostgresCPUSeconds
+		c.BrokerCPUSeconds += r.BrokerCPUSeconds
 		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
 	}
 	c.CDC = newThroughput(count, bytes, time.Duration(total*float64(time.Second)), "")
@@ -308,10 +310,12 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 		return res, topicStats{}, err
 	}
 	defer p.stop(time.Minute)
+	cpuBefore := b.svc.cpu.sample()
 	doneAt, err := l.wt.until(ctx, "watermarks >= "+target.String(), allHydrated(target, l.exports...), p.check)
 	if err != nil {
 		return res, topicStats{}, err
 	}
+	res.PostgresCPUSeconds, res.BrokerCPUSeconds, _ = b.svc.cpu.sample().since(cpuBefore)
 	replStart, ok := p.logTime("starting replication")
 	if !ok {
 		replStart, ok = p.logTime("pipeline running")

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on every Linux the
+// bench runs on.
+const clockTicks = 100
+
+// serverCPU reads the CPU time the bench's own PostgreSQL and Kafka processes have used, so
+// that a scenario can report what each of the three processes sharing the machine's cores
+// cost during a cdc run. It finds them by their command lines, which name the state folder.
+type serverCPU struct {
+	stateDir string
+}
+
+// cpuSample is the CPU seconds used so far by PostgreSQL (the postmaster, its live children
+// and the children it reaped) and by the Kafka broker.
+type cpuSample struct {
+	postgres, broker float64
+	ok               bool
+}
+
+// sample returns the current totals; ok is false when the servers are not the bench's own
+// (CDC_TEST_* services) or cannot be found.
+func (m *serverCPU) sample() cpuSample {
+	if m == nil || m.stateDir == "" {
+		return cpuSample{}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return cpuSample{}
+	}
+	type proc struct {
+		ppid               int
+		self, children     float64
+		postmaster, broker bool
+	}
+	procs := make(map[int]proc)
+	pgDir := filepath.Join(m.stateDir, "postgres")
+	kafkaDir := filepath.Join(m.stateDir, "kafka")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which is in parentheses and may hold spaces.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		num := func(k int) float64 { v, _ := strconv.ParseFloat(f[k], 64); return v / clockTicks }
+		// f[0] is field 3 (state): ppid is field 4, utime..cstime fields 14..17.
+		ppid, _ := strconv.Atoi(f[1])
+		p := proc{ppid: ppid, self: num(11) + num(12), children: num(13) + num(14)}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if bytes.Contains(cmd, []byte(pgDir)) && bytes.Contains(cmd, []byte("postgres")) {
+			p.postmaster = true
+		}
+		if bytes.Contains(cmd, []byte(kafkaDir)) && bytes.Contains(cmd, []byte("java")) {
+			p.broker = true
+		}
+		procs[pid] = p
+	}
+	var s cpuSample
+	var havePG, haveBroker bool
+	for pid, p := range procs {
+		switch {
+		case p.postmaster:
+			havePG = true
+			s.postgres += p.self + p.children
+			for _, c := range procs {
+				if c.ppid == pid {
+					s.postgres += c.self
+				}
+			}
+		case p.broker:
+			haveBroker = true
+			s.broker += p.self
+		}
+	}
+	s.ok = havePG && haveBroker
+	return s
+}
+
+// since returns the CPU seconds used between before and s.
+func (s cpuSample) since(before cpuSample) (postgres, broker float64, ok bool) {
+	if !s.ok || !before.ok {
+		return 0, 0, false
+	}
+	return s.postgres - before.postgres, s.broker - before.broker, true
+}
+
+// printCPUShare prints what each process cost per million records while cdc ran, and the
+// rate the machine's cores would allow if that CPU were all that limited it: the three
+// processes share the cores, while each limit is measured with one side alone.
+func printCPUShare(w io.Writer, label string, count int64, seconds, cdc, postgres, broker float64, cpus string) {
+	if count <= 0 || seconds <= 0 || (postgres == 0 && broker == 0) {
+		return
+	}
+	n, err := strconv.Atoi(cpus)
+	if err != nil || n < 1 {
+		return
+	}
+	per := 1e6 / float64(count)
+	sum := cdc + postgres + broker
+	fmt.Fprintf(w, "   %s CPU per 1,000,000 records: cdc %.2fs, PostgreSQL %.2fs, broker %.2fs = %.2fs; %.2f of %d cores busy on average; all %d cores busy would allow %s records/s\n",
+		label, cdc*per, postgres*per, broker*per, sum*per, sum/seconds, n, n, thousands(int64(float64(n)*float64(count)/sum)))
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestPrintCPUShare(t *testing.T) {
+	var b bytes.Buffer
+	// 1,000,000 records in 4 s; cdc 2 s, PostgreSQL 1 s, broker 2 s of CPU on 2 cores.
+	printCPUShare(&b, "cdc chunked", 1_000_000, 4, 2, 1, 2, "2")
+	got := b.String()
+	for _, want := range []string{"cdc 2.00s, PostgreSQL 1.00s, broker 2.00s = 5.00s", "1.25 of 2 cores busy", "would allow 400,000 records/s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("got %q, want it to contain %q", got, want)
+		}
+	}
+	b.Reset()
+	printCPUShare(&b, "cdc chunked", 1_000_000, 4, 2, 0, 0, "2")
+	if b.Len() != 0 {
+		t.Errorf("no server CPU known: printed %q", b.String())
+	}
+}
+
+func TestCPUSampleSince(t *testing.T) {
+	before := cpuSample{postgres: 10, broker: 20, ok: true}
+	pg, br, ok := cpuSample{postgres: 12.5, broker: 23, ok: true}.since(before)
+	if !ok || pg != 2.5 || br != 3 {
+		t.Errorf("since = %v, %v, %v; want 2.5, 3, true", pg, br, ok)
+	}
+	if _, _, ok := (cpuSample{}).since(before); ok {
+		t.Error("since of an unknown sample is ok")
+	}
+	var m *serverCPU
+	if m.sample().ok {
+		t.Error("no state folder: sample is ok")
+	}
+}
