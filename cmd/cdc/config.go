@@ -80,7 +80,7 @@ type Env struct {
 
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
-	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it, and unless GOGC is set it collects at GOGC=200; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
+	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 }
@@ -88,8 +88,7 @@ type Env struct {
 // Settings is the validated configuration: the pipeline's (without its Logger) and the logger's.
 type Settings struct {
 	Pipeline pipeline.Config
-	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone. When it is
-	// set and GOGC is not, the collector runs at GOGC=gcPercent.
+	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone.
 	MemoryLimit int64
 	LogLevel    slog.Level
 	LogFormat   string // "json" or "text"

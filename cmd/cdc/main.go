@@ -28,9 +28,6 @@ const (
 	exitConfig = 2
 )
 
-// gcPercent is the collector's GOGC under CDC_MEMORY_LIMIT, unless GOGC is set.
-const gcPercent = 200
-
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
@@ -91,12 +88,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 
 	if settings.MemoryLimit > 0 {
 		debug.SetMemoryLimit(settings.MemoryLimit)
-		if os.Getenv("GOGC") == "" {
-			// With the limit bounding the heap, collect at three times the live heap rather
-			// than twice: a snapshot keeps tens of MiB of rows in flight, and at GOGC=100 the
-			// collector scanned them every few dozen MiB allocated (about a tenth of cdc's CPU).
-			debug.SetGCPercent(gcPercent)
-		}
 	}
 	log.Info("starting tidemark", "version", version, "config", settings)
 	p := pipeline.New(cfg)
