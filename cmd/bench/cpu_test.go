@@ -37,3 +37,12 @@ func TestCPUSampleSince(t *testing.T) {
 		t.Error("no state folder: sample is ok")
 	}
 }
+
+func TestFormatRates(t *testing.T) {
+	if got := formatRates([]float64{200380.4, 412007, 388501.9}); got != "200,380 / 412,007 / 388,501" {
+		t.Errorf("formatRates = %q", got)
+	}
+	if got := formatRates([]float64{5}); got != "5" {
+		t.Errorf("formatRates of one = %q", got)
+	}
+}

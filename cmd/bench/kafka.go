@@ -410,3 +410,41 @@ func hasLeaders(t kadm.TopicDetail) bool {
 	}
 	return true
 }
+
+// writeLimitRounds is how many times the WRITE limit is measured; the best run is the limit.
+// One run swung between 200,000 and 524,000 records/s over a day of runs on the same machine
+// (the broker's JIT and G1 settle, the page cache fills), and a limit is what the broker can
+// take, so the best of several is the honest reference for cdc's ratio.
+const writeLimitRounds = 3
+
+// bestWriteLimit runs writeLimit writeLimitRounds times, each into topics of its own (dest's
+// names with a round suffix), and returns the fastest run and every run's records/s.
+func bestWriteLimit(ctx context.Context, k *kafkaClient, samples []sampleRecord, dest map[string]string, policy map[string]string, n int64, perTxn int) (writeResult, []float64, error) {
+	var best writeResult
+	var rates []float64
+	for round := range writeLimitRounds {
+		d := make(map[string]string, len(dest))
+		for src, dst := range dest {
+			d[src] = fmt.Sprintf("%s.%d", dst, round)
+		}
+		w, err := writeLimit(ctx, k, samples, d, policy, n, perTxn, true)
+		if err != nil {
+			return best, rates, err
+		}
+		rate := float64(w.Records) / w.Seconds
+		rates = append(rates, rate)
+		if best.Seconds == 0 || rate > float64(best.Records)/best.Seconds {
+			best = w
+		}
+	}
+	return best, rates, nil
+}
+
+// formatRates renders records/s figures for a note: "200,380 / 412,007 / 388,501".
+func formatRates(rates []float64) string {
+	s := make([]string, len(rates))
+	for i, r := range rates {
+		s[i] = thousands(int64(r))
+	}
+	return strings.Join(s, " / ")
+}

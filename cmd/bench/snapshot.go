@@ -128,14 +128,14 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 		return res, errors.Join(append(errs, err)...)
 	}
 	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
-	b.logf("snapshot: WRITE limit (%s records of the %s run, transactional, %d records/txn)", thousands(stats.Records), statsStrategy, perTxn)
-	w, err := writeLimit(ctx, b.k, stats.samples, map[string]string{statsTopic: s.prefix + ".write.snapshot"},
-		map[string]string{statsTopic: policy}, stats.Records, perTxn, true)
+	b.logf("snapshot: WRITE limit (%s records of the %s run, transactional, %d records/txn, best of %d)", thousands(stats.Records), statsStrategy, perTxn, writeLimitRounds)
+	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, map[string]string{statsTopic: s.prefix + ".write.snapshot"},
+		map[string]string{statsTopic: policy}, stats.Records, perTxn)
 	if err != nil {
 		return res, errors.Join(append(errs, fmt.Errorf("write limit: %w", err))...)
 	}
 	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
-		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
+		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled; best of %s records/s", w.Mode, w.Transactions, len(stats.samples), formatRates(rates)))
 	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
 	b.logf("snapshot: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
 	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, map[string]string{statsTopic: policy}, s.prefix+".ceil", stats.Records); err != nil {

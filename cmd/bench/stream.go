@@ -165,13 +165,13 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		}
 	}
 	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
-	b.logf("stream: WRITE limit (%s records, transactional, %d records/txn)", thousands(stats.Records), perTxn)
-	w, err := writeLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn, true)
+	b.logf("stream: WRITE limit (%s records, transactional, %d records/txn, best of %d)", thousands(stats.Records), perTxn, writeLimitRounds)
+	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn)
 	if err != nil {
 		return res, fmt.Errorf("write limit: %w", err)
 	}
 	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
-		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled", w.Mode, w.Transactions, len(stats.samples)))
+		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled; best of %s records/s", w.Mode, w.Transactions, len(stats.samples), formatRates(rates)))
 	b.logf("stream: WRITE %.0f records/s", res.Write.PerSecond)
 	b.logf("stream: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
 	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, policy, s.prefix+".ceil", stats.Records); err != nil {
