@@ -472,7 +472,7 @@ func findPGTool(name string) (string, error) {
 // transactions (strace -c), and on this VM a system call costs over a microsecond. Catching up
 // 400,000 changes took it 0.2 s of user and 2.0 s of system CPU, on the two cores the walsender
 // also needs. Writing to /dev/null rather than through a pipe to a byte counter changed nothing
-// measurable (80,285 to 95,005 changes/s against 91,525 to 140,309 over the day's runs); the
+// measurable (72,755 to 95,274 changes/s against 91,525 to 140,309 over the day's runs); the
 // bytes are the Go reader's count, since they are the same messages.
 func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LSN) (time.Duration, error) {
 	bin, err := findPGTool("pg_recvlogical")
