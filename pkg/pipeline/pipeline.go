@@ -124,9 +124,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
 		// Fatal errors end Run; so does a failure in the first seconds of the first attempt
-		// (an unreachable server at start-up is a configuration problem to show at once), and
-		// a slot lost while running (changes may be gone: never continue silently).
-		firstStart := attempt == 1 && time.Since(started) < 5*time.Second && !fencedAlone
+		// before its stages ran (an unreachable server at start-up is a configuration problem
+		// to show at once), and a slot lost while running (changes may be gone: never continue
+		// silently). A pipeline that was running and lost Kafka a second later (a broker killed
+		// while the producer connected) restarts like any other.
+		firstStart := attempt == 1 && !reg.ran.Load() && time.Since(started) < 5*time.Second && !fencedAlone
 		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) || firstStart {
 			return err
 		}
@@ -397,6 +399,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	g.Go(func() error { return chunker.Run(gctx) })
 	life.lc.Store(lc)
 	defer life.lc.Store(nil)
+	life.ran.Store(true)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
 		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
 	err = g.Wait()
@@ -497,6 +500,9 @@ type lifeRegistry struct {
 	lc atomic.Pointer[lifecycle]
 	// toast warns once per process about tables whose updates may omit unchanged values.
 	toast toastWarnings
+	// ran is set once a life has started its stages: from then on a failure is not a start-up
+	// problem, however soon it comes.
+	ran atomic.Bool
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {
