@@ -49,7 +49,7 @@ func (t *topicPartitioner) Partition(r *kgo.Record, n int) int {
 		return int(r.Partition)
 	}
 	if n == 1 {
-		return 0 // no key to hash: the snapshot's millions of records skip murmur2
+		return 0 // one partition: no choice to make, so no key hash (murmur2 was 6% of a snapshot's CPU)
 	}
 	return t.inner.Partition(r, n)
 }
