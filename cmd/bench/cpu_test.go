@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -44,5 +45,14 @@ func TestFormatRates(t *testing.T) {
 	}
 	if got := formatRates([]float64{5}); got != "5" {
 		t.Errorf("formatRates of one = %q", got)
+	}
+}
+
+func TestVmHWM(t *testing.T) {
+	if kib := vmHWM(os.Getpid()); kib <= 0 {
+		t.Errorf("vmHWM of this process = %d KiB, want > 0", kib)
+	}
+	if kib := vmHWM(-1); kib != 0 {
+		t.Errorf("vmHWM of no process = %d, want 0", kib)
 	}
 }
