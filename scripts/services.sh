@@ -148,109 +148,84 @@ install_java() {
 	fi
 }
 
-install_kafka() {
-	if [ -f "$KAFKA_LIB/.complete" ]; then
+# cached_install DIR LOCK WHAT FETCH runs `FETCH TMP` once per DIR, to fill the temporary folder
+# TMP that then becomes DIR. Concurrent installs (parallel test binaries on a fresh machine) wait
+# for one another on the lock $CACHE/LOCK.lock, and DIR exists only complete (with .complete).
+cached_install() {
+	local dir="$1" lock="$2" what="$3" fetch="$4"
+	if [ -f "$dir/.complete" ]; then
 		return 0
 	fi
-	# Concurrent installs (parallel test binaries on a fresh machine) wait for one another.
 	mkdir -p "$CACHE"
-	exec 9>"$CACHE/kafka-$KAFKA_VERSION.lock"
+	exec 9>"$CACHE/$lock.lock"
 	flock 9
-	if [ -f "$KAFKA_LIB/.complete" ]; then
+	if [ -f "$dir/.complete" ]; then
 		exec 9>&-
 		return 0
 	fi
-	log "fetching Kafka $KAFKA_VERSION jars from Maven Central into $KAFKA_LIB"
-	local tmp="$KAFKA_LIB.tmp.$$"
+	log "fetching $what from Maven Central into $dir"
+	local tmp="$dir.tmp.$$"
 	rm -rf "$tmp"
 	mkdir -p "$tmp"
-	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/kafka/pom.xml" \
-		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
-		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
-		>"$tmp.log" 2>&1; then
-		cat "$tmp.log" >&2
-		rm -rf "$tmp" "$tmp.log"
-		rmdir "$(dirname "$KAFKA_LIB")" 2>/dev/null || true
-		die "mvn could not fetch kafka_2.13:$KAFKA_VERSION (set TIDEMARK_KAFKA_VERSION to another 4.x)"
-	fi
-	ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || die "no kafka_2.13 jar in $tmp"
-	rm -f "$tmp.log"
+	"$fetch" "$tmp"
 	touch "$tmp/.complete"
-	rm -rf "$KAFKA_LIB"
-	mv "$tmp" "$KAFKA_LIB"
-	log "Kafka jars: $(find "$KAFKA_LIB" -name '*.jar' | wc -l) files"
+	rm -rf "$dir"
+	mv "$tmp" "$dir"
+	log "$what: $(find "$dir" -name '*.jar' | wc -l) jars"
 	exec 9>&-
 }
 
-# install_connect collects connect-runtime, connect-json and connect-file with their runtime
-# dependencies, the same way as install_kafka.
-install_connect() {
-	if [ -f "$CONNECT_LIB/.complete" ]; then
-		return 0
-	fi
-	mkdir -p "$CACHE"
-	exec 8>"$CACHE/connect-$KAFKA_VERSION.lock"
-	flock 8
-	if [ -f "$CONNECT_LIB/.complete" ]; then
-		exec 8>&-
-		return 0
-	fi
-	log "fetching Kafka Connect $KAFKA_VERSION jars from Maven Central into $CONNECT_LIB"
-	local tmp="$CONNECT_LIB.tmp.$$"
-	rm -rf "$tmp"
-	mkdir -p "$tmp"
-	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/connect/pom.xml" \
-		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
-		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
-		>"$tmp.log" 2>&1; then
+# mvn_copy TMP OUT WHAT POM ARGS... copies the dependencies of scripts/POM/pom.xml into OUT (in
+# the temporary folder TMP). On failure it shows mvn's log, removes TMP and stops.
+mvn_copy() {
+	local tmp="$1" out="$2" what="$3" pom="$4"
+	shift 4
+	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/$pom/pom.xml" "$@" \
+		dependency:copy-dependencies -DoutputDirectory="$out" >"$tmp.log" 2>&1; then
 		cat "$tmp.log" >&2
 		rm -rf "$tmp" "$tmp.log"
-		die "mvn could not fetch connect-runtime:$KAFKA_VERSION"
+		rmdir "$(dirname "$tmp")" 2>/dev/null || true
+		die "mvn could not fetch $what"
 	fi
-	ls "$tmp"/connect-runtime-*.jar >/dev/null 2>&1 || die "no connect-runtime jar in $tmp"
 	rm -f "$tmp.log"
-	touch "$tmp/.complete"
-	rm -rf "$CONNECT_LIB"
-	mv "$tmp" "$CONNECT_LIB"
-	log "Kafka Connect jars: $(find "$CONNECT_LIB" -name '*.jar' | wc -l) files"
-	exec 8>&-
 }
 
-# install_debezium unpacks Debezium's PostgreSQL connector plugin archive into $DEBEZIUM_PLUGINS,
-# the same way as install_kafka (a lock, a temporary folder, .complete when done).
+fetch_kafka() {
+	mvn_copy "$1" "$1" "kafka_2.13:$KAFKA_VERSION (set TIDEMARK_KAFKA_VERSION to another 4.x)" kafka \
+		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" -DincludeScope=runtime
+	ls "$1"/kafka_2.13-*.jar >/dev/null 2>&1 || die "no kafka_2.13 jar in $1"
+}
+
+install_kafka() {
+	cached_install "$KAFKA_LIB" "kafka-$KAFKA_VERSION" "Kafka $KAFKA_VERSION jars" fetch_kafka
+}
+
+# install_connect collects connect-runtime, connect-json and connect-file with their runtime
+# dependencies.
+fetch_connect() {
+	mvn_copy "$1" "$1" "connect-runtime:$KAFKA_VERSION" connect \
+		-Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" -DincludeScope=runtime
+	ls "$1"/connect-runtime-*.jar >/dev/null 2>&1 || die "no connect-runtime jar in $1"
+}
+
+install_connect() {
+	cached_install "$CONNECT_LIB" "connect-$KAFKA_VERSION" "Kafka Connect $KAFKA_VERSION jars" fetch_connect
+}
+
+# install_debezium unpacks Debezium's PostgreSQL connector plugin archive into $DEBEZIUM_PLUGINS.
+fetch_debezium() {
+	mkdir -p "$1/archive"
+	mvn_copy "$1" "$1/archive" "io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin" debezium \
+		-Ddebezium.version="$DEBEZIUM_VERSION" -DexcludeTransitive=true
+	tar -xzf "$1/archive/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$1" ||
+		die "could not unpack the Debezium plugin archive in $1/archive"
+	rm -rf "$1/archive"
+	ls "$1"/debezium-connector-postgres/debezium-connector-postgres-*.jar >/dev/null 2>&1 ||
+		die "no debezium-connector-postgres jar in $1/debezium-connector-postgres"
+}
+
 install_debezium() {
-	if [ -f "$DEBEZIUM_PLUGINS/.complete" ]; then
-		return 0
-	fi
-	mkdir -p "$CACHE"
-	exec 7>"$CACHE/debezium-$DEBEZIUM_VERSION.lock"
-	flock 7
-	if [ -f "$DEBEZIUM_PLUGINS/.complete" ]; then
-		exec 7>&-
-		return 0
-	fi
-	log "fetching Debezium $DEBEZIUM_VERSION PostgreSQL connector from Maven Central into $DEBEZIUM_PLUGINS"
-	local tmp="$DEBEZIUM_PLUGINS.tmp.$$"
-	rm -rf "$tmp"
-	mkdir -p "$tmp/archive"
-	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/debezium/pom.xml" \
-		-Ddebezium.version="$DEBEZIUM_VERSION" \
-		dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory="$tmp/archive" \
-		>"$tmp.log" 2>&1; then
-		cat "$tmp.log" >&2
-		rm -rf "$tmp" "$tmp.log"
-		die "mvn could not fetch io.debezium:debezium-connector-postgres:$DEBEZIUM_VERSION:tar.gz:plugin"
-	fi
-	tar -xzf "$tmp/archive/debezium-connector-postgres-$DEBEZIUM_VERSION-plugin.tar.gz" -C "$tmp" ||
-		die "could not unpack the Debezium plugin archive in $tmp/archive"
-	rm -rf "$tmp/archive" "$tmp.log"
-	ls "$tmp"/debezium-connector-postgres/debezium-connector-postgres-*.jar >/dev/null 2>&1 ||
-		die "no debezium-connector-postgres jar in $tmp/debezium-connector-postgres"
-	touch "$tmp/.complete"
-	rm -rf "$DEBEZIUM_PLUGINS"
-	mv "$tmp" "$DEBEZIUM_PLUGINS"
-	log "Debezium plugin: $(find "$DEBEZIUM_PLUGINS" -name '*.jar' | wc -l) jars"
-	exec 7>&-
+	cached_install "$DEBEZIUM_PLUGINS" "debezium-$DEBEZIUM_VERSION" "Debezium $DEBEZIUM_VERSION PostgreSQL connector" fetch_debezium
 }
 
 cmd_install() {
