@@ -59,13 +59,22 @@ func EncodeCheckpoint(position change.LSN, partial *change.Partial, now time.Tim
 	return b, nil
 }
 
-// DecodeCheckpoint parses b if it is a checkpoint value; ok is false for any other value (a
-// watermark record), which Decode reads instead.
-func DecodeCheckpoint(b []byte) (cp Checkpoint, ok bool, err error) {
+// valueKind returns the "kind" of a value of the watermark topic: checkpointKind, quietKind, or
+// "" for an export's own record and for anything that is not a JSON object.
+func valueKind(b []byte) string {
 	var probe struct {
 		Kind string `json:"kind"`
 	}
-	if err := json.Unmarshal(b, &probe); err != nil || probe.Kind != checkpointKind {
+	if json.Unmarshal(b, &probe) != nil {
+		return ""
+	}
+	return probe.Kind
+}
+
+// DecodeCheckpoint parses b if it is a checkpoint value; ok is false for any other value (a
+// watermark record), which Decode reads instead.
+func DecodeCheckpoint(b []byte) (cp Checkpoint, ok bool, err error) {
+	if valueKind(b) != checkpointKind {
 		return Checkpoint{}, false, nil
 	}
 	if err := json.Unmarshal(b, &cp); err != nil {

@@ -60,10 +60,7 @@ func EncodeQuiet(q Quiet) ([]byte, error) {
 
 // DecodeQuiet parses b if it is a quiet record; ok is false for any other value.
 func DecodeQuiet(b []byte) (q Quiet, ok bool, err error) {
-	var probe struct {
-		Kind string `json:"kind"`
-	}
-	if json.Unmarshal(b, &probe) != nil || probe.Kind != quietKind {
+	if valueKind(b) != quietKind {
 		return Quiet{}, false, nil
 	}
 	if err := json.Unmarshal(b, &q); err != nil {
