@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -98,18 +97,15 @@ func (b *bench) compression(ctx context.Context) ([]compressionResult, error) {
 			return res, err
 		}
 	}
-	txns := b.o.compressionTxns
-	perClient := max(1, (txns+b.o.clients-1)/b.o.clients)
-	b.logf("compression: backlog of %s tpcb-like transactions", thousands(int64(perClient*b.o.clients)))
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
-		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient)); err != nil {
+	txns, err := s.pgbenchBacklog(ctx, pgbench, b.o.compressionTxns)
+	if err != nil {
 		return res, err
 	}
 	target, err := currentLSN(ctx, conn)
 	if err != nil {
 		return res, err
 	}
-	changes := int64(perClient*b.o.clients) * 4 // tpcb-like: 3 updates and 1 insert
+	changes := txns * 4 // tpcb-like: 3 updates and 1 insert
 	for i, l := range lanes {
 		run, _, err := l.catchUp(ctx, target, changes)
 		if err != nil {

@@ -190,15 +190,7 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	}
 
 	// The backlog, written while every tool is stopped.
-	perClient := max(1, (b.o.debeziumTxns+b.o.clients-1)/b.o.clients)
-	b.logf("debezium: backlog of %s tpcb-like transactions (%d clients x %d) while both tools are stopped",
-		thousands(int64(perClient*b.o.clients)), b.o.clients, perClient)
-	out, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
-		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient))
-	if err != nil {
-		return res, err
-	}
-	if res.BacklogTxns, err = pgbenchProcessed(out); err != nil {
+	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.debeziumTxns); err != nil {
 		return res, err
 	}
 	// tpcb-like: three updates and one insert per transaction.
@@ -243,10 +235,7 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 		return toolRun{}, err
 	}
 	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, l.watermarkTopic(), p.check); err != nil {
-		return toolRun{}, err
-	}
-	if l.wt, err = startWatcher(b.svc.brokers, l.watermarkTopic()); err != nil {
+	if l.wt, err = b.watchCDC(ctx, p, l.watermarkTopic()); err != nil {
 		return toolRun{}, err
 	}
 	doneAt, err := l.wt.until(ctx, "hydration", allHydrated(0, l.exports...), p.check)

@@ -57,10 +57,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 		return nil, err
 	}
 	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
-		return nil, err
-	}
-	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	wt, err := b.watchCDC(ctx, p, s.watermarkTopic())
 	if err != nil {
 		return nil, err
 	}

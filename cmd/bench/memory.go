@@ -53,11 +53,7 @@ func (b *bench) memory(ctx context.Context) (*memoryResult, error) {
 	if err := ln.hydrate(ctx, conn); err != nil {
 		return res, err
 	}
-	perClient := max(1, (b.o.memoryTxns+b.o.clients-1)/b.o.clients)
-	res.BacklogTxns = int64(perClient * b.o.clients)
-	b.logf("memory: backlog of %s tpcb-like transactions while cdc is stopped", thousands(res.BacklogTxns))
-	if _, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
-		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient)); err != nil {
+	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.memoryTxns); err != nil {
 		return res, err
 	}
 	target, err := currentLSN(ctx, conn)

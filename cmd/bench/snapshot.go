@@ -235,10 +235,7 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, t
 	defer p.stop(time.Minute)
 	cpuBefore := b.svc.cpu.sample()
 	wmTopic := prefix + ".__watermarks"
-	if err := b.k.waitTopic(ctx, wmTopic, p.check); err != nil {
-		return run, topicStats{}, topic, err
-	}
-	wt, err := startWatcher(b.svc.brokers, wmTopic)
+	wt, err := b.watchCDC(ctx, p, wmTopic)
 	if err != nil {
 		return run, topicStats{}, topic, err
 	}

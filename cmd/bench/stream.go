@@ -79,20 +79,11 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	}
 
 	// The backlog, written while cdc is stopped.
-	perClient := max(1, (b.o.txns+b.o.clients-1)/b.o.clients)
-	b.logf("stream: backlog of %s tpcb-like transactions (%d clients x %d) while cdc is stopped",
-		thousands(int64(perClient*b.o.clients)), b.o.clients, perClient)
 	backlogStart := time.Now()
-	out, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
-		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient))
-	if err != nil {
+	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.txns); err != nil {
 		return res, err
 	}
 	res.BacklogSeconds = time.Since(backlogStart).Seconds()
-	res.BacklogTxns, err = pgbenchProcessed(out)
-	if err != nil {
-		return res, err
-	}
 	endLSN, err := currentLSN(ctx, conn)
 	if err != nil {
 		return res, err
@@ -270,10 +261,7 @@ func (l *lane) hydrate(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, l.watermarkTopic(), p.check); err != nil {
-		return err
-	}
-	if l.wt, err = startWatcher(b.svc.brokers, l.watermarkTopic()); err != nil {
+	if l.wt, err = b.watchCDC(ctx, p, l.watermarkTopic()); err != nil {
 		return err
 	}
 	if _, err := l.wt.until(ctx, "hydration", allHydrated(0, l.exports...), p.check); err != nil {
@@ -489,6 +477,21 @@ func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LS
 		return 0, fmt.Errorf("%s: %w: %s", bin, err, lastLines(stderr.String(), 5))
 	}
 	return time.Since(began), nil
+}
+
+// pgbenchBacklog writes about txns tpcb-like transactions (3 updates and 1 insert each) with
+// -clients clients while cdc is stopped, and returns how many pgbench committed.
+func (s *scenario) pgbenchBacklog(ctx context.Context, pgbench string, txns int) (int64, error) {
+	b := s.b
+	perClient := max(1, (txns+b.o.clients-1)/b.o.clients)
+	b.logf("%s: backlog of %s tpcb-like transactions (%d clients x %d)",
+		s.name, thousands(int64(perClient*b.o.clients)), b.o.clients, perClient)
+	out, err := runPgbench(ctx, pgbench, s.db.url, "-n", "-b", "tpcb-like", "-M", "prepared",
+		"-c", strconv.Itoa(b.o.clients), "-j", strconv.Itoa(min(b.o.clients, 2)), "-t", strconv.Itoa(perClient))
+	if err != nil {
+		return 0, err
+	}
+	return pgbenchProcessed(out)
 }
 
 // runPgbench runs pgbench against dbURL (given as its conninfo argument) and returns its output.

@@ -80,10 +80,7 @@ func (b *bench) tables(ctx context.Context) (*tablesResult, error) {
 		return res, err
 	}
 	defer p.stop(time.Minute)
-	if err := b.k.waitTopic(ctx, s.watermarkTopic(), p.check); err != nil {
-		return res, err
-	}
-	wt, err := startWatcher(b.svc.brokers, s.watermarkTopic())
+	wt, err := b.watchCDC(ctx, p, s.watermarkTopic())
 	if err != nil {
 		return res, err
 	}

@@ -75,6 +75,14 @@ func (wt *watcher) loop(ctx context.Context) {
 	}
 }
 
+// watchCDC waits until cdc (p) has created its watermark topic, then follows it.
+func (b *bench) watchCDC(ctx context.Context, p *cdcProc, topic string) (*watcher, error) {
+	if err := b.k.waitTopic(ctx, topic, p.check); err != nil {
+		return nil, err
+	}
+	return startWatcher(b.svc.brokers, topic)
+}
+
 // close stops the watcher.
 func (wt *watcher) close() {
 	wt.cancel()

@@ -40,7 +40,11 @@ func reportRows(b *testing.B, rows int) {
 
 // BenchmarkRead encodes one snapshot row per iteration from already split fields.
 func BenchmarkRead(b *testing.B) {
-	e := benchEncoder(b)
+	benchmarkRead(b, benchEncoder(b))
+}
+
+// benchmarkRead encodes benchLine with e once per iteration and returns the last records.
+func benchmarkRead(b *testing.B, e *Encoder) []change.Record {
 	row, err := SplitCopyText([]byte(benchLine), nil)
 	if err != nil {
 		b.Fatal(err)
@@ -58,6 +62,7 @@ func BenchmarkRead(b *testing.B) {
 		n++
 	}
 	reportRows(b, n)
+	return recs
 }
 
 // BenchmarkCopyLineToRecord is the whole per-row snapshot path: split a COPY line, encode it.
@@ -133,22 +138,6 @@ func BenchmarkReadWithSchema(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	row, err := SplitCopyText([]byte(benchLine), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := Source{LSN: 0x1_0000_0000, Time: time.Now(), Snapshot: true, Attempt: 1}
-	recs := make([]change.Record, 0, 1)
-	b.SetBytes(int64(len(benchLine)))
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		src.Seq++
-		if recs, err = e.Read(recs[:0], src, row); err != nil {
-			b.Fatal(err)
-		}
-		n++
-	}
-	reportRows(b, n)
+	recs := benchmarkRead(b, e)
 	b.ReportMetric(float64(len(recs[0].Value)), "value-bytes")
 }
