@@ -91,7 +91,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	// seconds), and in any order that penalty would fall on one strategy. A strategy whose run
 	// fails runs no more; the other goes on.
 	b.logf("snapshot: warm-up run (not measured)")
-	if _, _, _, err := s.copyTable(ctx, e, strategyChunked, "warmup", nil); err != nil {
+	if _, _, _, err := s.copyTable(ctx, e, b.o.rows, strategyChunked, "warmup", nil); err != nil {
 		b.logf("snapshot: warm-up run: %v (the measured runs follow)", err)
 	}
 	runs := make(map[string][]snapshotRun)
@@ -105,7 +105,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 		if failed[strategy] != nil {
 			continue
 		}
-		run, st, topic, err := s.copyTable(ctx, e, strategy, fmt.Sprintf("%s%d", strategy, i/2), nil)
+		run, st, topic, err := s.copyTable(ctx, e, b.o.rows, strategy, fmt.Sprintf("%s%d", strategy, i/2), nil)
 		if err != nil {
 			b.logf("snapshot: cdc %s: %v", strategy, err)
 			failed[strategy] = fmt.Errorf("cdc %s: %w", strategy, err)
@@ -208,11 +208,11 @@ func (r *snapshotResult) setRatios() {
 	}
 }
 
-// copyTable runs cdc with CDC_SNAPSHOT_STRATEGY=strategy on the scenario's table, with a slot
+// copyTable runs cdc with CDC_SNAPSHOT_STRATEGY=strategy on the scenario's table of rows rows, with a slot
 // and a topic prefix of its own named after tag (under the scenario's, so that cleanup removes
 // them), until the table is hydrated; then it stops cdc and reads back what it wrote. It
 // returns the run, what the topic holds, and the topic.
-func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, tag string, extra map[string]string) (snapshotRun, topicStats, string, error) {
+func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64, strategy, tag string, extra map[string]string) (snapshotRun, topicStats, string, error) {
 	b := s.b
 	run := snapshotRun{Strategy: strategy}
 	slot, prefix := s.slot+"_"+tag, s.prefix+"."+tag
@@ -265,8 +265,8 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, strategy, t
 	if err != nil {
 		return run, stats, topic, err
 	}
-	if stats.Records != b.o.rows {
-		b.logf("snapshot: WARNING: topic %s holds %d records, the table %d rows", topic, stats.Records, b.o.rows)
+	if stats.Records != rows {
+		b.logf("snapshot: WARNING: topic %s holds %d records, the table %d rows", topic, stats.Records, rows)
 	}
 	run.CDC = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(copyStart), "")
 	run.CDCFromStart = newThroughput(stats.Records, stats.bytes(), hydratedAt.Sub(p.started), "")
