@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
@@ -89,6 +91,11 @@ type debeziumResult struct {
 	// Ratios are Tidemark's rate over each Debezium profile's, by profile.
 	SnapshotRatio map[string]float64 `json:"snapshot_ratio_tidemark_over_debezium"`
 	CatchUpRatio  map[string]float64 `json:"catch_up_ratio_tidemark_over_debezium"`
+	// The backlog read from slots of their own, with nothing published: no client of the slot
+	// catches up faster than the server sends (changes/s).
+	ReadGo          float64 `json:"catch_up_read_limit_go"`
+	ReadRecvlogical float64 `json:"catch_up_read_limit_pg_recvlogical"`
+	Cores           int     `json:"cores"`
 }
 
 // debeziumTool is one tool (or Debezium profile) measured in both phases.
@@ -108,6 +115,9 @@ type toolRun struct {
 	PerSecond  float64 `json:"per_second"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// The servers' CPU while the tool ran (the bench's own servers only).
+	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
+	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
 }
 
 func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
@@ -133,7 +143,7 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		return nil, err
 	}
 	defer s.cleanup()
-	res := &debeziumResult{Scale: b.o.debeziumScale, Debezium: debeziumVersion,
+	res := &debeziumResult{Scale: b.o.debeziumScale, Debezium: debeziumVersion, Cores: runtime.NumCPU(),
 		ConnectJVM: strings.Join(connectJVM, " "),
 		Converter:  "org.apache.kafka.connect.json.JsonConverter, schemas.enable=false (keys and values)"}
 
@@ -189,6 +199,20 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		b.logf("debezium: Debezium (%s producer) snapshot %.0f rows/s from process start", w.profile, dzRes[i].Snapshot.PerSecond)
 	}
 
+	// The READ limits' slots, before the backlog.
+	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
+	var slotLSN string
+	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
+		return res, fmt.Errorf("create slot %s: %w", readSlot, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
+		return res, fmt.Errorf("create slot %s: %w", recvSlot, err)
+	}
+	readStart, err := change.ParseLSN(slotLSN)
+	if err != nil {
+		return res, err
+	}
+
 	// The backlog, written while every tool is stopped.
 	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.debeziumTxns); err != nil {
 		return res, err
@@ -204,13 +228,37 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		return res, err
 	}
 
+	// The READ limits: the backlog read by the Go reader and by pg_recvlogical, nothing else
+	// running. 10x Debezium's catch-up is out of reach wherever it is above both.
+	rd, err := readStream(wctx, s.db.url, readSlot, s.pub, readStart, res.BacklogTxns)
+	if err != nil {
+		return res, fmt.Errorf("read limit: %w", err)
+	}
+	if rd.elapsed > 0 {
+		res.ReadGo = float64(rd.changes) / rd.elapsed.Seconds()
+	}
+	elapsed, err := readRecvlogical(wctx, s.db.url, recvSlot, s.pub, rd.lastEnd)
+	if err != nil {
+		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
+	}
+	if elapsed > 0 {
+		res.ReadRecvlogical = float64(rd.changes) / elapsed.Seconds()
+	}
+	for _, slot := range []string{readSlot, recvSlot} {
+		if err := dropSlot(ctx, conn, slot); err != nil {
+			return res, err
+		}
+	}
+	b.logf("debezium: READ limit %.0f changes/s (Go reader), %.0f (pg_recvlogical)", res.ReadGo, res.ReadRecvlogical)
+
 	// Catch-ups, each tool alone.
 	cu, _, err := tm.catchUp(wctx, target, res.Changes)
 	if err != nil {
 		return res, fmt.Errorf("tidemark catch-up: %w", err)
 	}
 	tmRes.CatchUp = toolRun{Count: res.Changes, Records: cu.CDCRecords, Seconds: cu.CDC.Seconds,
-		PerSecond: cu.CDC.PerSecond, CPUSeconds: cu.CPUSeconds, PeakRSSMiB: cu.PeakRSSMiB}
+		PerSecond: cu.CDC.PerSecond, CPUSeconds: cu.CPUSeconds, PeakRSSMiB: cu.PeakRSSMiB,
+		PostgresCPUSeconds: cu.PostgresCPUSeconds, BrokerCPUSeconds: cu.BrokerCPUSeconds}
 	for i, w := range workers {
 		if dzRes[i].CatchUp, err = w.run(wctx, "catch-up", res.Changes); err != nil {
 			return res, fmt.Errorf("debezium %s catch-up: %w", w.profile, err)
@@ -235,6 +283,7 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 		return toolRun{}, err
 	}
 	defer p.stop(time.Minute)
+	cpuBefore := b.svc.cpu.sample()
 	if l.wt, err = b.watchCDC(ctx, p, l.watermarkTopic()); err != nil {
 		return toolRun{}, err
 	}
@@ -242,6 +291,7 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 	if err != nil {
 		return toolRun{}, err
 	}
+	pgCPU, brokerCPU, _ := b.svc.cpu.sample().since(cpuBefore)
 	now, err := currentLSN(ctx, conn)
 	if err != nil {
 		return toolRun{}, err
@@ -262,7 +312,9 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 	if l.start, err = b.k.endOffsets(ctx, l.topics...); err != nil {
 		return toolRun{}, err
 	}
-	return newToolRun(rows, stats.Records, doneAt.Sub(p.started), p), nil
+	run := newToolRun(rows, stats.Records, doneAt.Sub(p.started), p)
+	run.PostgresCPUSeconds, run.BrokerCPUSeconds = pgCPU, brokerCPU
+	return run, nil
 }
 
 // connectWorker is one Kafka Connect standalone worker running Debezium's PostgreSQL connector
@@ -573,4 +625,39 @@ func (r *debeziumResult) print(w io.Writer) {
 		fmt.Fprintf(w, "Tidemark / Debezium (%s producer): snapshot %.1fx, catch-up %.1fx\n", p, r.SnapshotRatio[p], r.CatchUpRatio[p])
 	}
 	fmt.Fprintf(w, "Debezium: Kafka Connect 4.1.1 standalone, JVM %s; %s\n", r.ConnectJVM, r.Converter)
+	r.printReach(w)
+}
+
+// printReach says whether 10x Debezium's best run is within this machine's reach at all: the
+// catch-up against the slot's read limits, the snapshot against the CPU the two servers alone
+// spent per row in Tidemark's copy.
+func (r *debeziumResult) printReach(w io.Writer) {
+	if len(r.Tools) < 2 {
+		return
+	}
+	tm := r.Tools[0]
+	var bestSnap, bestCU float64
+	for _, t := range r.Tools[1:] {
+		bestSnap, bestCU = max(bestSnap, t.Snapshot.PerSecond), max(bestCU, t.CatchUp.PerSecond)
+	}
+	if read := max(r.ReadGo, r.ReadRecvlogical); read > 0 && bestCU > 0 {
+		verdict := "within the read limit"
+		if 10*bestCU > read {
+			verdict = "above the read limit: no client of the slot catches up that fast on this machine"
+		}
+		fmt.Fprintf(w, "Catch-up reach: READ limit %s changes/s (Go reader) and %s (pg_recvlogical), Tidemark at %.2f of the faster; 10x Debezium's best is %s changes/s, %s\n",
+			thousands(int64(r.ReadGo)), thousands(int64(r.ReadRecvlogical)), tm.CatchUp.PerSecond/read, thousands(int64(10*bestCU)), verdict)
+	}
+	servers := tm.Snapshot.PostgresCPUSeconds + tm.Snapshot.BrokerCPUSeconds
+	if servers > 0 && tm.Snapshot.Count > 0 && bestSnap > 0 && r.Cores > 0 {
+		per := 1e6 / float64(tm.Snapshot.Count)
+		need := servers / float64(tm.Snapshot.Count) * 10 * bestSnap
+		verdict := "within the machine's cores"
+		if need > float64(r.Cores) {
+			verdict = "more cores than the machine has, before cdc spends any"
+		}
+		fmt.Fprintf(w, "Snapshot reach: in Tidemark's copy PostgreSQL used %.2f s and the broker %.2f s of CPU per 1,000,000 rows (cdc %.2f s); at that cost 10x Debezium's best (%s rows/s) needs %.2f cores for the two servers alone, of %d: %s\n",
+			tm.Snapshot.PostgresCPUSeconds*per, tm.Snapshot.BrokerCPUSeconds*per, tm.Snapshot.CPUSeconds*per,
+			thousands(int64(10*bestSnap)), need, r.Cores, verdict)
+	}
 }

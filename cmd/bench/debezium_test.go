@@ -79,3 +79,35 @@ func TestWriteProperties(t *testing.T) {
 		t.Errorf("mode %v (%v), want 0600: the file may hold a password", st.Mode().Perm(), err)
 	}
 }
+
+// The reach lines compare 10x Debezium's best profile with the read limit and with the
+// servers' CPU per row, and say which side of each it falls.
+func TestDebeziumReach(t *testing.T) {
+	r := &debeziumResult{Cores: 2, ReadGo: 200_000, ReadRecvlogical: 100_000,
+		Tools: []debeziumTool{
+			{Name: "Tidemark", Snapshot: toolRun{Count: 1_000_000, PerSecond: 150_000, CPUSeconds: 3, PostgresCPUSeconds: 1, BrokerCPUSeconds: 4},
+				CatchUp: toolRun{PerSecond: 150_000}},
+			{Name: "Debezium, default", Snapshot: toolRun{PerSecond: 20_000}, CatchUp: toolRun{PerSecond: 12_000}},
+			{Name: "Debezium, matched", Snapshot: toolRun{PerSecond: 38_000}, CatchUp: toolRun{PerSecond: 21_000}},
+		}}
+	var b bytes.Buffer
+	r.printReach(&b)
+	for _, want := range []string{
+		"Tidemark at 0.75 of the faster; 10x Debezium's best is 210,000 changes/s, above the read limit",
+		"PostgreSQL used 1.00 s and the broker 4.00 s of CPU per 1,000,000 rows (cdc 3.00 s)",
+		"10x Debezium's best (380,000 rows/s) needs 1.90 cores for the two servers alone, of 2: within the machine's cores",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("reach lacks %q:\n%s", want, b.String())
+		}
+	}
+	r.ReadGo = 250_000
+	r.Tools[0].Snapshot.BrokerCPUSeconds = 5
+	b.Reset()
+	r.printReach(&b)
+	for _, want := range []string{"210,000 changes/s, within the read limit", "needs 2.28 cores for the two servers alone, of 2: more cores than the machine has"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("reach lacks %q:\n%s", want, b.String())
+		}
+	}
+}
