@@ -122,3 +122,50 @@ func printCPUShare(w io.Writer, label string, count int64, seconds, cdc, postgre
 	fmt.Fprintf(w, "   %s CPU per 1,000,000 records: cdc %.2fs, PostgreSQL %.2fs, broker %.2fs = %.2fs; %.2f of %d cores busy on average; all %d cores busy would allow %s records/s\n",
 		label, cdc*per, postgres*per, broker*per, sum*per, sum/seconds, n, n, thousands(int64(float64(n)*float64(count)/sum)))
 }
+
+// hostCPU is the machine's CPU time from the first line of /proc/stat, in ticks.
+type hostCPU struct {
+	steal, total uint64
+	ok           bool
+}
+
+// readHostCPU reads /proc/stat; ok is false where it cannot.
+func readHostCPU() hostCPU {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return hostCPU{}
+	}
+	return parseHostCPU(data)
+}
+
+// parseHostCPU parses the "cpu" line: user nice system idle iowait irq softirq steal guest
+// guest_nice. Guest time is already counted in user and nice.
+func parseHostCPU(data []byte) hostCPU {
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return hostCPU{}
+	}
+	var h hostCPU
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return hostCPU{}
+		}
+		h.total += v
+		if i == 7 {
+			h.steal = v
+		}
+	}
+	h.ok = true
+	return h
+}
+
+// stealPercent is the share of the machine's CPU time between before and h that the
+// hypervisor gave to other guests: time every process here waited for a core it was due.
+func (h hostCPU) stealPercent(before hostCPU) (float64, bool) {
+	if !h.ok || !before.ok || h.total <= before.total {
+		return 0, false
+	}
+	return 100 * float64(h.steal-before.steal) / float64(h.total-before.total), true
+}

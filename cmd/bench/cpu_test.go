@@ -56,3 +56,22 @@ func TestVmHWM(t *testing.T) {
 		t.Errorf("vmHWM of no process = %d, want 0", kib)
 	}
 }
+
+func TestHostSteal(t *testing.T) {
+	before := parseHostCPU([]byte("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n"))
+	after := parseHostCPU([]byte("cpu  200 0 100 1500 10 0 5 135 20 0\n"))
+	if !before.ok || !after.ok {
+		t.Fatalf("parse failed: %+v %+v", before, after)
+	}
+	// total 1000 -> 1950 ticks, steal 35 -> 135: 100 of 950.
+	got, ok := after.stealPercent(before)
+	if !ok || got < 10.52 || got > 10.53 {
+		t.Errorf("steal = %.3f%% (%v), want 10.526%%", got, ok)
+	}
+	if _, ok := after.stealPercent(hostCPU{}); ok {
+		t.Error("steal against an unread sample reported ok")
+	}
+	if h := parseHostCPU([]byte("intr 1 2 3\n")); h.ok {
+		t.Error("a file without a cpu line parsed")
+	}
+}

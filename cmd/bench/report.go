@@ -249,13 +249,16 @@ func percentile(sorted []int64, p float64) int64 {
 
 // results is everything one run measured; it is also the JSON file.
 type results struct {
-	StartedAt   time.Time            `json:"started_at"`
-	WallSeconds float64              `json:"wall_seconds"`
-	Command     string               `json:"command"`
-	Host        map[string]string    `json:"host"`
-	Services    string               `json:"services"`
-	Broker      string               `json:"broker_settings"`
-	WorkDir     string               `json:"work_dir,omitempty"`
+	StartedAt   time.Time         `json:"started_at"`
+	WallSeconds float64           `json:"wall_seconds"`
+	Command     string            `json:"command"`
+	Host        map[string]string `json:"host"`
+	Services    string            `json:"services"`
+	Broker      string            `json:"broker_settings"`
+	WorkDir     string            `json:"work_dir,omitempty"`
+	// HostSteal is the percentage of the machine's CPU time the hypervisor gave other guests,
+	// by scenario and for the whole run ("run").
+	HostSteal   map[string]float64   `json:"host_steal_percent,omitempty"`
 	Snapshot    *snapshotResult      `json:"snapshot,omitempty"`
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
@@ -421,6 +424,21 @@ func (r *results) print(w io.Writer) {
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
+	}
+	if len(r.HostSteal) > 0 {
+		names := make([]string, 0, len(r.HostSteal))
+		for n := range r.HostSteal {
+			if n != "run" {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %.1f%%", n, r.HostSteal[n]))
+		}
+		fmt.Fprintf(w, "\nhost CPU steal (time the hypervisor gave other guests; throughput moves with it): %s; whole run %.1f%%\n",
+			strings.Join(parts, ", "), r.HostSteal["run"])
 	}
 	fmt.Fprintf(w, "\nwall time %.0fs; command: %s\n", r.WallSeconds, r.Command)
 }

@@ -456,3 +456,16 @@ func TestSnapshotJSON(t *testing.T) {
 		t.Errorf("snapshot.copy = %+v, want copy at 200,000/s", cp)
 	}
 }
+
+func TestPrintHostSteal(t *testing.T) {
+	var out bytes.Buffer
+	(&results{Host: map[string]string{}, HostSteal: map[string]float64{"stream": 4.2, "snapshot": 1.5, "run": 3.1}}).print(&out)
+	if want := "snapshot 1.5%, stream 4.2%; whole run 3.1%"; !strings.Contains(out.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, out.String())
+	}
+	out.Reset()
+	(&results{Host: map[string]string{}}).print(&out)
+	if strings.Contains(out.String(), "steal") {
+		t.Errorf("a run without steal figures prints a steal line:\n%s", out.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -82,25 +83,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Broker:   svc.broker,
 		WorkDir:  work,
 	}
+	runCPU := readHostCPU()
+	res.HostSteal = make(map[string]float64)
+	steal := func(name string, before hostCPU) {
+		if p, ok := readHostCPU().stealPercent(before); ok {
+			res.HostSteal[name] = math.Round(p*10) / 10
+			logf("%s: host CPU steal %.1f%% (time the hypervisor gave other guests)", name, p)
+		}
+	}
 	fail := func(scenario string, err error) {
 		logf("%s: %v", scenario, err)
 		res.Errors = append(res.Errors, scenario+": "+err.Error())
 	}
 	if o.wants(scenarioSnapshot) && ctx.Err() == nil {
+		h := readHostCPU()
 		s, err := b.snapshot(ctx)
 		if err != nil {
 			fail(scenarioSnapshot, err)
 		}
 		res.Snapshot = s
+		steal(scenarioSnapshot, h)
 	}
 	if o.wants(scenarioStream) && ctx.Err() == nil {
+		h := readHostCPU()
 		s, err := b.stream(ctx)
 		if err != nil {
 			fail(scenarioStream, err)
 		}
 		res.Stream = s
+		steal(scenarioStream, h)
 	}
 	if o.wants(scenarioLag) && ctx.Err() == nil {
+		h := readHostCPU()
 		res.Lag = make(map[string]lagResult)
 		rows := o.lagRows
 		if rows < 2_000_000 {
@@ -117,38 +131,48 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			res.Lag[mode] = *l
 		}
+		steal(scenarioLag, h)
 	}
 	if o.wants(scenarioCompression) && ctx.Err() == nil {
+		h := readHostCPU()
 		c, err := b.compression(ctx)
 		if err != nil {
 			fail(scenarioCompression, err)
 		}
 		res.Compression = c
+		steal(scenarioCompression, h)
 	}
 	if o.wants(scenarioTables) && ctx.Err() == nil {
+		h := readHostCPU()
 		tb, err := b.tables(ctx)
 		if err != nil {
 			fail(scenarioTables, err)
 		}
 		res.Tables = tb
+		steal(scenarioTables, h)
 	}
 	if o.wants(scenarioMemory) && ctx.Err() == nil {
+		h := readHostCPU()
 		m, err := b.memory(ctx)
 		if err != nil {
 			fail(scenarioMemory, err)
 		}
 		res.Memory = m
+		steal(scenarioMemory, h)
 	}
 	if o.wants(scenarioDebezium) && ctx.Err() == nil {
+		h := readHostCPU()
 		d, err := b.debezium(ctx)
 		if err != nil {
 			fail(scenarioDebezium, err)
 		}
 		res.Debezium = d
+		steal(scenarioDebezium, h)
 	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}
+	steal("run", runCPU)
 	res.WallSeconds = time.Since(started).Seconds()
 	res.print(stdout)
 	if err := res.writeJSON(o.out); err != nil {
