@@ -628,9 +628,9 @@ func (r *debeziumResult) print(w io.Writer) {
 	r.printReach(w)
 }
 
-// printReach says whether 10x Debezium's best run is within this machine's reach at all: the
-// catch-up against the slot's read limits, the snapshot against the CPU the two servers alone
-// spent per row in Tidemark's copy.
+// printReach says whether 10x Debezium's best run is within this machine's reach: the
+// catch-up against the slot's read limits, and both phases against the CPU that Tidemark's run
+// cost per record.
 func (r *debeziumResult) printReach(w io.Writer) {
 	if len(r.Tools) < 2 {
 		return
@@ -648,16 +648,29 @@ func (r *debeziumResult) printReach(w io.Writer) {
 		fmt.Fprintf(w, "Catch-up reach: READ limit %s changes/s (Go reader) and %s (pg_recvlogical), Tidemark at %.2f of the faster; 10x Debezium's best is %s changes/s, %s\n",
 			thousands(int64(r.ReadGo)), thousands(int64(r.ReadRecvlogical)), tm.CatchUp.PerSecond/read, thousands(int64(10*bestCU)), verdict)
 	}
-	servers := tm.Snapshot.PostgresCPUSeconds + tm.Snapshot.BrokerCPUSeconds
-	if servers > 0 && tm.Snapshot.Count > 0 && bestSnap > 0 && r.Cores > 0 {
-		per := 1e6 / float64(tm.Snapshot.Count)
-		need := servers / float64(tm.Snapshot.Count) * 10 * bestSnap
-		verdict := "within the machine's cores"
-		if need > float64(r.Cores) {
-			verdict = "more cores than the machine has, before cdc spends any"
-		}
-		fmt.Fprintf(w, "Snapshot reach: in Tidemark's copy PostgreSQL used %.2f s and the broker %.2f s of CPU per 1,000,000 rows (cdc %.2f s); at that cost 10x Debezium's best (%s rows/s) needs %.2f cores for the two servers alone, of %d: %s\n",
-			tm.Snapshot.PostgresCPUSeconds*per, tm.Snapshot.BrokerCPUSeconds*per, tm.Snapshot.CPUSeconds*per,
-			thousands(int64(10*bestSnap)), need, r.Cores, verdict)
+	printCoresAt10x(w, "Snapshot", "rows", tm.Snapshot, bestSnap, r.Cores)
+	printCoresAt10x(w, "Catch-up", "changes", tm.CatchUp, bestCU, r.Cores)
+}
+
+// printCoresAt10x prints the cores that 10x Debezium's best rate would take at the CPU per
+// record that cdc, PostgreSQL and the broker spent in Tidemark's run, and the servers' part.
+func printCoresAt10x(w io.Writer, phase, unit string, tm toolRun, best float64, cores int) {
+	servers := tm.PostgresCPUSeconds + tm.BrokerCPUSeconds
+	if servers <= 0 || tm.Count <= 0 || best <= 0 || cores <= 0 {
+		return
 	}
+	per := 1e6 / float64(tm.Count)
+	rate := 10 * best
+	all := (servers + tm.CPUSeconds) / float64(tm.Count) * rate
+	alone := servers / float64(tm.Count) * rate
+	verdict := "within the machine's cores"
+	switch {
+	case alone > float64(cores):
+		verdict = "more cores than the machine has, before cdc spends any"
+	case all > float64(cores):
+		verdict = "more cores than the machine has"
+	}
+	fmt.Fprintf(w, "%s reach: Tidemark's run cost cdc %.2f s, PostgreSQL %.2f s and the broker %.2f s of CPU per 1,000,000 %s; at that cost 10x Debezium's best (%s %s/s) needs %.2f cores, %.2f of them for the two servers, of %d: %s\n",
+		phase, tm.CPUSeconds*per, tm.PostgresCPUSeconds*per, tm.BrokerCPUSeconds*per, unit,
+		thousands(int64(rate)), unit, all, alone, cores, verdict)
 }
