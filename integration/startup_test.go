@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/integration/fault"
 	"github.com/tidemark/cdc/integration/testenv"
 )
 
@@ -256,6 +257,64 @@ func TestStartupUnreachablePostgres(t *testing.T) {
 		t.Errorf("took %s to give up, want a few seconds", res.took)
 	}
 	assertContains(t, res.out, "CDC_PG_URL", "cannot connect to PostgreSQL", fmt.Sprintf("127.0.0.1:%d", port))
+}
+
+// TestStartupConnectionsCut: PostgreSQL connections cut (reset) in a new process's first
+// second, while it checks the slot and the publication, are a network failure and not a
+// configuration problem: cdc retries and runs, where it used to exit with code 1 (the fault
+// suite's at-least-once run failed on it in CI). Only an unreachable server at start-up exits
+// at once (the tests above).
+func TestStartupConnectionsCut(t *testing.T) {
+	e := newEnv(t)
+	e.exec(`CREATE TABLE t (id int PRIMARY KEY, v text)`, `INSERT INTO t VALUES (1, 'x')`)
+	u, err := url.Parse(e.pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := fault.NewProxy("127.0.0.1:0", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	u.Host = proxy.Addr()
+	vars := e.baseVars()
+	vars["CDC_PG_URL"] = u.String()
+	vars["CDC_TABLES"] = "public.t"
+	p := e.startCDC(vars)
+
+	// Three times: as soon as cdc holds a connection, cut everything 20 ms later.
+	cut := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for cut < 3 && time.Now().Before(deadline) {
+		if done, err := p.exited(); done {
+			t.Fatalf("cdc exited (%v) after %d cuts of its PostgreSQL connections in its first seconds:\n%s", err, cut, tail(p.log.String(), 3000))
+		}
+		if proxy.Conns() == 0 {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		time.Sleep(20 * time.Millisecond)
+		if n := proxy.Cut(); n > 0 {
+			cut++
+			t.Logf("cut %d PostgreSQL connections", n)
+		}
+	}
+	if cut < 3 {
+		t.Fatalf("cut only %d times in 20 s: cdc held no connection", cut)
+	}
+	e.exec(`INSERT INTO t VALUES (2, 'y')`)
+	recs := e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), "public.t")
+	t.Logf("watermark after the cuts: %+v", recs)
+	if !strings.Contains(p.log.String(), "pipeline failed; restarting") {
+		t.Errorf("no restart in the log: the cuts hit nothing")
+	}
+	rows := materialize(t, e.readTopic(e.topic("public.t")))
+	if len(rows) != 2 {
+		t.Errorf("topic holds %d rows, want 2: %v", len(rows), rows)
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code after SIGTERM = %d, want 0", code)
+	}
 }
 
 // TestStartupUnreachableKafka: closed broker ports give a clear message naming

@@ -67,6 +67,13 @@ func (p *Proxy) SetTarget(target string) {
 	p.mu.Unlock()
 }
 
+// Conns is how many client connections the proxy carries now.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns) / 2
+}
+
 // Cuts is how many times Cut was called.
 func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
 

@@ -1,6 +1,14 @@
 package pipeline
 
-import "errors"
+import (
+	"errors"
+	"io"
+	"strings"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
 
 // ErrFatal marks errors that retrying cannot fix; Run returns them. Check with errors.Is.
 var ErrFatal = errors.New("fatal")
@@ -16,4 +24,23 @@ func fatal(err error) error {
 		return err
 	}
 	return &fatalError{err: err}
+}
+
+// connectionLost reports whether err is a connection that a server (or the network between)
+// closed or reset after it was open, or a PostgreSQL that is shutting down or starting up: a
+// server was there, so the address and port are right, and trying again is what fixes it. A
+// refused or timed-out dial, a name that does not resolve, a refused login and a broker that
+// closes every connection before its first answer (franz-go's ErrFirstReadEOF, most often TLS
+// or SASL the client lacks) are not: at start-up those are configuration to show at once.
+func connectionLost(err error) bool {
+	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
+		return false
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		// Class 57 (operator intervention: admin_shutdown, crash_shutdown, cannot_connect_now)
+		// and class 08 (connection exception).
+		return strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

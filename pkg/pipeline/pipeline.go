@@ -123,13 +123,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if fencedAlone {
 			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
-		// Fatal errors end Run; so does a failure in the first seconds of the first attempt
-		// before its stages ran (an unreachable server at start-up is a configuration problem
-		// to show at once), and a slot lost while running (changes may be gone: never continue
-		// silently). A pipeline that was running and lost Kafka a second later (a broker killed
-		// while the producer connected) restarts like any other.
-		firstStart := attempt == 1 && !reg.ran.Load() && time.Since(started) < 5*time.Second && !fencedAlone
-		if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) || firstStart {
+		if exitNow(err, attempt, reg.ran.Load(), time.Since(started)) {
 			return err
 		}
 		if time.Since(started) > 2*time.Minute {
@@ -143,6 +137,22 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// exitNow reports whether Run ends on err from attempt, which ran for elapsed (ran: whether
+// its stages started). Fatal errors end Run, and so does a slot lost while running (changes
+// may be gone: never continue silently). So does a failure in the first seconds of the first
+// attempt before its stages ran: an unreachable server at start-up is a configuration problem
+// to show at once. But not a connection that was open and then closed or reset (a server
+// restarting, a proxy cutting connections just as a new process started), and not a fence
+// without another instance (a transaction the broker aborted at its timeout): a new life
+// recovers from those, as it does when a running pipeline loses Kafka a second later.
+func exitNow(err error, attempt int, ran bool, elapsed time.Duration) bool {
+	if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) {
+		return true
+	}
+	fencedAlone := errors.Is(err, sink.ErrFenced)
+	return attempt == 1 && !ran && elapsed < 5*time.Second && !fencedAlone && !connectionLost(err)
 }
 
 func (cfg Config) withDefaults() Config {

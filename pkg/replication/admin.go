@@ -36,6 +36,18 @@ func setupError(err error) error {
 	return &setupErr{err}
 }
 
+// refusedSetup marks err as an ErrSetup when PostgreSQL answered it with a refusal (a
+// permission, an object in the way): a person must act. A lost connection, or a server
+// shutting down or starting up (SQLSTATE classes 08 and 57), is left as it is: a retry fixes
+// it.
+func refusedSetup(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57") {
+		return setupError(err)
+	}
+	return err
+}
+
 // CheckServer verifies what logical replication needs and says how to fix what is missing.
 func CheckServer(ctx context.Context, conn *pgx.Conn) error {
 	var walLevel string
@@ -72,8 +84,12 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 	}
 	var problems []error
 	for _, t := range tables {
-		if err := checkIdentity(ctx, conn, t); err != nil {
-			problems = append(problems, err)
+		problem, err := checkIdentity(ctx, conn, t)
+		if err != nil {
+			return err
+		}
+		if problem != nil {
+			problems = append(problems, problem)
 		}
 	}
 	if err := errors.Join(problems...); err != nil {
@@ -86,7 +102,7 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 		}
 		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(names, ", ")))
 		if err != nil {
-			return setupError(fmt.Errorf("create publication %s: %w", pub, err))
+			return refusedSetup(fmt.Errorf("create publication %s: %w", pub, err))
 		}
 		return nil
 	}
@@ -105,30 +121,31 @@ func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables [
 			if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 				continue
 			}
-			return setupError(fmt.Errorf("add %s to publication %s: %w", t, pub, err))
+			return refusedSetup(fmt.Errorf("add %s to publication %s: %w", t, pub, err))
 		}
 	}
 	return nil
 }
 
-// checkIdentity refuses a table PostgreSQL would stop accepting UPDATE and DELETE on once it is
-// published: one with neither a primary key nor a replica identity.
-func checkIdentity(ctx context.Context, conn *pgx.Conn, t change.ExportID) error {
+// checkIdentity returns a problem for a table PostgreSQL would stop accepting UPDATE and
+// DELETE on once it is published (one with neither a primary key nor a replica identity) or
+// that does not exist; err is a failed query.
+func checkIdentity(ctx context.Context, conn *pgx.Conn, t change.ExportID) (problem, err error) {
 	var ident string
 	var hasPK bool
-	err := conn.QueryRow(ctx, `SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+	err = conn.QueryRow(ctx, `SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r','p')`,
 		t.Schema, t.Table).Scan(&ident, &hasPK)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("CDC_TABLES names %s, which does not exist", t)
+		return fmt.Errorf("CDC_TABLES names %s, which does not exist", t), nil
 	}
 	if err != nil {
-		return fmt.Errorf("read replica identity of %s: %w", t, err)
+		return nil, fmt.Errorf("read replica identity of %s: %w", t, err)
 	}
 	if ident == "n" || (ident == "d" && !hasPK) {
-		return fmt.Errorf("table %s has no primary key or replica identity, so PostgreSQL would reject UPDATE and DELETE on it once published; add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", t, t.Quoted())
+		return fmt.Errorf("table %s has no primary key or replica identity, so PostgreSQL would reject UPDATE and DELETE on it once published; add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", t, t.Quoted()), nil
 	}
-	return nil
+	return nil, nil
 }
 
 // PublishedTables lists the tables of the publication.
