@@ -19,7 +19,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/tidemark/cdc/pkg/change"
 )
 
 // The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
@@ -201,14 +200,7 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 
 	// The READ limits' slots, before the backlog.
 	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
-	var slotLSN string
-	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
-		return res, fmt.Errorf("create slot %s: %w", readSlot, err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
-		return res, fmt.Errorf("create slot %s: %w", recvSlot, err)
-	}
-	readStart, err := change.ParseLSN(slotLSN)
+	readStart, err := createReadSlots(ctx, conn, readSlot, recvSlot)
 	if err != nil {
 		return res, err
 	}

@@ -66,14 +66,7 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 
 	// The READ limits' slots (the Go reader's and pg_recvlogical's), before the backlog.
 	readSlot, recvSlot := s.slot+"_read", s.slot+"_recv"
-	var slotLSN string
-	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
-		return res, fmt.Errorf("create slot %s: %w", readSlot, err)
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
-		return res, fmt.Errorf("create slot %s: %w", recvSlot, err)
-	}
-	startLSN, err := change.ParseLSN(slotLSN)
+	startLSN, err := createReadSlots(ctx, conn, readSlot, recvSlot)
 	if err != nil {
 		return res, err
 	}
@@ -513,4 +506,17 @@ func pgbenchProcessed(out string) (int64, error) {
 		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", lastLines(out, 20))
 	}
 	return strconv.ParseInt(m[1], 10, 64)
+}
+
+// createReadSlots creates the READ limits' two slots (the Go reader's, then pg_recvlogical's)
+// and returns the first one's start position.
+func createReadSlots(ctx context.Context, conn *pgx.Conn, readSlot, recvSlot string) (change.LSN, error) {
+	var slotLSN string
+	if err := conn.QueryRow(ctx, "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')", readSlot).Scan(&slotLSN); err != nil {
+		return 0, fmt.Errorf("create slot %s: %w", readSlot, err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
+		return 0, fmt.Errorf("create slot %s: %w", recvSlot, err)
+	}
+	return change.ParseLSN(slotLSN)
 }
