@@ -3,11 +3,12 @@ package pipeline
 import (
 	"errors"
 	"io"
-	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/replication"
 )
 
 // ErrFatal marks errors that retrying cannot fix; Run returns them. Check with errors.Is.
@@ -37,9 +38,7 @@ func connectionLost(err error) bool {
 		return false
 	}
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		// Class 57 (operator intervention: admin_shutdown, crash_shutdown, cannot_connect_now)
-		// and class 08 (connection exception).
-		return strings.HasPrefix(pgErr.Code, "57P") || strings.HasPrefix(pgErr.Code, "08")
+		return replication.TransientSQLState(pgErr.Code)
 	}
 	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)

@@ -36,13 +36,23 @@ func setupError(err error) error {
 	return &setupErr{err}
 }
 
+// TransientSQLState reports whether PostgreSQL's error code says it cannot serve now but will
+// again: a connection exception (class 08), or a server shutting down or starting up
+// (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now).
+func TransientSQLState(code string) bool {
+	switch code {
+	case "57P01", "57P02", "57P03":
+		return true
+	}
+	return strings.HasPrefix(code, "08")
+}
+
 // refusedSetup marks err as an ErrSetup when PostgreSQL answered it with a refusal (a
-// permission, an object in the way): a person must act. A lost connection, or a server
-// shutting down or starting up (SQLSTATE classes 08 and 57), is left as it is: a retry fixes
-// it.
+// permission, an object in the way): a person must act. A lost connection, or a code
+// TransientSQLState accepts, is left as it is: a retry fixes it.
 func refusedSetup(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57") {
+	if errors.As(err, &pgErr) && !TransientSQLState(pgErr.Code) {
 		return setupError(err)
 	}
 	return err
