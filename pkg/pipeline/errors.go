@@ -28,7 +28,7 @@ func fatal(err error) error {
 }
 
 // connectionLost reports whether err is a connection that a server (or the network between)
-// closed or reset after it was open, or a PostgreSQL that is shutting down or starting up: a
+// closed or reset after it was open (or that pgx closed after such a failure), or a PostgreSQL that is shutting down or starting up: a
 // server was there, so the address and port are right, and trying again is what fixes it. A
 // refused or timed-out dial, a name that does not resolve, a refused login and a broker that
 // closes every connection before its first answer (franz-go's ErrFirstReadEOF, most often TLS
@@ -40,6 +40,8 @@ func connectionLost(err error) bool {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		return replication.TransientSQLState(pgErr.Code)
 	}
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+	// pgconn.ErrConnClosed: a connection pgx closed after a read or write on it failed. pgx's
+	// simple-protocol Exec drops a reset's own error and returns this one instead.
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

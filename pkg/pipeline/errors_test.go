@@ -155,6 +155,35 @@ func TestConnectionLost(t *testing.T) {
 		t.Errorf("connectionLost(%v) = false, want true", err)
 	}
 
+	// A connection reset while pgx waits for a query's answer. pgx's simple-protocol Exec drops
+	// the read error and returns "conn closed" (pgconn.ErrConnClosed), as CREATE PUBLICATION did
+	// in TestStartupConnectionsCut; the next query on the connection gets the same error.
+	resetOnQuery := fakeServer(t, func(c net.Conn) {
+		if readStartup(c) != nil {
+			return
+		}
+		c.Write([]byte{'R', 0, 0, 0, 8, 0, 0, 0, 0, 'Z', 0, 0, 0, 5, 'I'}) // AuthenticationOk, ReadyForQuery
+		var hdr [5]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		io.ReadFull(c, make([]byte, binary.BigEndian.Uint32(hdr[1:])-4))
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	})
+	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []string{"the query the reset cut", "the next query"} {
+		_, err := pg.Exec(t.Context(), "CREATE PUBLICATION p FOR TABLE t")
+		err = fmt.Errorf("create publication p: %w", err)
+		t.Logf("%s: %v", what, err)
+		if !connectionLost(err) {
+			t.Errorf("%s: connectionLost(%v) = false, want true", what, err)
+		}
+	}
+
 	// A broker that closes every connection before its first answer: franz-go's
 	// ErrFirstReadEOF, most often TLS or SASL missing. Configuration, not a lost connection.
 	broker := fakeServer(t, func(c net.Conn) {
