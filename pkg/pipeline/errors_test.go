@@ -175,6 +175,7 @@ func TestConnectionLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer pg.Close(context.Background())
 	for _, what := range []string{"the query the reset cut", "the next query"} {
 		_, err := pg.Exec(t.Context(), "CREATE PUBLICATION p FOR TABLE t")
 		err = fmt.Errorf("create publication p: %w", err)
