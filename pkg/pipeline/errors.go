@@ -30,10 +30,10 @@ func fatal(err error) error {
 // connectionLost reports whether err is a connection that a server (or the network between)
 // closed or reset after it was open (or that pgx closed after such a failure), or a PostgreSQL
 // that is shutting down or starting up: a server was there, so the address and port are right,
-// and trying again is what fixes it. A
-// refused or timed-out dial, a name that does not resolve, a refused login and a broker that
-// closes every connection before its first answer (franz-go's ErrFirstReadEOF, most often TLS
-// or SASL the client lacks) are not: at start-up those are configuration to show at once.
+// and trying again is what fixes it. A refused or timed-out dial, a name that does not resolve,
+// a refused login and a broker that closes every connection before its first answer (franz-go's
+// ErrFirstReadEOF, most often TLS or SASL the client lacks) are not: at start-up those are
+// configuration to show at once.
 func connectionLost(err error) bool {
 	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
 		return false
