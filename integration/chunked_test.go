@@ -194,18 +194,18 @@ func (e *env) sampleXmin(ctx context.Context) *xminSampler {
 			}
 			now := time.Now()
 			seen := make(map[string]time.Time, len(holders))
+			var oldest time.Duration
 			for _, h := range holders {
 				first, ok := firstSeen[h.Holder]
 				if !ok {
 					first = now.Add(-time.Duration(h.Age * float64(time.Second)))
 				}
 				seen[h.Holder] = first
-				s.mu.Lock()
-				s.max = max(s.max, now.Sub(first))
-				s.mu.Unlock()
+				oldest = max(oldest, now.Sub(first))
 			}
 			firstSeen = seen
 			s.mu.Lock()
+			s.max = max(s.max, oldest)
 			s.samples++
 			s.mu.Unlock()
 		}
@@ -272,7 +272,8 @@ func TestChunkedCopyKilled(t *testing.T) {
 		t.Fatalf("hydrated record of big lacks snapshot times: %+v", hyd)
 	}
 	// The watermark advances per second the machine ran; the copy's stamps are wall-clock times.
-	ran := clk.running(t, "big's copy", hyd.Snapshot.FinishedAt.Sub(hyd.Snapshot.StartedAt))
+	start, end := hyd.Snapshot.StartedAt, *hyd.Snapshot.FinishedAt
+	ran := clk.running(t, "big's copy", end.Sub(start))
 	if hyd.Snapshot.Attempt != 1 || hyd.Snapshot.Strategy != watermark.StrategyChunked {
 		t.Errorf("big hydrated with %+v; want the chunked copy's first attempt, resumed", hyd.Snapshot)
 	}
@@ -295,7 +296,6 @@ func TestChunkedCopyKilled(t *testing.T) {
 	}
 
 	// The small tables' watermarks advanced while big was copied (between the kills too).
-	start, end := hyd.Snapshot.StartedAt, *hyd.Snapshot.FinishedAt
 	all := rec.all()
 	// Progress in the records while copying: chunks, rows, the estimate, rate and ETA.
 	progress := 0
