@@ -156,7 +156,9 @@ func (f fakeService) Ready() (bool, []string, []pipeline.ExportState) {
 }
 
 // Exports returns a copy, as the pipeline does.
-func (f fakeService) Exports() []pipeline.ExportState { return append([]pipeline.ExportState(nil), f.exports...) }
+func (f fakeService) Exports() []pipeline.ExportState {
+	return append([]pipeline.ExportState(nil), f.exports...)
+}
 
 func TestHealthEndpoints(t *testing.T) {
 	w := change.LSN(0x16B4A20)
