@@ -620,57 +620,16 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 	return ""
 }
 
-// kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together.
+// kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together, as every
+// command that talks to Kafka does (sink.SecurityEnv).
 func (c *checker) kafkaSecurity(e Env) sink.Security {
-	s := sink.Security{
-		CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile, ServerName: e.KafkaTLSServerName,
-		Username: e.KafkaSASLUsername, Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
+	s, problems := sink.SecurityEnv{
+		TLS: e.KafkaTLS, CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile,
+		ServerName: e.KafkaTLSServerName, Mechanism: e.KafkaSASLMechanism, Username: e.KafkaSASLUsername,
+		Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
+	}.Security()
+	for _, p := range problems {
+		c.add(p.Name, p.Value, "%s", p.Msg)
 	}
-	switch strings.ToLower(e.KafkaTLS) {
-	case "true", "1", "yes":
-		s.TLS = true
-	case "false", "0", "no", "":
-	default:
-		c.add("CDC_KAFKA_TLS", e.KafkaTLS, "want true or false")
-	}
-	if s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" || s.ServerName != "" {
-		s.TLS = true
-	}
-	for _, f := range []struct{ name, path string }{{"CDC_KAFKA_TLS_CA_FILE", s.CAFile}, {"CDC_KAFKA_TLS_CERT_FILE", s.CertFile},
-		{"CDC_KAFKA_TLS_KEY_FILE", s.KeyFile}, {"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE", s.TokenFile}} {
-		if f.path == "" {
-			continue
-		}
-		if fh, err := os.Open(f.path); err != nil {
-			c.add(f.name, f.path, "cannot be read: %v", errors.Unwrap(err))
-		} else {
-			fh.Close()
-		}
-	}
-	if (s.CertFile == "") != (s.KeyFile == "") {
-		c.add("CDC_KAFKA_TLS_CERT_FILE", "", "and CDC_KAFKA_TLS_KEY_FILE go together: set both for mutual TLS, or neither")
-	}
-	mech := strings.ToUpper(e.KafkaSASLMechanism)
-	switch mech {
-	case "NONE", "":
-		mech = ""
-		if s.Username != "" || s.Password != "" || s.Token != "" || s.TokenFile != "" {
-			c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "is none, but SASL credentials are set: choose PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
-		}
-	case sink.SASLPlain, sink.SASLScramSHA256, sink.SASLScramSHA512:
-		if s.Username == "" {
-			c.add("CDC_KAFKA_SASL_USERNAME", "", "is required with %s", mech)
-		}
-		if s.Password == "" {
-			c.add("CDC_KAFKA_SASL_PASSWORD", "", "is required with %s", mech)
-		}
-	case sink.SASLOAuthBearer:
-		if (s.Token == "") == (s.TokenFile == "") {
-			c.add("CDC_KAFKA_SASL_OAUTH_TOKEN", "", "or CDC_KAFKA_SASL_OAUTH_TOKEN_FILE: set exactly one with OAUTHBEARER")
-		}
-	default:
-		c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "want none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
-	}
-	s.SASLMechanism = mech
 	return s
 }
