@@ -55,7 +55,7 @@ func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, log *slog.Logg
 	if err != nil {
 		return nil, fmt.Errorf("CDC_HTTP_ADDR: listen on %s: %w", addr, err)
 	}
-	srv := newHTTPServer(cfg, httpHandler(cfg, p, log))
+	srv := newHTTPServer(cfg, httpHandler(cfg, p, log), log)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
@@ -70,8 +70,10 @@ func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, log *slog.Logg
 }
 
 // newHTTPServer bounds every phase of a request: the header, the whole request, the answer and
-// the wait for the next request on a kept-alive connection.
-func newHTTPServer(cfg httpConfig, h http.Handler) *http.Server {
+// the wait for the next request on a kept-alive connection. net/http's own complaints about
+// clients (a malformed request, a failed TLS handshake) go to log at debug level: anyone who
+// reaches the port can cause them.
+func newHTTPServer(cfg httpConfig, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
@@ -79,7 +81,7 @@ func newHTTPServer(cfg httpConfig, h http.Handler) *http.Server {
 		WriteTimeout:      cmp.Or(cfg.WriteTimeout, httpWriteTimeout),
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(slog.DiscardHandler, slog.LevelError),
+		ErrorLog:          slog.NewLogLogger(log.With("stage", "http").Handler(), slog.LevelDebug),
 	}
 }
 

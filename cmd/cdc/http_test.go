@@ -219,7 +219,7 @@ func startServer(t *testing.T, cfg httpConfig) string {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	addPprofRoutes(mux, cfg, slog.New(slog.DiscardHandler))
 	srv := httptest.NewUnstartedServer(nil)
-	srv.Config = newHTTPServer(cfg, limitBody(mux))
+	srv.Config = newHTTPServer(cfg, limitBody(mux), slog.New(slog.DiscardHandler))
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -290,4 +290,39 @@ func TestIdleConnectionClosed(t *testing.T) {
 		t.Fatalf("idle connection: read %d bytes, %v after %s; want EOF (closed by the server)", n, err, time.Since(start))
 	}
 	t.Logf("idle connection closed after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestSlowHeaderClosed: a client that sends its header a byte at a time (slowloris) is cut off
+// at the header timeout, however steadily it trickles.
+func TestSlowHeaderClosed(t *testing.T) {
+	url := startServer(t, httpConfig{IdleTimeout: time.Minute})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, conn) // the server's answer (408 or nothing), then EOF
+		closed <- time.Since(start)
+	}()
+	header := "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1000)
+	for i := 0; ; i++ {
+		select {
+		case took := <-closed:
+			if took > httpReadHeaderTimeout+10*time.Second {
+				t.Errorf("slow header cut off after %s, want about %s", took, httpReadHeaderTimeout)
+			}
+			t.Logf("slow header (%d bytes sent) cut off after %s", i, took.Round(time.Millisecond))
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Since(start) > httpReadHeaderTimeout+20*time.Second {
+			t.Fatalf("a header trickling for %s is still being read", time.Since(start))
+		}
+		if _, err := conn.Write([]byte{header[i%len(header)]}); err != nil {
+			t.Logf("write after %s: %v", time.Since(start), err)
+		}
+	}
 }
