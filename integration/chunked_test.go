@@ -406,6 +406,7 @@ func TestResnapshot(t *testing.T) {
 	vars := e.baseVars()
 	vars["CDC_TABLES"] = "public.small_a,public.small_b,public.big"
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
+	vars["CDC_HTTP_TOKEN"] = httpToken
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small_a", "public.small_b", "public.big")
 	var once sync.Once
@@ -417,7 +418,7 @@ func TestResnapshot(t *testing.T) {
 	_, before := e.countSnapshotRecords(e.topic("public.big"))
 
 	cmd := exec.Command(cdcBinary, "resnapshot", "public.big")
-	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"]}
+	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"], "CDC_HTTP_TOKEN=" + httpToken}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("cdc resnapshot: %v: %s", err, out)
@@ -435,7 +436,7 @@ func TestResnapshot(t *testing.T) {
 	}
 	// Asking again while a copy runs, or for a table that is not exported, is refused.
 	cmd = exec.Command(cdcBinary, "resnapshot", "public.nosuch")
-	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"]}
+	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"], "CDC_HTTP_TOKEN=" + httpToken}
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "404") {
 		t.Errorf("cdc resnapshot of an unknown table: %v: %s; want a 404 and a non-zero exit", err, out)
 	}

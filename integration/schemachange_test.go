@@ -498,6 +498,7 @@ func TestNewKeyRecopyReconciles(t *testing.T) {
 	vars["CDC_TABLES"] = "public.nk"
 	vars["CDC_SNAPSHOT_STRATEGY"] = "copy"
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
+	vars["CDC_HTTP_TOKEN"] = httpToken
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.nk")
 	e.exec(`ALTER TABLE nk DROP CONSTRAINT nk_pkey, ADD PRIMARY KEY (id, a)`,
@@ -519,7 +520,7 @@ func TestNewKeyRecopyReconciles(t *testing.T) {
 	}
 
 	cmd := exec.Command(cdcBinary, "resnapshot", "public.nk")
-	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"]}
+	cmd.Env = []string{"CDC_HTTP_ADDR=" + vars["CDC_HTTP_ADDR"], "CDC_HTTP_TOKEN=" + httpToken}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cdc resnapshot: %v: %s", err, out)
 	}

@@ -78,8 +78,14 @@ type Env struct {
 	TxnPieceSize            string `env:"CDC_TXN_PIECE_SIZE" envDefault:"4MiB" desc:"a transaction whose changes pass this size is published in pieces of it, across several Kafka transactions; at most 8 times this size of changes wait for Kafka in memory (64KiB to 64MiB)"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
-	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187"`
+	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see README, HTTP endpoints)"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
+
+	HTTPToken       string `env:"CDC_HTTP_TOKEN" helpDefault:"(none: admin endpoints off)" desc:"bearer token of the admin HTTP endpoints (re-copy, pprof, full error texts on /exports and /readyz), sent as Authorization: Bearer <token>; at least 16 printable ASCII characters, no spaces; never logged. cdc resnapshot sends it too"`
+	HTTPTokenFile   string `env:"CDC_HTTP_TOKEN_FILE" helpDefault:"(none)" desc:"file holding CDC_HTTP_TOKEN (a mounted secret), read at start; surrounding white space is ignored"`
+	HTTPPprof       string `env:"CDC_HTTP_PPROF" envDefault:"false" desc:"true: serve Go's pprof profiles on /debug/pprof/, behind the admin token (needs CDC_HTTP_TOKEN)"`
+	HTTPIdleTimeout string `env:"CDC_HTTP_IDLE_TIMEOUT" envDefault:"60s" desc:"an idle keep-alive connection to the HTTP endpoints is closed after this long (1s to 1h)"`
+
 	MemoryLimit string `env:"CDC_MEMORY_LIMIT" envDefault:"200MiB" desc:"soft limit of the Go heap (the runtime's memory limit): the garbage collector works harder as the heap nears it, so the process stays near or below it; 0 leaves it to GOMEMLIMIT or unlimited (at least 64MiB)"`
 	LogLevel    string `env:"CDC_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
 	LogFormat   string `env:"CDC_LOG_FORMAT" envDefault:"json" desc:"json or text"`
@@ -88,6 +94,8 @@ type Env struct {
 // Settings is the validated configuration: the pipeline's (without its Logger) and the logger's.
 type Settings struct {
 	Pipeline pipeline.Config
+	// HTTP is the HTTP endpoints' settings apart from the address (Pipeline.HTTPAddr).
+	HTTP httpConfig
 	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone.
 	MemoryLimit int64
 	LogLevel    slog.Level
@@ -106,6 +114,9 @@ func (s Settings) LogValue() slog.Value {
 		slog.Bool("kafka_tls", p.KafkaSecurity.TLS),
 		slog.String("kafka_sasl_mechanism", p.KafkaSecurity.SASLMechanism),
 		slog.String("kafka_sasl_username", p.KafkaSecurity.Username),
+		slog.String("http_addr", p.HTTPAddr),
+		slog.Any("http_token", s.HTTP.Token),
+		slog.Bool("http_pprof", s.HTTP.Pprof),
 		slog.String("topic_prefix", p.TopicPrefix),
 		slog.String("watermark_topic", p.WatermarkTopic),
 		slog.String("delivery", string(p.Delivery)),
@@ -192,6 +203,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		},
 		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
 	}
+	s.HTTP = c.httpConfig(e)
 	if e.MemoryLimit != "0" {
 		s.MemoryLimit = c.bytes("CDC_MEMORY_LIMIT", e.MemoryLimit, 64<<20, math.MaxInt64, "at least 64MiB, or 0")
 	}
@@ -608,57 +620,16 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 	return ""
 }
 
-// kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together.
+// kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together, as every
+// command that talks to Kafka does (sink.SecurityEnv).
 func (c *checker) kafkaSecurity(e Env) sink.Security {
-	s := sink.Security{
-		CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile, ServerName: e.KafkaTLSServerName,
-		Username: e.KafkaSASLUsername, Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
+	s, problems := sink.SecurityEnv{
+		TLS: e.KafkaTLS, CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile,
+		ServerName: e.KafkaTLSServerName, Mechanism: e.KafkaSASLMechanism, Username: e.KafkaSASLUsername,
+		Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
+	}.Security()
+	for _, p := range problems {
+		c.add(p.Name, p.Value, "%s", p.Msg)
 	}
-	switch strings.ToLower(e.KafkaTLS) {
-	case "true", "1", "yes":
-		s.TLS = true
-	case "false", "0", "no", "":
-	default:
-		c.add("CDC_KAFKA_TLS", e.KafkaTLS, "want true or false")
-	}
-	if s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" || s.ServerName != "" {
-		s.TLS = true
-	}
-	for _, f := range []struct{ name, path string }{{"CDC_KAFKA_TLS_CA_FILE", s.CAFile}, {"CDC_KAFKA_TLS_CERT_FILE", s.CertFile},
-		{"CDC_KAFKA_TLS_KEY_FILE", s.KeyFile}, {"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE", s.TokenFile}} {
-		if f.path == "" {
-			continue
-		}
-		if fh, err := os.Open(f.path); err != nil {
-			c.add(f.name, f.path, "cannot be read: %v", errors.Unwrap(err))
-		} else {
-			fh.Close()
-		}
-	}
-	if (s.CertFile == "") != (s.KeyFile == "") {
-		c.add("CDC_KAFKA_TLS_CERT_FILE", "", "and CDC_KAFKA_TLS_KEY_FILE go together: set both for mutual TLS, or neither")
-	}
-	mech := strings.ToUpper(e.KafkaSASLMechanism)
-	switch mech {
-	case "NONE", "":
-		mech = ""
-		if s.Username != "" || s.Password != "" || s.Token != "" || s.TokenFile != "" {
-			c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "is none, but SASL credentials are set: choose PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
-		}
-	case sink.SASLPlain, sink.SASLScramSHA256, sink.SASLScramSHA512:
-		if s.Username == "" {
-			c.add("CDC_KAFKA_SASL_USERNAME", "", "is required with %s", mech)
-		}
-		if s.Password == "" {
-			c.add("CDC_KAFKA_SASL_PASSWORD", "", "is required with %s", mech)
-		}
-	case sink.SASLOAuthBearer:
-		if (s.Token == "") == (s.TokenFile == "") {
-			c.add("CDC_KAFKA_SASL_OAUTH_TOKEN", "", "or CDC_KAFKA_SASL_OAUTH_TOKEN_FILE: set exactly one with OAUTHBEARER")
-		}
-	default:
-		c.add("CDC_KAFKA_SASL_MECHANISM", e.KafkaSASLMechanism, "want none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
-	}
-	s.SASLMechanism = mech
 	return s
 }

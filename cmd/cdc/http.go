@@ -1,45 +1,88 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/secret"
+)
+
+// Bounds of every HTTP request, whatever the endpoint. A profile streams for longer: see
+// longRunning.
+const (
+	httpReadHeaderTimeout = 5 * time.Second
+	httpReadTimeout       = 10 * time.Second
+	httpWriteTimeout      = 30 * time.Second
+	httpMaxHeaderBytes    = 16 << 10
+	httpMaxBodyBytes      = 4 << 10
 )
 
 // serveHTTP serves the service's HTTP endpoints on addr (CDC_HTTP_ADDR) until the returned stop
-// is called:
+// is called.
+//
+// Open to anyone who reaches the port (probes, Prometheus):
 //
 //   - GET /healthz: 200 while the process serves (liveness);
 //   - GET /readyz: 200 when the pipeline streams and no live table failed, else 503, with the
 //     reasons as JSON (readiness);
 //   - GET /exports: each table's state, phase, watermark and copy progress, as JSON;
-//   - GET /metrics: Prometheus metrics of the process and the pipeline;
+//   - GET /metrics: Prometheus metrics of the process and the pipeline.
+//
+// A failed table's error text can quote row values: without the admin token, /readyz and
+// /exports show its class instead (see pipeline.ExportState.RedactError).
+//
+// Admin, with Authorization: Bearer <CDC_HTTP_TOKEN> (off when no token is configured):
+//
 //   - POST /exports/{schema.table}/resnapshot: copy one hydrated table again (202; 404 for a
 //     table that is not exported, 409 for one that is not hydrated, 503 while the pipeline
-//     restarts);
-//   - /debug/pprof/: profiles.
-func serveHTTP(addr string, p *pipeline.Pipeline, log *slog.Logger) (stop func(), err error) {
+//     restarts). The request must also have a shape a browser cannot send cross-site
+//     (guardStateChange);
+//   - GET /debug/pprof/...: profiles, with CDC_HTTP_PPROF=true;
+//   - GET /readyz and /exports with the full error texts.
+func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CDC_HTTP_ADDR: listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: httpHandler(p, log), ReadHeaderTimeout: 5 * time.Second}
+	srv := newHTTPServer(cfg, httpHandler(cfg, p, log), log)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()
+	admin := "off (set CDC_HTTP_TOKEN to enable)"
+	if cfg.Token.IsSet() {
+		admin = "on, behind CDC_HTTP_TOKEN"
+	}
+	log.Info("http endpoints listening", "addr", ln.Addr().String(), "admin", admin, "pprof", cfg.Pprof)
 	return func() { _ = srv.Close() }, nil
+}
+
+// newHTTPServer bounds every phase of a request: the header, the whole request, the answer and
+// the wait for the next request on a kept-alive connection. net/http's own complaints about
+// clients (a malformed request, a failed TLS handshake) go to log at debug level: anyone who
+// reaches the port can cause them.
+func newHTTPServer(cfg httpConfig, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: httpReadHeaderTimeout,
+		ReadTimeout:       httpReadTimeout,
+		WriteTimeout:      cmp.Or(cfg.WriteTimeout, httpWriteTimeout),
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.With("stage", "http").Handler(), slog.LevelDebug),
+	}
 }
 
 // resnapshotter is what the re-copy endpoint needs of the pipeline.
@@ -50,26 +93,43 @@ type resnapshotter interface {
 // service is what the HTTP endpoints need of the pipeline.
 type service interface {
 	resnapshotter
-	Ready() (bool, []string)
+	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
 }
 
-func httpHandler(p *pipeline.Pipeline, log *slog.Logger) http.Handler {
+func httpHandler(cfg httpConfig, p *pipeline.Pipeline, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.Metrics(), promhttp.HandlerOpts{}))
-	addServiceRoutes(mux, p, log)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	return mux
+	addServiceRoutes(mux, p, cfg.Token, log)
+	addPprofRoutes(mux, cfg, log)
+	return limitBody(mux)
+}
+
+// limitBody caps every request body at httpMaxBodyBytes; no endpoint takes more.
+func limitBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, httpMaxBodyBytes)
+		h.ServeHTTP(w, r)
+	})
 }
 
 // addServiceRoutes adds the health, exports and re-copy endpoints.
-func addServiceRoutes(mux *http.ServeMux, p service, log *slog.Logger) {
+func addServiceRoutes(mux *http.ServeMux, p service, token secret.Token, log *slog.Logger) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready, reasons := p.Ready()
+		full, ok := readAccess(w, r, token, log)
+		if !ok {
+			return
+		}
+		ready, reasons, failed := p.Ready()
+		for _, s := range failed {
+			if !full {
+				s = s.RedactError(redactNote(token))
+			}
+			reasons = append(reasons, fmt.Sprintf("%s failed: %s", s.Export, s.Error))
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -80,14 +140,31 @@ func addServiceRoutes(mux *http.ServeMux, p service, log *slog.Logger) {
 		}{ready, reasons})
 	})
 	mux.HandleFunc("GET /exports", func(w http.ResponseWriter, r *http.Request) {
+		full, ok := readAccess(w, r, token, log)
+		if !ok {
+			return
+		}
 		exports := p.Exports()
 		if exports == nil {
 			exports = []pipeline.ExportState{}
 		}
+		if !full {
+			for i := range exports {
+				exports[i] = exports[i].RedactError(redactNote(token))
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(exports)
 	})
-	mux.Handle("POST /exports/{export}/resnapshot", resnapshotHandler(p, log))
+	mux.Handle("POST /exports/{export}/resnapshot", guardStateChange(token, "re-copy", log, resnapshotHandler(p, log)))
+}
+
+// redactNote says, in place of an error text, how to see it.
+func redactNote(token secret.Token) string {
+	if token.IsSet() {
+		return "the full text needs the admin token"
+	}
+	return "the full text is in the log, or here with CDC_HTTP_TOKEN set"
 }
 
 func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
@@ -99,7 +176,7 @@ func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
 		}
 		switch err := p.Resnapshot(e); {
 		case err == nil:
-			log.Info("re-copy requested", "export", e.String())
+			log.Info("re-copy requested", "export", e.String(), "remote", r.RemoteAddr)
 			w.WriteHeader(http.StatusAccepted)
 			fmt.Fprintf(w, "re-copy of %s started\n", e)
 		case errors.Is(err, pipeline.ErrUnknownExport):
@@ -110,4 +187,18 @@ func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusConflict)
 		}
 	}
+}
+
+// drainBody reads the (bounded) request body, so that a body over the limit is refused rather
+// than ignored: 413.
+func drainBody(w http.ResponseWriter, r *http.Request) bool {
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			http.Error(w, fmt.Sprintf("the request body is larger than %d bytes", httpMaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return false
+		}
+		http.Error(w, "cannot read the request body", http.StatusBadRequest)
+		return false
+	}
+	return true
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -92,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	log.Info("starting tidemark", "version", version, "config", settings)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
-		stop, err := serveHTTP(cfg.HTTPAddr, p, log)
+		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, log)
 		if err != nil {
 			log.Error("stopped", "err", err)
 			return exitFailed
@@ -132,21 +134,47 @@ func resnapshot(ctx context.Context, args []string, getenv func(string) string, 
 		fmt.Fprintln(stderr, "cdc resnapshot: set CDC_HTTP_ADDR to the running service's HTTP address (host:port)")
 		return exitConfig
 	}
+	token, err := clientToken(getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
+		return exitConfig
+	}
 	u := base + "/exports/" + url.PathEscape(e.String()) + "/resnapshot"
-	return callService(ctx, "cdc resnapshot", http.MethodPost, u, http.StatusAccepted, stdout, stderr)
+	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader("{}"))
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc resnapshot: %v\n", err)
+		return exitFailed
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return callService(ctx, "cdc resnapshot", req, http.StatusAccepted, stdout, stderr)
+}
+
+// clientToken is the admin token the client commands send: CDC_HTTP_TOKEN, or the content of
+// CDC_HTTP_TOKEN_FILE; "" when neither is set.
+func clientToken(getenv func(string) string) (string, error) {
+	token, file := strings.TrimSpace(getenv("CDC_HTTP_TOKEN")), strings.TrimSpace(getenv("CDC_HTTP_TOKEN_FILE"))
+	switch {
+	case token != "" && file != "":
+		return "", errors.New("CDC_HTTP_TOKEN and CDC_HTTP_TOKEN_FILE are both set: set one of them")
+	case file != "":
+		t, err := readTokenFile(file)
+		if err != nil {
+			return "", fmt.Errorf("CDC_HTTP_TOKEN_FILE %s %w", file, err)
+		}
+		return t, nil
+	}
+	return token, nil
 }
 
 // callService sends one request to the running service and prints its answer: to stdout with
 // exit 0 when the status is want, else to stderr with exit 1.
-func callService(ctx context.Context, cmd, method, u string, want int, stdout, stderr io.Writer) int {
+func callService(ctx context.Context, cmd string, req *http.Request, want int, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
-		return exitFailed
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: the service does not answer: %v\n", cmd, err)
 		return exitFailed
@@ -196,5 +224,10 @@ func health(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return callService(ctx, "cdc health", http.MethodGet, base+path, http.StatusOK, stdout, stderr)
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "cdc health: %v\n", err)
+		return exitFailed
+	}
+	return callService(ctx, "cdc health", req, http.StatusOK, stdout, stderr)
 }

@@ -10,7 +10,7 @@ import (
 func TestResnapshotCommand(t *testing.T) {
 	var got []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got = append(got, r.Method+" "+r.URL.EscapedPath())
+		got = append(got, r.Method+" "+r.URL.EscapedPath()+" "+r.Header.Get("Content-Type")+" "+r.Header.Get("Authorization"))
 		if strings.Contains(r.URL.Path, "nosuch") {
 			http.Error(w, "public.nosuch: not an exported table", http.StatusNotFound)
 			return
@@ -21,8 +21,11 @@ func TestResnapshotCommand(t *testing.T) {
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	env := func(k string) string {
-		if k == "CDC_HTTP_ADDR" {
+		switch k {
+		case "CDC_HTTP_ADDR":
 			return addr
+		case "CDC_HTTP_TOKEN":
+			return testToken
 		}
 		return ""
 	}
@@ -38,6 +41,10 @@ func TestResnapshotCommand(t *testing.T) {
 		{"no table", []string{"resnapshot"}, env, exitConfig, "want one table"},
 		{"bad name", []string{"resnapshot", `"open`}, env, exitConfig, "unterminated"},
 		{"no address", []string{"resnapshot", "public.t"}, func(string) string { return "" }, exitConfig, "CDC_HTTP_ADDR"},
+		{"two tokens", []string{"resnapshot", "public.t"}, func(k string) string {
+			return map[string]string{"CDC_HTTP_ADDR": addr,
+				"CDC_HTTP_TOKEN": testToken, "CDC_HTTP_TOKEN_FILE": "/x"}[k]
+		}, exitConfig, "both set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -48,7 +55,7 @@ func TestResnapshotCommand(t *testing.T) {
 			}
 		})
 	}
-	if len(got) < 1 || got[0] != `POST /exports/public.%22Order%22/resnapshot` {
+	if len(got) < 1 || got[0] != `POST /exports/public.%22Order%22/resnapshot application/json Bearer `+testToken {
 		t.Errorf("requests %q", got)
 	}
 }

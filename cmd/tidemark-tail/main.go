@@ -5,12 +5,22 @@
 //	tidemark-tail -brokers 127.0.0.1:59092 -prefix demo
 //	TAIL_BROKERS=127.0.0.1:59092 TAIL_PREFIX=demo tidemark-tail
 //
+// TLS and SASL come from the same variables as cdc's (CDC_KAFKA_TLS, CDC_KAFKA_TLS_CA_FILE,
+// CDC_KAFKA_SASL_MECHANISM, ...; see cdc help), with the same rules; the brokers from -brokers,
+// TAIL_BROKERS or CDC_KAFKA_BROKERS.
+//
 // Output, one line per record, tab-separated: topic, partition, offset, key, value (headers
-// follow as name=value when present). A nil value (tombstone) prints as <nil>. Values that are
-// not UTF-8 print Go-quoted.
+// follow as name=value when present). Records are printed as they arrive: in offset order within
+// a partition, partitions interleaved. A nil value (tombstone) prints as <nil>. A key, value or
+// header that a terminal could take for something else is printed Go-quoted, every control
+// character escaped: C0 and C1 controls, DEL (so no ANSI escape sequence reaches the terminal),
+// tabs and newlines, invalid UTF-8 and Unicode format characters such as bidirectional overrides.
+// Printable Unicode is kept. A value that starts with a double quote or is <nil> is quoted too,
+// so every line reads back unambiguously.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -18,7 +28,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,6 +36,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 func main() {
@@ -43,17 +54,18 @@ func main() {
 }
 
 type config struct {
-	brokers []string
-	prefix  string
-	timeout time.Duration
+	brokers  []string
+	prefix   string
+	timeout  time.Duration
+	security sink.Security
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("tidemark-tail", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	brokers := fs.String("brokers", envOr(getenv, "TAIL_BROKERS", "127.0.0.1:59092"),
-		"Kafka seed brokers, comma-separated (env TAIL_BROKERS)")
-	prefix := fs.String("prefix", envOr(getenv, "TAIL_PREFIX", "tidemark"),
+	brokers := fs.String("brokers", envOr(getenv, "127.0.0.1:59092", "TAIL_BROKERS", "CDC_KAFKA_BROKERS"),
+		"Kafka seed brokers, comma-separated (env TAIL_BROKERS, else CDC_KAFKA_BROKERS); TLS and SASL from cdc's CDC_KAFKA_TLS* and CDC_KAFKA_SASL* variables")
+	prefix := fs.String("prefix", envOr(getenv, "tidemark", "TAIL_PREFIX"),
 		"print topics whose names start with this prefix followed by a dot (env TAIL_PREFIX)")
 	timeout := fs.Duration("timeout", 60*time.Second, "give up when the records are not all read by then")
 	if err := fs.Parse(args); err != nil {
@@ -78,12 +90,20 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if cfg.timeout <= 0 {
 		errs = append(errs, errors.New("timeout must be positive"))
 	}
+	sec, problems := sink.ReadSecurityEnv(getenv).Security()
+	for _, p := range problems {
+		errs = append(errs, p)
+	}
+	cfg.security = sec
 	return cfg, errors.Join(errs...)
 }
 
-func envOr(getenv func(string) string, key, def string) string {
-	if v := getenv(key); v != "" {
-		return v
+// envOr returns the first of keys that getenv has, else def.
+func envOr(getenv func(string) string, def string, keys ...string) string {
+	for _, k := range keys {
+		if v := strings.TrimSpace(getenv(k)); v != "" {
+			return v
+		}
 	}
 	return def
 }
@@ -95,8 +115,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
+	secOpts, err := cfg.security.ClientOpts()
+	if err != nil {
+		return err
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.brokers...)}, secOpts...)
 
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(cfg.brokers...))
+	admCl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)
 	}
@@ -105,13 +130,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	targets, err := endOffsets(ctx, adm, cfg.prefix+".")
 	if err != nil {
-		return err
+		return sink.ExplainConnect(cfg.security, err)
 	}
 	if len(targets) == 0 {
 		fmt.Fprintf(stderr, "tidemark-tail: no records in topics %s.*\n", cfg.prefix)
 		return nil
 	}
-	return consume(ctx, cfg.brokers, targets, stdout)
+	return consume(ctx, opts, targets, stdout)
 }
 
 // span is the offsets of one partition to read: [start, end).
@@ -164,8 +189,9 @@ func endOffsets(ctx context.Context, adm *kadm.Client, prefix string) (map[strin
 	return targets, nil
 }
 
-// consume prints the records of targets in topic, partition, offset order.
-func consume(ctx context.Context, brokers []string, targets map[string]map[int32]span, stdout io.Writer) error {
+// consume prints the records of targets as they arrive, in offset order within each partition,
+// flushing stdout after every fetch, so a long read shows its first records at once.
+func consume(ctx context.Context, opts []kgo.Opt, targets map[string]map[int32]span, stdout io.Writer) error {
 	assign := make(map[string]map[int32]kgo.Offset)
 	remaining := 0
 	for topic, parts := range targets {
@@ -175,13 +201,12 @@ func consume(ctx context.Context, brokers []string, targets map[string]map[int32
 			remaining++
 		}
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append(opts,
 		kgo.ConsumePartitions(assign),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Transaction markers take offsets too: keep them to see when a partition is done.
 		kgo.KeepControlRecords(),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("create kafka consumer: %w", err)
 	}
@@ -191,15 +216,13 @@ func consume(ctx context.Context, brokers []string, targets map[string]map[int32
 		topic     string
 		partition int32
 	}
-	got := make(map[tp][]*kgo.Record)
 	done := make(map[tp]bool)
-	var readErr error
+	out := bufio.NewWriter(stdout)
+	var line []byte
 	for remaining > 0 {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			// Print what was read, then report the rest.
-			readErr = fmt.Errorf("read records (%d partition(s) unfinished): %w", remaining, err)
-			break
+			return fmt.Errorf("read records (%d partition(s) unfinished): %w", remaining, err)
 		}
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -215,63 +238,72 @@ func consume(ctx context.Context, brokers []string, targets map[string]map[int32
 				return
 			}
 			if !r.Attrs.IsControl() {
-				got[k] = append(got[k], r)
+				line = appendRecord(line[:0], r)
+				_, _ = out.Write(line)
 			}
 			if r.Offset+1 >= end {
 				done[k] = true
 				remaining--
 			}
 		})
-	}
-
-	keys := make([]tp, 0, len(got))
-	for k := range got {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b tp) int {
-		if c := strings.Compare(a.topic, b.topic); c != 0 {
-			return c
-		}
-		return int(a.partition - b.partition)
-	})
-	for _, k := range keys {
-		for _, r := range got[k] {
-			if _, err := io.WriteString(stdout, formatRecord(r)); err != nil {
-				return fmt.Errorf("write output: %w", err)
-			}
+		if err := out.Flush(); err != nil {
+			return fmt.Errorf("write output: %w", err)
 		}
 	}
-	return readErr
+	return nil
 }
 
-func formatRecord(r *kgo.Record) string {
-	var b strings.Builder
-	b.WriteString(r.Topic)
-	b.WriteByte('\t')
-	b.WriteString(strconv.Itoa(int(r.Partition)))
-	b.WriteByte('\t')
-	b.WriteString(strconv.FormatInt(r.Offset, 10))
-	b.WriteByte('\t')
-	b.WriteString(printable(r.Key))
-	b.WriteByte('\t')
-	b.WriteString(printable(r.Value))
+// appendRecord appends r's output line to dst.
+func appendRecord(dst []byte, r *kgo.Record) []byte {
+	dst = append(dst, r.Topic...)
+	dst = append(dst, '\t')
+	dst = strconv.AppendInt(dst, int64(r.Partition), 10)
+	dst = append(dst, '\t')
+	dst = strconv.AppendInt(dst, r.Offset, 10)
+	dst = append(dst, '\t')
+	dst = appendPrintable(dst, r.Key)
+	dst = append(dst, '\t')
+	dst = appendPrintable(dst, r.Value)
 	for _, h := range r.Headers {
-		b.WriteByte('\t')
-		b.WriteString(h.Key)
-		b.WriteByte('=')
-		b.WriteString(printable(h.Value))
+		dst = append(dst, '\t')
+		if strings.Contains(h.Key, "=") {
+			dst = strconv.AppendQuote(dst, h.Key) // the name ends at the first '='
+		} else {
+			dst = appendPrintable(dst, []byte(h.Key))
+		}
+		dst = append(dst, '=')
+		dst = appendPrintable(dst, h.Value)
 	}
-	b.WriteByte('\n')
-	return b.String()
+	return append(dst, '\n')
 }
 
-func printable(v []byte) string {
-	switch {
-	case v == nil:
-		return "<nil>"
-	case utf8.Valid(v) && !strings.ContainsAny(string(v), "\t\n"):
-		return string(v)
-	default:
-		return strconv.Quote(string(v))
+// printable is v as tidemark-tail prints it (see the package comment).
+func printable(v []byte) string { return string(appendPrintable(nil, v)) }
+
+// appendPrintable appends v to dst as it is when every rune is printable (strconv.IsPrint:
+// letters, marks, numbers, punctuation, symbols and the ASCII space) and nothing makes it
+// ambiguous; otherwise Go-quoted (strconv.Quote escapes exactly the runes that are not
+// printable, and invalid UTF-8). nil is <nil>.
+func appendPrintable(dst, v []byte) []byte {
+	if v == nil {
+		return append(dst, "<nil>"...)
 	}
+	if needsQuote(v) {
+		return strconv.AppendQuote(dst, string(v))
+	}
+	return append(dst, v...)
+}
+
+func needsQuote(v []byte) bool {
+	if len(v) > 0 && v[0] == '"' || string(v) == "<nil>" {
+		return true
+	}
+	for len(v) > 0 {
+		r, size := utf8.DecodeRune(v)
+		if r == utf8.RuneError && size <= 1 || !strconv.IsPrint(r) {
+			return true
+		}
+		v = v[size:]
+	}
+	return false
 }

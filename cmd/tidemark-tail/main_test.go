@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -78,8 +81,77 @@ func TestRunPrintsCommittedRecordsOfPrefixedTopics(t *testing.T) {
 		"demo.public.a\t1\t0\tk2\t{\"id\":2}",
 		"demo.public.b\t0\t0\tt\tcommitted",
 	}, "\n") + "\n"
-	if got := stdout.String(); got != want {
-		t.Errorf("output:\n%s\nwant:\n%s", got, want)
+	// Records print as they arrive: partitions interleave, each in offset order.
+	lines := strings.SplitAfter(stdout.String(), "\n")
+	slices.SortStableFunc(lines, func(a, b string) int {
+		fa, fb := strings.SplitN(a, "\t", 3), strings.SplitN(b, "\t", 3)
+		return strings.Compare(strings.Join(fa[:min(2, len(fa))], "\t"), strings.Join(fb[:min(2, len(fb))], "\t"))
+	})
+	if got := strings.Join(lines, ""); got != want {
+		t.Errorf("output:\n%s\nwant (partitions sorted):\n%s", stdout.String(), want)
+	}
+}
+
+// signalWriter is an output that signals its first write.
+type signalWriter struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	wrote chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.buf.Len() == 0 {
+		close(w.wrote)
+	}
+	return w.buf.Write(p)
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestConsumeStreams: a record is printed as soon as it is read, while another partition is
+// still being waited for; nothing waits for the whole read to end.
+func TestConsumeStreams(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "demo.fast", "demo.slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	for _, topic := range []string{"demo.fast", "demo.slow"} {
+		if err := cl.ProduceSync(t.Context(), &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// demo.slow's end lies past what it holds: the read cannot finish.
+	targets := map[string]map[int32]span{"demo.fast": {0: {0, 1}}, "demo.slow": {0: {0, 1000}}}
+	out := &signalWriter{wrote: make(chan struct{})}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- consume(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, targets, out) }()
+	select {
+	case <-out.wrote:
+	case err := <-done:
+		t.Fatalf("consume returned (%v) before the read could end", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing printed within 30s while a partition was still being read: the output is buffered")
+	}
+	if got := out.String(); !strings.Contains(got, "demo.fast\t0\t0\tk\tv\n") {
+		t.Errorf("first output %q, want demo.fast's record", got)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("consume after cancel: %v, want context.Canceled", err)
 	}
 }
 
@@ -90,6 +162,8 @@ func TestParseConfig(t *testing.T) {
 		env         map[string]string
 		wantBrokers []string
 		wantPrefix  string
+		wantTLS     bool
+		wantSASL    string
 		wantErr     bool
 	}{
 		{name: "defaults", wantBrokers: []string{"127.0.0.1:59092"}, wantPrefix: "tidemark"},
@@ -100,6 +174,15 @@ func TestParseConfig(t *testing.T) {
 		{name: "empty brokers", args: []string{"-brokers", " , "}, wantErr: true},
 		{name: "empty prefix", args: []string{"-prefix", ""}, wantErr: true},
 		{name: "stray argument", args: []string{"extra"}, wantErr: true},
+		{name: "cdc's brokers", env: map[string]string{"CDC_KAFKA_BROKERS": "k:9093"}, wantBrokers: []string{"k:9093"}, wantPrefix: "tidemark"},
+		{name: "TLS", env: map[string]string{"CDC_KAFKA_TLS": "true", "CDC_KAFKA_SASL_MECHANISM": "scram-sha-512",
+			"CDC_KAFKA_SASL_USERNAME": "u", "CDC_KAFKA_SASL_PASSWORD": "p"},
+			wantBrokers: []string{"127.0.0.1:59092"}, wantPrefix: "tidemark", wantTLS: true, wantSASL: "SCRAM-SHA-512"},
+		{name: "TLS implied by a server name", env: map[string]string{"CDC_KAFKA_TLS_SERVER_NAME": "kafka"},
+			wantBrokers: []string{"127.0.0.1:59092"}, wantPrefix: "tidemark", wantTLS: true},
+		{name: "bad TLS", env: map[string]string{"CDC_KAFKA_TLS": "maybe"}, wantErr: true},
+		{name: "SASL without user", env: map[string]string{"CDC_KAFKA_SASL_MECHANISM": "PLAIN"}, wantErr: true},
+		{name: "missing CA file", env: map[string]string{"CDC_KAFKA_TLS_CA_FILE": "/nonexistent/ca.pem"}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,8 +197,10 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseConfig(): %v", err)
 			}
-			if strings.Join(cfg.brokers, ",") != strings.Join(tc.wantBrokers, ",") || cfg.prefix != tc.wantPrefix {
-				t.Errorf("parseConfig() = %v %q, want %v %q", cfg.brokers, cfg.prefix, tc.wantBrokers, tc.wantPrefix)
+			if strings.Join(cfg.brokers, ",") != strings.Join(tc.wantBrokers, ",") || cfg.prefix != tc.wantPrefix ||
+				cfg.security.TLS != tc.wantTLS || cfg.security.SASLMechanism != tc.wantSASL {
+				t.Errorf("parseConfig() = %v %q TLS %v SASL %q, want %v %q %v %q", cfg.brokers, cfg.prefix, cfg.security.TLS,
+					cfg.security.SASLMechanism, tc.wantBrokers, tc.wantPrefix, tc.wantTLS, tc.wantSASL)
 			}
 		})
 	}
@@ -132,6 +217,21 @@ func TestPrintable(t *testing.T) {
 		{name: "json", in: []byte(`{"a":1}`), want: `{"a":1}`},
 		{name: "binary", in: []byte{0xff, 0x00}, want: `"\xff\x00"`},
 		{name: "tab", in: []byte("a\tb"), want: `"a\tb"`},
+		{name: "newline", in: []byte("a\nb"), want: `"a\nb"`},
+		{name: "carriage return", in: []byte("ok\rEVIL"), want: `"ok\rEVIL"`},
+		{name: "ANSI colour", in: []byte("\x1b[31mred\x1b[0m"), want: `"\x1b[31mred\x1b[0m"`},
+		{name: "ANSI title (OSC)", in: []byte("\x1b]0;pwned\x07"), want: `"\x1b]0;pwned\a"`},
+		{name: "C1 CSI", in: []byte("\u009b31m"), want: `"\u009b31m"`},
+		{name: "C1 NEL", in: []byte("a\u0085b"), want: `"a\u0085b"`},
+		{name: "DEL", in: []byte("a\x7fb"), want: `"a\x7fb"`},
+		{name: "NUL", in: []byte("a\x00"), want: `"a\x00"`},
+		{name: "backspace", in: []byte("abc\b\b"), want: `"abc\b\b"`},
+		{name: "bidi override", in: []byte("abc\u202edef"), want: `"abc\u202edef"`},
+		{name: "line separator", in: []byte("a\u2028b"), want: `"a\u2028b"`},
+		{name: "printable unicode", in: []byte("héllo 世界 🙂 ñ"), want: "héllo 世界 🙂 ñ"},
+		{name: "json with escapes", in: []byte(`{"a":"x\"y\\n"}`), want: `{"a":"x\"y\\n"}`},
+		{name: "starts with a quote", in: []byte(`"x"`), want: `"\"x\""`},
+		{name: "the nil marker", in: []byte("<nil>"), want: `"<nil>"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,5 +239,23 @@ func TestPrintable(t *testing.T) {
 				t.Errorf("printable(%q) = %s, want %s", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestRecordLineEscapesEverything: the key, the value and the headers' names and values of a
+// record are all escaped, and the line has exactly the tabs and newline of its fields.
+func TestRecordLineEscapesEverything(t *testing.T) {
+	esc := []byte("\x1b[2J\x1b[31m")
+	r := &kgo.Record{Topic: "demo.public.t", Partition: 1, Offset: 7, Key: esc, Value: append([]byte("v\n"), esc...),
+		Headers: []kgo.RecordHeader{{Key: "h\x1b]0;x\x07", Value: esc}, {Key: "a=b", Value: []byte("ok")}, {Key: "tidemark.op", Value: []byte("c")}}}
+	got := string(appendRecord(nil, r))
+	want := `demo.public.t	1	7	"\x1b[2J\x1b[31m"	"v\n\x1b[2J\x1b[31m"	"h\x1b]0;x\a"="\x1b[2J\x1b[31m"	"a=b"=ok	tidemark.op=c` + "\n"
+	if got != want {
+		t.Errorf("line\n%q\nwant\n%q", got, want)
+	}
+	for i, c := range []byte(got[:len(got)-1]) {
+		if c < 0x20 && c != '\t' || c == 0x7f {
+			t.Errorf("byte %d of the line is control character %#x", i, c)
+		}
 	}
 }

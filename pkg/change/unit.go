@@ -106,6 +106,9 @@ type Unit struct {
 	// Piece, on a KindTxn unit, makes it one piece of a transaction too large to hand over
 	// whole (see Piece); nil for a whole transaction.
 	Piece *Piece
+	// Cause, on a KindFailed unit, is the error whose text Err is, for errors.Is and errors.As:
+	// the text can quote row values, the class of the error cannot.
+	Cause error
 }
 
 // Piece says which part of a large transaction a KindTxn unit carries. The replication stage

@@ -1,8 +1,6 @@
 package codec
 
 import (
-	"fmt"
-
 	"github.com/tidemark/cdc/pkg/change"
 )
 
@@ -82,7 +80,7 @@ func (e *Encoder) appendConnectColumn(dst []byte, i int, row [][]byte, unavail [
 	e.conv.shape = e.conv.shape[:0]
 	out, err := e.conv.appendConnect(dst, c.node, row[i], true)
 	if err != nil {
-		return dst, fmt.Errorf("encode column %q of %s: %w", e.table.Columns[i].Name, e.table.Export, err)
+		return dst, &ValueError{Column: e.table.Columns[i].Name, Export: e.table.Export, Err: err}
 	}
 	if len(e.conv.shape) > 0 && e.section != "" {
 		if len(e.dims) == 0 {

@@ -94,6 +94,21 @@ type Source struct {
 // ErrRowShape is wrapped when a row does not have one value per column.
 var ErrRowShape = errors.New("row does not match table columns")
 
+// ValueError is a column value that cannot be encoded. Its text quotes the value, so it is row
+// data: show it only where row data may be shown (a log, the admin HTTP endpoints), and use
+// errors.As to tell the class of failure elsewhere.
+type ValueError struct {
+	Column string
+	Export change.ExportID
+	Err    error
+}
+
+func (e *ValueError) Error() string {
+	return fmt.Sprintf("encode column %q of %s: %v", e.Column, e.Export, e.Err)
+}
+
+func (e *ValueError) Unwrap() error { return e.Err }
+
 // ErrRecordTooLarge is wrapped when a change's record would exceed Config.MaxRecordBytes.
 var ErrRecordTooLarge = errors.New("record too large")
 
@@ -475,7 +490,7 @@ func (e *Encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) 
 	}
 	out, err := appendValue(dst, c.kind, c.oid, row[i], &e.scratch)
 	if err != nil {
-		return dst, fmt.Errorf("encode column %q of %s: %w", e.table.Columns[i].Name, e.table.Export, err)
+		return dst, &ValueError{Column: e.table.Columns[i].Name, Export: e.table.Export, Err: err}
 	}
 	return out, nil
 }

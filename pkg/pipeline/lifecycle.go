@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +106,8 @@ type lifecycle struct {
 	mu      sync.Mutex
 	tracker *watermark.Tracker
 	phases  map[change.ExportID]phase
+	// failures is the class of each failed export's error (failureClass), where it is known.
+	failures map[change.ExportID]string
 	// pending: exports to copy again at the next poll (a restarted copy, a re-copy on demand).
 	pending []change.ExportID
 	// startLSN is the slot's confirmed position at start-up: confirmable until the tracker
@@ -160,6 +163,7 @@ func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lif
 	return &lifecycle{
 		cfg: cfg, tracker: tracker, log: log,
 		phases:        make(map[change.ExportID]phase),
+		failures:      make(map[change.ExportID]string),
 		requests:      make(chan snapshot.Request, 16),
 		topic:         func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
 		wakePoll:      func() {},
@@ -475,6 +479,7 @@ func (lc *lifecycle) Failed(e change.ExportID, err error) {
 	lc.chunks.Stop(e)
 	lc.mu.Lock()
 	lc.tracker.Failed(e, err.Error())
+	lc.failures[e] = failureClass(err)
 	lc.phases[e] = phaseFailed
 	lc.mu.Unlock()
 }
@@ -526,6 +531,7 @@ func (lc *lifecycle) Durable(units []*change.Unit, offsets sink.Offsets) []chang
 			lc.phases[u.Export] = phaseRemoved
 		case change.KindFailed:
 			lc.tracker.Failed(u.Export, u.Err)
+			lc.failures[u.Export] = failureClass(u.Cause)
 			lc.phases[u.Export] = phaseFailed
 			stop = append(stop, u.Export)
 		}
@@ -735,7 +741,19 @@ type ExportState struct {
 	Attempt   int         `json:"snapshot_attempt,omitempty"`
 	Rows      int64       `json:"snapshot_rows_copied,omitempty"`
 	Estimated int64       `json:"snapshot_rows_estimated,omitempty"`
-	Error     string      `json:"error,omitempty"`
+	// Error is the text of the error that stopped the export; it can quote row values.
+	// ErrorClass names its kind without quoting anything (see RedactError).
+	Error      string `json:"error,omitempty"`
+	ErrorClass string `json:"error_class,omitempty"`
+}
+
+// RedactError returns s with its error text replaced by its class and a note that the full text
+// needs more privilege (need): for places that must not show row data.
+func (s ExportState) RedactError(need string) ExportState {
+	if s.Error != "" {
+		s.Error = s.ErrorClass + " (" + need + ")"
+	}
+	return s
 }
 
 // states returns every export the tracker knows, sorted by name.
@@ -746,6 +764,9 @@ func (lc *lifecycle) states() []ExportState {
 	for _, s := range lc.tracker.Status() {
 		st := ExportState{Export: s.Export, Topic: s.Topic, State: s.State, Attempt: s.Attempt,
 			Rows: s.RowsCopied, Estimated: s.RowsEstimated, Error: s.Err}
+		if s.Err != "" {
+			st.ErrorClass = cmp.Or(lc.failures[s.Export], FailureUnknown)
+		}
 		if p := lc.phases[s.Export]; p != 0 {
 			st.Phase = p.String()
 		}

@@ -85,21 +85,22 @@ func (p *Pipeline) Exports() []ExportState {
 }
 
 // Ready reports whether the pipeline is streaming and every live export is hydrated or being
-// copied without error; reasons say what is not.
-func (p *Pipeline) Ready() (ready bool, reasons []string) {
+// copied without error. reasons say what is not, apart from the failed exports, which come in
+// failed: their error texts can quote row values, so the caller decides how much to show.
+func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) {
 	lc := p.life.lc.Load()
 	if lc == nil {
-		return false, []string{"the pipeline is starting or restarting"}
+		return false, []string{"the pipeline is starting or restarting"}, nil
 	}
 	if !lc.streaming() {
 		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")
 	}
 	for _, s := range lc.states() {
 		if s.State == watermark.StateFailed {
-			reasons = append(reasons, fmt.Sprintf("%s failed: %s", s.Export, s.Error))
+			failed = append(failed, s)
 		}
 	}
-	return len(reasons) == 0, reasons
+	return len(reasons) == 0 && len(failed) == 0, reasons, failed
 }
 
 // Run runs the pipeline until ctx ends (then it stops in order and returns nil) or a fatal

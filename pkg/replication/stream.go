@@ -524,7 +524,7 @@ func (st *streamState) failExport(e change.ExportID, topic string, err error) {
 	delete(st.tx.held, e)
 	delete(st.tx.touched, e)
 	st.fail(e)
-	st.failed = append(st.failed, &change.Unit{Kind: change.KindFailed, Export: e, Err: err.Error()})
+	st.failed = append(st.failed, &change.Unit{Kind: change.KindFailed, Export: e, Err: err.Error(), Cause: err})
 }
 
 func (st *streamState) commit(m *pglogrepl.CommitMessage) error {

@@ -14,4 +14,7 @@
 // Guarantee: where the string is ambiguous (an unencoded '@' or '/' in a URL's password, a '&'
 // in a query password), redaction masks more than the password, never less. Masking is by the
 // fixed text "xxxxx", so the output says nothing about the password's length.
+//
+// Token holds a bearer token (the HTTP admin token) as its SHA-256 digest only: it can be checked,
+// in constant time, but never printed.
 package secret
