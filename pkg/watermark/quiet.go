@@ -180,30 +180,41 @@ func (v *View) Add(value []byte) ([]change.ExportID, error) {
 	if _, ok, err := DecodeCheckpoint(value); ok {
 		return nil, err
 	}
-	v.seq++
 	if q, ok, err := DecodeQuiet(value); ok {
 		if err != nil {
 			return nil, err
 		}
-		v.quiet, v.qSeq = &q, v.seq
-		v.busy = make(map[change.ExportID]bool, len(q.Busy))
-		for _, e := range q.Busy {
-			v.busy[e] = true
-		}
-		var changed []change.ExportID
-		for e, ent := range v.own {
-			if v.covers(e, ent) {
-				changed = append(changed, e)
-			}
-		}
-		return changed, nil
+		return v.addQuiet(q), nil
 	}
 	r, err := Decode(value)
 	if err != nil {
 		return nil, err
 	}
+	return v.addOwn(r), nil
+}
+
+// addQuiet applies a decoded quiet record and returns the exports it speaks for.
+func (v *View) addQuiet(q Quiet) []change.ExportID {
+	v.seq++
+	v.quiet, v.qSeq = &q, v.seq
+	v.busy = make(map[change.ExportID]bool, len(q.Busy))
+	for _, e := range q.Busy {
+		v.busy[e] = true
+	}
+	var changed []change.ExportID
+	for e, ent := range v.own {
+		if v.covers(e, ent) {
+			changed = append(changed, e)
+		}
+	}
+	return changed
+}
+
+// addOwn applies an export's decoded record.
+func (v *View) addOwn(r Record) []change.ExportID {
+	v.seq++
 	v.own[r.Export] = viewEntry{rec: r, seq: v.seq}
-	return []change.ExportID{r.Export}, nil
+	return []change.ExportID{r.Export}
 }
 
 // covers reports whether the quiet record speaks for the export of ent.
