@@ -98,12 +98,12 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 
 	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
 	current := make(map[string]struct{})
-	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) {
+	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) error {
 		if r.Offset >= job.r.Until[r.Partition] {
 			if r.Key != nil && r.Value != nil {
 				current[string(r.Key)] = struct{}{}
 			}
-			return
+			return nil
 		}
 		switch {
 		case r.Key == nil && isTruncate(r):
@@ -114,6 +114,7 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 		default:
 			alive[string(r.Key)] = true
 		}
+		return nil
 	})
 	if err != nil {
 		return err

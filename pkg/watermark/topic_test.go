@@ -169,10 +169,10 @@ func TestTopicReaderRefuses(t *testing.T) {
 	}
 	for _, tc := range []struct{ name, value string }{
 		{"not JSON", `{"version":1,"export":`},
-		{"a number where an object is", `{"version":1,"export":{"schema":"public","table":"a"},"state":"hydrated","offsets":{"0":1e400}}`},
-		{"a partition that is not a number", `{"version":1,"export":{"schema":"public","table":"a"},"state":"hydrated","offsets":{"zero":1}}`},
-		{"watermark and watermark_lsn disagree", `{"version":1,"export":{"schema":"public","table":"a"},"state":"hydrated","watermark":"0/10","watermark_lsn":17}`},
-		{"unknown state", `{"version":1,"export":{"schema":"public","table":"a"},"state":"sleeping"}`},
+		{"a number where an object is", `{"version":1,"export":"public.a","state":"hydrated","offsets":{"0":1e400}}`},
+		{"a partition that is not a number", `{"version":1,"export":"public.a","state":"hydrated","offsets":{"zero":1}}`},
+		{"watermark and watermark_lsn disagree", `{"version":1,"export":"public.a","state":"hydrated","watermark":"0/10","watermark_lsn":17}`},
+		{"unknown state", `{"version":1,"export":"public.a","state":"sleeping"}`},
 		{"quiet record of a newer version", `{"version":99,"kind":"quiet"}`},
 		{"checkpoint whose numbers disagree", `{"version":1,"kind":"checkpoint","position":"0/10","position_lsn":99}`},
 		{"busy list that is not a list", `{"version":1,"kind":"quiet","busy":{"schema":"public"}}`},
@@ -183,6 +183,7 @@ func TestTopicReaderRefuses(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Add(%s) = nil, want an error", tc.value)
 			}
+			t.Log(err)
 			if err := rd.Add(0, good); err != nil {
 				t.Fatalf("a good value after the bad one: %v", err)
 			}
