@@ -63,19 +63,25 @@ func DecodeQuiet(b []byte) (q Quiet, ok bool, err error) {
 	if valueKind(b) != quietKind {
 		return Quiet{}, false, nil
 	}
+	q, err = decodeQuiet(b)
+	return q, true, err
+}
+
+// decodeQuiet parses b, a value of kind quietKind.
+func decodeQuiet(b []byte) (q Quiet, err error) {
 	if err := json.Unmarshal(b, &q); err != nil {
-		return Quiet{}, true, fmt.Errorf("decode quiet record: %w", err)
+		return Quiet{}, fmt.Errorf("decode quiet record: %w", err)
 	}
 	switch {
 	case q.Version > Version:
-		return Quiet{}, true, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+		return Quiet{}, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
 			q.Version, Version, ErrUnsupportedVersion)
 	case q.Version < 1:
-		return Quiet{}, true, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
+		return Quiet{}, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
 	case (q.Watermark == nil) != (q.WatermarkLSN == nil) || q.Watermark != nil && uint64(*q.Watermark) != *q.WatermarkLSN:
-		return Quiet{}, true, errors.New("decode quiet record: watermark and watermark_lsn disagree")
+		return Quiet{}, errors.New("decode quiet record: watermark and watermark_lsn disagree")
 	}
-	return q, true, nil
+	return q, nil
 }
 
 // Quiet returns the quiet record to publish now, if one is due. Call it right after Due, with

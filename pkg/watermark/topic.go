@@ -52,21 +52,24 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 		p = &partFold{own: make(map[change.ExportID]seqRecord)}
 		t.parts[partition] = p
 	}
-	if cp, ok, err := DecodeCheckpoint(value); ok {
+	switch valueKind(value) {
+	case checkpointKind:
+		cp, err := decodeCheckpoint(value)
 		if err != nil {
 			return err
 		}
 		p.cp = &cp
 		return nil
-	}
-	p.seq++
-	if q, ok, err := DecodeQuiet(value); ok {
+	case quietKind:
+		q, err := decodeQuiet(value)
 		if err != nil {
 			return err
 		}
+		p.seq++
 		p.quiet, p.qSeq = &q, p.seq
 		return nil
 	}
+	p.seq++
 	r, err := Decode(value)
 	if err != nil {
 		return err
