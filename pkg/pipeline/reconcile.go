@@ -2,12 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -65,6 +67,11 @@ func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit
 					break
 				}
 				if err := c.reconcile(ctx, job, units); err != nil {
+					var bad *sink.RecordError
+					if errors.As(err, &bad) {
+						// A record the sink never writes: reading it again cannot help.
+						return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
+					}
 					return fmt.Errorf("reconcile %s: %w", job.export, err)
 				}
 				c.repl.CopyDone(job.export)
