@@ -22,7 +22,7 @@ import (
 // pgproto3 refuses a wire message above PostgreSQL's own limit (1 GiB) before reading it.
 
 // errMalformed is wrapped by the errors of a message that does not hold what it declares.
-var errMalformed = errors.New("malformed pgoutput message")
+var errMalformed = errors.New("malformed message")
 
 // errDecoderPanic is wrapped when pglogrepl panicked on a message checkMessage accepted: a bug
 // in checkMessage (FuzzDecode fails on it), turned into an error rather than a crash.
@@ -85,7 +85,7 @@ func checkMessage(data []byte) error {
 	case 'M': // Message: flags, LSN, prefix, content.
 		w.skip(1+8, "message header")
 		w.cstring("message prefix")
-		w.skip(w.count(uint64(w.u32("content length")), 1, "content"), "content")
+		w.skip(w.count(uint64(w.u32("content length")), 1, "content bytes"), "content")
 	case 'S', 'E', 'c', 'A':
 		return fmt.Errorf("%w: %q is a message of in-progress transaction streaming, which the stage does not ask for", errMalformed, kind)
 	default:
@@ -161,7 +161,11 @@ func (w *wire) count(n uint64, each int, field string) int {
 		return 0
 	}
 	if n > uint64(len(w.b))/uint64(each) {
-		w.fail("%d %s of at least %d bytes each in the %d bytes left", n, field, each, len(w.b))
+		if each == 1 {
+			w.fail("%d %s in the %d bytes left", n, field, len(w.b))
+		} else {
+			w.fail("%d %s of at least %d bytes each in the %d bytes left", n, field, each, len(w.b))
+		}
 		return 0
 	}
 	return int(n)
