@@ -102,7 +102,7 @@ func decodeEverything(t testing.TB, parts map[int32][][]byte) ([]Record, *Checkp
 // records and checkpoint as reading and keeping everything did, and it holds at most one record
 // per export, plus a quiet record and a checkpoint, per partition.
 func TestTopicReaderKeepsLatest(t *testing.T) {
-	for seed := range uint64(300) {
+	for seed := range uint64(150) {
 		rng := rand.New(rand.NewPCG(seed, 17))
 		es := make([]change.ExportID, 1+rng.IntN(6))
 		for i := range es {
@@ -137,8 +137,8 @@ func TestTopicReaderKeepsLatest(t *testing.T) {
 	}
 }
 
-// TestTopicReaderMemory: 100,000 values for 5 exports leave 7 decoded values in the reader (each
-// export's latest, the quiet record, the checkpoint), not 100,000.
+// TestTopicReaderMemory: 20,000 values for 5 exports leave 7 decoded values in the reader (each
+// export's latest, the quiet record, the checkpoint), not 20,000.
 func TestTopicReaderMemory(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	es := make([]change.ExportID, 5)
@@ -146,7 +146,7 @@ func TestTopicReaderMemory(t *testing.T) {
 		es[i] = change.ExportID{Schema: "public", Table: fmt.Sprintf("t%d", i)}
 	}
 	rd := NewTopicReader()
-	const n = 100_000
+	const n = 20_000
 	for i := range n {
 		if err := rd.Add(0, randomTopicValue(t, rng, es, i)); err != nil {
 			t.Fatal(err)
