@@ -29,14 +29,11 @@ func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) erro
 	if err := sk.Ping(ctx); err != nil {
 		return err
 	}
-	values, err := sk.ReadWatermarks(ctx)
-	if err != nil {
+	rd := watermark.NewTopicReader()
+	if err := sk.ReadWatermarks(ctx, rd.Add); err != nil {
 		return fmt.Errorf("read %s: %w", cfg.WatermarkTopic, err)
 	}
-	recs, _, err := watermark.DecodeTopic(values)
-	if err != nil {
-		return err
-	}
+	recs, _ := rd.Result()
 	last := make(map[change.ExportID]watermark.Record)
 	for _, r := range recs {
 		last[r.Export] = r

@@ -274,14 +274,18 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	tracker := watermark.NewTracker(watermark.Options{Mode: watermark.Mode(cfg.WatermarkMode), Interval: cfg.WatermarkInterval})
-	values, err := sk.ReadWatermarks(ctx)
-	if err != nil {
+	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
+	wmRead := watermark.NewTopicReader()
+	if err := sk.ReadWatermarks(ctx, wmRead.Add); err != nil {
+		var bad *sink.RecordError
+		if errors.As(err, &bad) {
+			// A record this build cannot read (too large, not a watermark record, a newer
+			// version): retrying reads the same record again.
+			return fatal(fmt.Errorf("watermark topic: %w", err))
+		}
 		return fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
 	}
-	recs, checkpoint, err := watermark.DecodeTopic(values)
-	if err != nil {
-		return fatal(fmt.Errorf("watermark topic %s: %w", cfg.WatermarkTopic, err))
-	}
+	recs, checkpoint := wmRead.Result()
 	tracker.Restore(recs)
 	if checkpoint != nil {
 		tracker.RestoreCheckpoint(checkpoint.Position)

@@ -2,12 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -65,6 +67,11 @@ func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit
 					break
 				}
 				if err := c.reconcile(ctx, job, units); err != nil {
+					var bad *sink.RecordError
+					if errors.As(err, &bad) {
+						// A record the sink never writes: reading it again cannot help.
+						return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
+					}
 					return fmt.Errorf("reconcile %s: %w", job.export, err)
 				}
 				c.repl.CopyDone(job.export)
@@ -98,12 +105,12 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 
 	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
 	current := make(map[string]struct{})
-	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) {
+	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) error {
 		if r.Offset >= job.r.Until[r.Partition] {
 			if r.Key != nil && r.Value != nil {
 				current[string(r.Key)] = struct{}{}
 			}
-			return
+			return nil
 		}
 		switch {
 		case r.Key == nil && isTruncate(r):
@@ -114,6 +121,7 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 		default:
 			alive[string(r.Key)] = true
 		}
+		return nil
 	})
 	if err != nil {
 		return err

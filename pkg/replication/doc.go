@@ -72,9 +72,10 @@
 //     transaction): its compacted topic refuses records without a key. A Relation message under
 //     a new name (ALTER TABLE ... RENAME) routes the table's changes to the new name, which is
 //     not an export until the publication poll adds it.
-//   - A message that does not decode (truncated, or a tuple column longer than its message) is a
-//     stream error, which reconnects, never a panic or an allocation of its declared length:
-//     row changes are read in place with every length checked (fastpath.go), and pglogrepl's
-//     parser, which reads the other messages, is guarded (pgoutput.go); FuzzDecode feeds both
-//     arbitrary messages.
+//   - A message that does not decode (truncated, or a count or length larger than the message)
+//     is a stream error, which reconnects, never a panic or an allocation of its declared size:
+//     row changes are read in place with every length checked (fastpath.go), and every other
+//     message is walked by checkMessage, which checks each count and length against the bytes
+//     left, before pglogrepl's parser sees it (pgoutput.go). FuzzDecode feeds both arbitrary
+//     messages; TestDecodeUnderMemoryLimit runs the lying ones under ulimit -v.
 package replication

@@ -102,6 +102,10 @@ func readTuple(data []byte, pos int, vals [][]byte, unchanged *[]bool) ([][]byte
 	}
 	n := int(binary.BigEndian.Uint16(data[pos:]))
 	pos += 2
+	if n > len(data)-pos {
+		// Every column takes at least its kind byte.
+		return vals, false, 0, fmt.Errorf("%w: %d columns in the %d bytes left", errTuple, n, len(data)-pos)
+	}
 	any := false
 	if unchanged != nil {
 		*unchanged = (*unchanged)[:0]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,6 +77,18 @@ func FuzzDecode(f *testing.F) {
 	// short message (pglogrepl allocated it: the fuzz worker ran out of memory).
 	f.Add(fuzzFrames(relationMsg(1, "public", "a")[25:], begin(100, 7)[25:],
 		[]byte{'I', 0, 0, 0, 1, 'N', 0, 2, 't', 0, 0, 0, 1, '1', 't', 0xff, 0xff, 0xff, 0xf0, 'x'}, commit(100, 110)[25:]))
+	// The 10-byte Truncate that made pglogrepl allocate 16 GiB, alone and inside a transaction.
+	f.Add(fuzzFrames(truncate10))
+	f.Add(fuzzFrames(relationMsg(1, "public", "a")[25:], begin(100, 7)[25:], truncate10, commit(100, 110)[25:]))
+	// Every message type with a count or length that lies (hostile_test.go), inside a
+	// transaction on relations that exist.
+	for _, h := range hostileMessages() {
+		msg := h.msg
+		if !h.raw {
+			msg = xlog(msg)
+		}
+		f.Add(fuzzFrames(relationMsg(1, "public", "a"), relationMsg(2, "public", "b"), begin(100, 7), msg, commit(100, 110)))
+	}
 	spill := f.TempDir()
 	f.Fuzz(func(t *testing.T, data []byte) { decodeFrames(t, spill, data) })
 }
@@ -105,6 +118,9 @@ func decodeFrames(t *testing.T, spill string, data []byte) {
 			fr = xlog(fr)
 		}
 		if err := st.handle(fr); err != nil {
+			if errors.Is(err, errDecoderPanic) {
+				t.Fatalf("frame %d (%q): checkMessage let through a message pglogrepl cannot decode: %v", i, fr, err)
+			}
 			st.reconnected()
 		}
 		checkUnits(t, out)

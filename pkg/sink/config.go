@@ -61,8 +61,8 @@ type Config struct {
 	// broker's default, and so does a ReplicationFactor of -1 (as in Kafka's CreateTopics).
 	Partitions        int32
 	ReplicationFactor int16
-	// WatermarkTopic is created (compacted, one partition) by EnsureTopics and read by
-	// ReadWatermarks.
+	// WatermarkTopic is created (compacted, one partition, segments of WatermarkSegmentMS and
+	// WatermarkSegmentBytes) by EnsureTopics and read by ReadWatermarks.
 	WatermarkTopic string
 	// MaxBatchBytes bounds the units of one batch (one Kafka transaction in exactly-once mode),
 	// as estimated by change.Unit.Bytes. A single larger unit still forms a batch of its own:

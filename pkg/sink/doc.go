@@ -50,6 +50,11 @@
 // least one whole batch. A record larger than MaxRecordBytes fails with MESSAGE_TOO_LARGE and
 // ends Run like any produce error; the caller must keep such a record out (see MaxRecordBytes).
 //
+// Reading back: ReadWatermarks and ScanTopic (the reconcile scan) hand records to a function as
+// they arrive and keep none. A record larger than MaxRecordBytes, or one the function refuses,
+// stops the read with a *RecordError naming topic, partition and offset; a fetched batch may
+// decompress to at most 4 x MaxRecordBytes.
+//
 // Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound, and a
 // first piece waiting for the next batch) beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
 // buffered bytes, which backpressures the input channel.

@@ -21,6 +21,7 @@ var scenarios = []struct {
 	run  func(t *testing.T, env *testEnv)
 }{
 	{"EnsureTopics", scenarioEnsureTopics},
+	{"WatermarkTopicSegments", scenarioWatermarkTopicSegments},
 	{"RunAtLeastOnce", func(t *testing.T, env *testEnv) { scenarioRun(t, env, AtLeastOnce) }},
 	{"RunExactlyOnce", func(t *testing.T, env *testEnv) { scenarioRun(t, env, ExactlyOnce) }},
 	{"AllPartitions", scenarioAllPartitions},
@@ -240,7 +241,7 @@ func scenarioRun(t *testing.T, env *testEnv, d Delivery) {
 	}
 
 	// One watermark record per batch, in order.
-	wms, err := env.newSink(t, cfg).ReadWatermarks(ctx)
+	wms, err := readWatermarks(ctx, env.newSink(t, cfg))
 	if err != nil {
 		t.Fatalf("ReadWatermarks: %v", err)
 	}
@@ -357,13 +358,13 @@ func scenarioReadWatermarks(t *testing.T, env *testEnv) {
 	ctx := t.Context()
 	cfg := env.config(t, ExactlyOnce)
 	s := env.newSink(t, cfg)
-	if got, err := s.ReadWatermarks(ctx); err != nil || len(got) != 0 {
+	if got, err := readWatermarks(ctx, s); err != nil || len(got) != 0 {
 		t.Fatalf("ReadWatermarks before the topic exists = %q, %v; want nothing", got, err)
 	}
 	if err := s.EnsureTopics(ctx, nil); err != nil {
 		t.Fatalf("EnsureTopics: %v", err)
 	}
-	if got, err := s.ReadWatermarks(ctx); err != nil || len(got) != 0 {
+	if got, err := readWatermarks(ctx, s); err != nil || len(got) != 0 {
 		t.Fatalf("ReadWatermarks of an empty topic = %q, %v; want nothing", got, err)
 	}
 	produceTxn(t, env, cfg.WatermarkTopic, env.prefix+".other", true, "w1", "w2")
@@ -372,7 +373,7 @@ func scenarioReadWatermarks(t *testing.T, env *testEnv) {
 	produceTxn(t, env, cfg.WatermarkTopic, env.prefix+".other", false, "aborted-last")
 
 	for _, d := range []Delivery{ExactlyOnce, AtLeastOnce} {
-		got, err := env.newSink(t, env.config(t, d)).ReadWatermarks(ctx)
+		got, err := readWatermarks(ctx, env.newSink(t, env.config(t, d)))
 		if err != nil {
 			t.Fatalf("%s: ReadWatermarks: %v", d, err)
 		}
@@ -398,7 +399,7 @@ func scenarioReadWatermarksOpenTxn(t *testing.T, env *testEnv) {
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: cfg.WatermarkTopic, Key: []byte("k"), Value: []byte("open")}).FirstErr(); err != nil {
 		t.Fatalf("produce: %v", err)
 	}
-	got, err := env.newSink(t, cfg).ReadWatermarks(ctx)
+	got, err := readWatermarks(ctx, env.newSink(t, cfg))
 	if err != nil {
 		t.Fatalf("ReadWatermarks: %v", err)
 	}
@@ -507,7 +508,7 @@ func scenarioHeartbeats(t *testing.T, env *testEnv) {
 	if err := wait(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	got, err := env.newSink(t, cfg).ReadWatermarks(ctx)
+	got, err := readWatermarks(ctx, env.newSink(t, cfg))
 	if err != nil {
 		t.Fatalf("ReadWatermarks: %v", err)
 	}
@@ -634,7 +635,7 @@ func scenarioScanRightAfterCommit(t *testing.T, env *testEnv) {
 		total += len(u.Records)
 		p.waitCommittedUnits(t, round+1)
 		seen := 0
-		if err := s.ScanTopic(ctx, topic, nil, s.EndOffsets(topic), func(*kgo.Record) { seen++ }); err != nil {
+		if err := s.ScanTopic(ctx, topic, nil, s.EndOffsets(topic), func(*kgo.Record) error { seen++; return nil }); err != nil {
 			t.Fatalf("ScanTopic: %v", err)
 		}
 		if seen != total {
@@ -698,4 +699,14 @@ func scenarioBulkBatchLimit(t *testing.T, env *testEnv) {
 	if bulkMax == 0 || bulkMax >= cfg.MaxBulkBatchBytes+one {
 		t.Errorf("most snapshot rows in one batch: %d bytes, want below %d", bulkMax, cfg.MaxBulkBatchBytes+one)
 	}
+}
+
+// readWatermarks collects what ReadWatermarks hands over.
+func readWatermarks(ctx context.Context, s *Sink) ([][]byte, error) {
+	var out [][]byte
+	err := s.ReadWatermarks(ctx, func(_ int32, v []byte) error {
+		out = append(out, v)
+		return nil
+	})
+	return out, err
 }

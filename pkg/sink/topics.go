@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TopicSpec describes a data topic. Topics of keyless tables must not be compacted: a compacted
@@ -23,14 +26,38 @@ type TopicSpec struct {
 type topicWant struct {
 	compact    bool
 	partitions int32 // -1: the broker's default
+	// segments: the topic gets WatermarkSegmentConfigs (the watermark topic).
+	segments bool
+}
+
+// Segment settings of the watermark topic. Kafka never compacts a partition's active segment,
+// and by default a segment rolls only at 1 GiB or after 7 days: a watermark topic written a few
+// times a second keeps every record of the last days there, and the restart reads them all. With
+// these the active segment rolls within an hour or 32 MiB, whichever comes first, and the
+// cleaner compacts what rolled (the compacted part is one record per key, so a rolled segment
+// puts the dirty ratio far above min.cleanable.dirty.ratio's default of 0.5, which stays). A
+// restart then reads at most about one segment besides one record per key. segment.bytes is
+// twice MaxRecordBytes, the largest record batch the producer writes: a segment must hold one.
+// delete.retention.ms keeps Kafka's default (1 day): a reader that starts from the beginning
+// has that long to see a tombstone.
+const (
+	WatermarkSegmentMS    = 60 * 60 * 1000
+	WatermarkSegmentBytes = 2 * MaxRecordBytes
+)
+
+// watermarkSegmentConfigs are the watermark topic's segment settings as topic configs.
+func watermarkSegmentConfigs() map[string]int64 {
+	return map[string]int64{"segment.ms": WatermarkSegmentMS, "segment.bytes": WatermarkSegmentBytes}
 }
 
 // EnsureTopics creates the missing topics of specs and the watermark topic, with the
 // configured partitions and replication factor (cleanup.policy=compact where Compact; the
-// watermark topic is compacted with one partition) and max.message.bytes=MaxRecordBytes. Existing topics are accepted as they are
-// and their real partition counts remembered, except that an existing topic of a keyless table
-// that is compacted is an error. Finally the next offsets of every topic are seeded with the
-// topic's current end offsets.
+// watermark topic is compacted with one partition and the segment settings
+// WatermarkSegmentMS and WatermarkSegmentBytes) and max.message.bytes=MaxRecordBytes. Existing
+// topics are accepted as they are and their real partition counts remembered, except that an
+// existing topic of a keyless table that is compacted is an error, and that an existing
+// watermark topic that inherits larger segment settings gets them (tuneSegments). Finally the
+// next offsets of every topic are seeded with the topic's current end offsets.
 func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	wants, err := s.topicWants(specs)
 	if err != nil {
@@ -89,7 +116,7 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 	if partitions == 0 {
 		partitions = -1
 	}
-	wants := map[string]topicWant{s.cfg.WatermarkTopic: {compact: true, partitions: 1}}
+	wants := map[string]topicWant{s.cfg.WatermarkTopic: {compact: true, partitions: 1, segments: true}}
 	var errs []error
 	for _, spec := range specs {
 		if spec.Name == "" {
@@ -130,6 +157,11 @@ func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[str
 		configs := map[string]*string{"max.message.bytes": new(strconv.Itoa(MaxRecordBytes))}
 		if w.compact {
 			configs["cleanup.policy"] = new("compact")
+		}
+		if w.segments {
+			for k, v := range watermarkSegmentConfigs() {
+				configs[k] = new(strconv.FormatInt(v, 10))
+			}
 		}
 		resps, err := s.admin.CreateTopics(ctx, w.partitions, rf, configs, topics...)
 		if err != nil {
@@ -182,6 +214,9 @@ func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[s
 			}
 		}
 		want := wants[rc.Name]
+		if want.segments {
+			s.tuneSegments(ctx, rc)
+		}
 		switch {
 		case compacted == want.compact:
 		case compacted:
@@ -191,6 +226,59 @@ func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[s
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// tuneSegments gives an existing watermark topic the segment settings it would get if it were
+// created now, where it inherits a larger value from the broker; a value set on the topic
+// itself is the operator's choice and is left alone, with a warning when it is larger. When
+// the broker refuses the change (no ALTER_CONFIGS permission on the topic), the warning says
+// what to set; the service goes on either way, since compaction only bounds start-up time.
+func (s *Sink) tuneSegments(ctx context.Context, rc kadm.ResourceConfig) {
+	var set []kadm.AlterConfig
+	for _, key := range slices.Sorted(maps.Keys(watermarkSegmentConfigs())) {
+		want := watermarkSegmentConfigs()[key]
+		i := slices.IndexFunc(rc.Configs, func(c kadm.Config) bool { return c.Key == key })
+		if i < 0 {
+			set = append(set, kadm.AlterConfig{Op: kadm.SetConfig, Name: key, Value: new(strconv.FormatInt(want, 10))})
+			continue
+		}
+		c := rc.Configs[i]
+		got, err := strconv.ParseInt(deref(c.Value), 10, 64)
+		if err == nil && got <= want {
+			continue
+		}
+		if c.Source == kmsg.ConfigSourceDynamicTopicConfig {
+			s.log.Warn("the watermark topic sets a larger segment than cdc would: its active segment, which Kafka never compacts, grows larger, and start-up reads all of it",
+				"topic", rc.Name, "config", key, "value", deref(c.Value), "cdc_would_set", want)
+			continue
+		}
+		set = append(set, kadm.AlterConfig{Op: kadm.SetConfig, Name: key, Value: new(strconv.FormatInt(want, 10))})
+	}
+	if len(set) == 0 {
+		return
+	}
+	names := make([]string, len(set))
+	for i, a := range set {
+		names[i] = a.Name + "=" + *a.Value
+	}
+	resps, err := s.admin.AlterTopicConfigs(ctx, set, rc.Name)
+	if err == nil {
+		_, err = resps.On(rc.Name, func(r *kadm.AlterConfigsResponse) error { return r.Err })
+	}
+	if err != nil {
+		s.log.Warn("could not set the watermark topic's segment settings, so compaction can reach its records; set them on the topic (kafka-configs --alter --add-config)",
+			"topic", rc.Name, "configs", strings.Join(names, ","), "err", err)
+		return
+	}
+	s.log.Info("set the watermark topic's segment settings so that compaction can reach its records", "topic", rc.Name, "configs", strings.Join(names, ","))
+}
+
+// deref returns *p, or "" for nil.
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 // loadPartitions remembers the real partition count of every topic. Right after a create the

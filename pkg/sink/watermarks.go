@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -13,47 +12,73 @@ import (
 )
 
 // ReadWatermarks reads the watermark topic read-committed, from its start to its last stable
-// offsets as of the call, and returns the record values in offset order (partition by
-// partition when the topic has several). Tombstones are skipped. A missing topic reads as
-// empty; nothing is created. In exactly-once mode it first initialises the producer (Init),
-// so that a previous instance's open transaction is resolved before reading.
-func (s *Sink) ReadWatermarks(ctx context.Context) ([][]byte, error) {
+// offsets as of the call, and hands fn every record value in offset order per partition
+// (partition by partition when the topic has several), tombstones skipped. It keeps nothing
+// itself: the caller folds the values as they come (watermark.TopicReader keeps each export's
+// latest), so memory does not follow the topic's history. A record larger than MaxRecordBytes,
+// or one fn refuses, stops the read with a *RecordError naming it. A missing topic reads as
+// empty; nothing is created. In exactly-once mode it first initialises the producer (Init), so
+// that a previous instance's open transaction is resolved before reading.
+func (s *Sink) ReadWatermarks(ctx context.Context, fn func(partition int32, value []byte) error) error {
 	if s.cfg.Delivery == ExactlyOnce {
 		if err := s.Init(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	values := make(map[int32][][]byte)
-	err := s.ScanTopic(ctx, s.cfg.WatermarkTopic, nil, nil, func(r *kgo.Record) {
-		if r.Value != nil {
-			values[r.Partition] = append(values[r.Partition], r.Value)
+	return s.ScanTopic(ctx, s.cfg.WatermarkTopic, nil, nil, func(r *kgo.Record) error {
+		if r.Value == nil {
+			return nil
 		}
+		return fn(r.Partition, r.Value)
 	})
-	if err != nil {
-		return nil, err
+}
+
+// RecordError is a record read back from Kafka that was refused: larger than MaxRecordBytes,
+// the largest record the sink writes, or refused by the caller's function (a watermark record
+// that does not decode). The read stops at it.
+type RecordError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("record at %s partition %d offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// errRecordTooLarge is wrapped by the RecordError of a record larger than MaxRecordBytes.
+var errRecordTooLarge = errors.New("record too large")
+
+// readBatchBytes bounds what one fetched record batch may decompress to when reading topics
+// back. The producer builds batches of at most MaxRecordBytes uncompressed; franz-go's default
+// would let a small compressed batch expand to 1 GiB.
+const readBatchBytes = 4 * MaxRecordBytes
+
+// recordBytes is the size of r's key, value and headers.
+func recordBytes(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
 	}
-	parts := make([]int32, 0, len(values))
-	for p := range values {
-		parts = append(parts, p)
-	}
-	slices.Sort(parts)
-	var out [][]byte
-	for _, p := range parts {
-		out = append(out, values[p]...)
-	}
-	return out, nil
+	return n
 }
 
 // ScanTopic reads topic read-committed from the given offsets (a partition not listed, or
 // listed below the log start, is read from its start) up to its last stable offsets as of the
 // call, and calls fn for every data record in offset order per partition. A missing topic reads
-// as empty.
+// as empty. A record larger than MaxRecordBytes (which the sink never writes), or one for which
+// fn returns an error, stops the scan with a *RecordError. The client bounds what it reads from
+// the broker (franz-go's 100 MiB per response) and what a batch may decompress to
+// (readBatchBytes).
 //
 // atLeast, when set, are offsets per partition that committed records reach (the sink's own
 // EndOffsets after a commit): the scan first waits until the last stable offsets pass them.
 // Kafka writes a transaction's commit markers after EndTxn returns, so right after a commit the
 // last stable offset can still stand before that transaction's records.
-func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[int32]int64, fn func(*kgo.Record)) error {
+func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[int32]int64, fn func(*kgo.Record) error) error {
 	metas, err := s.describeTopics(ctx, []string{topic})
 	if err != nil {
 		return err
@@ -101,6 +126,7 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 		// Commit and abort markers come back too, so that reaching the end offset is seen even
 		// when the last thing in a partition is a marker.
 		kgo.KeepControlRecords(),
+		kgo.MaxDecompressBatchBytes(readBatchBytes),
 		kgo.WithLogger(kgoLogger{s.log}),
 	}, s.security...)...)
 	if err != nil {
@@ -120,18 +146,30 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
+		var refused error
 		fetches.EachRecord(func(r *kgo.Record) {
 			last, ok := want[r.Partition]
-			if !ok {
+			if !ok || refused != nil {
 				return
 			}
 			if r.Offset <= last && !r.Attrs.IsControl() {
-				fn(r)
+				if n := recordBytes(r); n > MaxRecordBytes {
+					refused = &RecordError{Topic: topic, Partition: r.Partition, Offset: r.Offset,
+						Err: fmt.Errorf("%w: %d bytes, more than %d, the largest the sink writes", errRecordTooLarge, n, MaxRecordBytes)}
+					return
+				}
+				if err := fn(r); err != nil {
+					refused = &RecordError{Topic: topic, Partition: r.Partition, Offset: r.Offset, Err: err}
+					return
+				}
 			}
 			if r.Offset >= last {
 				delete(want, r.Partition)
 			}
 		})
+		if refused != nil {
+			return refused
+		}
 	}
 	return nil
 }

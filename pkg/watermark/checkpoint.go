@@ -77,22 +77,28 @@ func DecodeCheckpoint(b []byte) (cp Checkpoint, ok bool, err error) {
 	if valueKind(b) != checkpointKind {
 		return Checkpoint{}, false, nil
 	}
+	cp, err = decodeCheckpoint(b)
+	return cp, true, err
+}
+
+// decodeCheckpoint parses b, a value of kind checkpointKind.
+func decodeCheckpoint(b []byte) (cp Checkpoint, err error) {
 	if err := json.Unmarshal(b, &cp); err != nil {
-		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: %w", err)
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
 	}
 	switch {
 	case cp.Version > CheckpointVersion:
-		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
 			cp.Version, CheckpointVersion, ErrUnsupportedVersion)
 	case cp.Version < 1:
-		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: missing or invalid version %d", cp.Version)
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: missing or invalid version %d", cp.Version)
 	case cp.PositionLSN != 0 && uint64(cp.Position) != cp.PositionLSN:
-		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: position %s and position_lsn %d disagree", cp.Position, cp.PositionLSN)
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: position %s and position_lsn %d disagree", cp.Position, cp.PositionLSN)
 	case cp.Partial != nil && (cp.Partial.Changes <= 0 || cp.Partial.Commit < cp.Position):
-		return Checkpoint{}, true, fmt.Errorf("decode checkpoint: partial transaction at %s with %d changes does not follow position %s",
+		return Checkpoint{}, fmt.Errorf("decode checkpoint: partial transaction at %s with %d changes does not follow position %s",
 			cp.Partial.Commit, cp.Partial.Changes, cp.Position)
 	}
-	return cp, true, nil
+	return cp, nil
 }
 
 // RestoreCheckpoint applies the checkpoint read at start-up, after Restore: the durable stream

@@ -54,14 +54,16 @@
 // other hydrated exports as Busy. It is due when a quiet export's record would be. A reader
 // applies it to every export whose latest own record, read before it, says hydrated and which is
 // not busy: the export's watermark is the higher of the two, with its own record's offsets,
-// which still cover its whole topic. View does this for readers (pkg/wait, cdc watermarks), and
-// DecodeTopic for the restart. So the records per second follow the busy exports, not the
+// which still cover its whole topic. View does this for readers (pkg/wait), and TopicReader
+// for the restart and cdc watermarks. So the records per second follow the busy exports, not the
 // number of exports.
 //
 // # Restart
 //
-// At start-up the pipeline reads the watermark topic to its end and passes the records to
-// Restore. Hydrated exports resume with their recorded position, which Resume returns as the
+// At start-up the pipeline reads the watermark topic to its end through a TopicReader, which
+// keeps only each export's latest record, the latest quiet record and the latest checkpoint as
+// it reads (memory follows the number of exports, not the topic's age), and passes the records
+// to Restore. Hydrated exports resume with their recorded position, which Resume returns as the
 // replication stage's replay filter. Every other export is remembered only for its attempt
 // number and last watermark: it gets no records until StartHydration (or Removed, or Failed) is
 // called for it, so the pipeline must do that for each one still published before the first Due.

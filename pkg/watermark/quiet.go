@@ -63,19 +63,25 @@ func DecodeQuiet(b []byte) (q Quiet, ok bool, err error) {
 	if valueKind(b) != quietKind {
 		return Quiet{}, false, nil
 	}
+	q, err = decodeQuiet(b)
+	return q, true, err
+}
+
+// decodeQuiet parses b, a value of kind quietKind.
+func decodeQuiet(b []byte) (q Quiet, err error) {
 	if err := json.Unmarshal(b, &q); err != nil {
-		return Quiet{}, true, fmt.Errorf("decode quiet record: %w", err)
+		return Quiet{}, fmt.Errorf("decode quiet record: %w", err)
 	}
 	switch {
 	case q.Version > Version:
-		return Quiet{}, true, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
+		return Quiet{}, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
 			q.Version, Version, ErrUnsupportedVersion)
 	case q.Version < 1:
-		return Quiet{}, true, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
+		return Quiet{}, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
 	case (q.Watermark == nil) != (q.WatermarkLSN == nil) || q.Watermark != nil && uint64(*q.Watermark) != *q.WatermarkLSN:
-		return Quiet{}, true, errors.New("decode quiet record: watermark and watermark_lsn disagree")
+		return Quiet{}, errors.New("decode quiet record: watermark and watermark_lsn disagree")
 	}
-	return q, true, nil
+	return q, nil
 }
 
 // Quiet returns the quiet record to publish now, if one is due. Call it right after Due, with
@@ -180,30 +186,41 @@ func (v *View) Add(value []byte) ([]change.ExportID, error) {
 	if _, ok, err := DecodeCheckpoint(value); ok {
 		return nil, err
 	}
-	v.seq++
 	if q, ok, err := DecodeQuiet(value); ok {
 		if err != nil {
 			return nil, err
 		}
-		v.quiet, v.qSeq = &q, v.seq
-		v.busy = make(map[change.ExportID]bool, len(q.Busy))
-		for _, e := range q.Busy {
-			v.busy[e] = true
-		}
-		var changed []change.ExportID
-		for e, ent := range v.own {
-			if v.covers(e, ent) {
-				changed = append(changed, e)
-			}
-		}
-		return changed, nil
+		return v.addQuiet(q), nil
 	}
 	r, err := Decode(value)
 	if err != nil {
 		return nil, err
 	}
+	return v.addOwn(r), nil
+}
+
+// addQuiet applies a decoded quiet record and returns the exports it speaks for.
+func (v *View) addQuiet(q Quiet) []change.ExportID {
+	v.seq++
+	v.quiet, v.qSeq = &q, v.seq
+	v.busy = make(map[change.ExportID]bool, len(q.Busy))
+	for _, e := range q.Busy {
+		v.busy[e] = true
+	}
+	var changed []change.ExportID
+	for e, ent := range v.own {
+		if v.covers(e, ent) {
+			changed = append(changed, e)
+		}
+	}
+	return changed
+}
+
+// addOwn applies an export's decoded record.
+func (v *View) addOwn(r Record) []change.ExportID {
+	v.seq++
 	v.own[r.Export] = viewEntry{rec: r, seq: v.seq}
-	return []change.ExportID{r.Export}, nil
+	return []change.ExportID{r.Export}
 }
 
 // covers reports whether the quiet record speaks for the export of ent.
