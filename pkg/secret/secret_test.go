@@ -40,6 +40,11 @@ func TestRedact(t *testing.T) {
 		{name: "dsn sslpassword", in: "host=db sslpassword=s3cret", want: "host=db sslpassword=xxxxx"},
 		{name: "dsn upper case", in: "host=db PASSWORD=s3cret", want: "host=db PASSWORD=xxxxx"},
 		{name: "dsn trailing backslash", in: `host=db password=s3cret\`, want: "host=db password=xxxxx"},
+		{name: "dsn unquoted space", in: "host=db password=abc def123 dbname=app", want: "host=db password=xxxxx dbname=app"},
+		{name: "dsn unquoted spaces at end", in: "host=db password=abc def123  ghi ", want: "host=db password=xxxxx "},
+		{name: "dsn unquoted space, key with spaces", in: "password=abc def123 port = 5432", want: "password=xxxxx port = 5432"},
+		{name: "url space in password", in: "postgres://alice:abc def123@db/app", want: "postgres://alice:xxxxx@db/app"},
+		{name: "query space in password", in: "postgres://db/app?password=abc def123&sslmode=disable", want: "postgres://db/app?password=xxxxx&sslmode=disable"},
 		{name: "empty", in: "", want: ""},
 	}
 	for _, tt := range tests {
@@ -66,6 +71,11 @@ func TestScrub(t *testing.T) {
 		{name: "query decoded", conn: "postgres://db/app?password=s%26cret", text: "bad: s&cret", secrets: []string{"s&cret"}},
 		{name: "query unencoded &", conn: "postgres://db/app?password=s&cret&sslmode=disable", text: "bad: s&cret; unknown key cret", secrets: []string{"s&cret", "cret"}},
 		{name: "dsn unescaped", conn: `host=db password='se cr\'et'`, text: "bad: se cr'et", secrets: []string{"se cr'et"}},
+		{name: "dsn unquoted space", conn: "host=db password=abc def123 dbname=app", text: `failed to parse as keyword/value: missing "=" after "def123" in connection info string`,
+			secrets: []string{"def123", "abc"}},
+		{name: "dsn unquoted space, short word", conn: "host=db password=abc de dbname=app", text: `missing "=" after "de" in connection info string`,
+			secrets: []string{`"de"`}},
+		{name: "embedded DSN with space", conn: "", text: "cannot parse host=db password=abc def123 dbname=app: bad", secrets: []string{"def123"}},
 		{name: "embedded URL", conn: "", text: "cannot parse `postgres://bob:hunter22@db/app`: bad", secrets: []string{"hunter22"}},
 		{name: "embedded DSN", conn: "", text: "cannot parse `host=db password=hunter22`: bad", secrets: []string{"hunter22"}},
 		{name: "embedded query", conn: "", text: "cannot parse `postgres://db/app?password=hunter22&x=y`: bad", secrets: []string{"hunter22"}},
