@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 // only informative (a consequence to know about) has ok true and a note.
 type checkLine struct {
 	ok   bool
+	warn bool // ok, but unsafe: printed with "!" and its fix
 	what string
 	fix  string
 }
@@ -40,6 +42,11 @@ func (p *preflight) pass(format string, args ...any) {
 	p.lines = append(p.lines, checkLine{ok: true, what: fmt.Sprintf(format, args...)})
 }
 
+// warn records a line that does not fail the check but says what is at risk and the fix.
+func (p *preflight) warn(fix, format string, args ...any) {
+	p.lines = append(p.lines, checkLine{ok: true, warn: true, what: fmt.Sprintf(format, args...), fix: fix})
+}
+
 func (p *preflight) fail(fix, format string, args ...any) {
 	p.lines = append(p.lines, checkLine{what: fmt.Sprintf(format, args...), fix: fix})
 }
@@ -48,16 +55,27 @@ func (p *preflight) fail(fix, format string, args ...any) {
 // prerequisite (✓ or ✗ with the fix) and returns exit code 0 only when everything needed holds.
 // It changes nothing on either side: it only reads catalogs and metadata, and asks Kafka to
 // validate a topic creation without creating it.
-func runCheck(ctx context.Context, cfg pipeline.Config, w io.Writer) int {
+func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w io.Writer) int {
 	p := &preflight{cfg: cfg}
+	for _, tp := range postures {
+		if tp.Warning != "" {
+			p.warn(tp.Fix, "%s: %s", tp.Summary, tp.Warning)
+		} else {
+			p.pass("%s", tp.Summary)
+		}
+	}
 	p.postgres(ctx)
 	p.kafka(ctx)
-	failed := 0
+	failed, warned := 0, 0
 	for _, l := range p.lines {
 		mark := "✓"
-		if !l.ok {
+		switch {
+		case !l.ok:
 			mark = "✗"
 			failed++
+		case l.warn:
+			mark = "!"
+			warned++
 		}
 		fmt.Fprintf(w, "%s %s\n", mark, l.what)
 		if l.fix != "" {
@@ -67,6 +85,10 @@ func runCheck(ctx context.Context, cfg pipeline.Config, w io.Writer) int {
 	if failed > 0 {
 		fmt.Fprintf(w, "\n%d of %d checks failed.\n", failed, len(p.lines))
 		return exitFailed
+	}
+	if warned > 0 {
+		fmt.Fprintf(w, "\nAll %d checks passed, %d with a warning (!).\n", len(p.lines), warned)
+		return exitOK
 	}
 	fmt.Fprintf(w, "\nAll %d checks passed.\n", len(p.lines))
 	return exitOK
@@ -94,6 +116,7 @@ func (p *preflight) postgres(ctx context.Context) {
 	}
 	p.user, p.database = user, database
 	p.pass("PostgreSQL %s reachable, database %s as %s", version, database, user)
+	p.connectionTLS(conn)
 	if walLevel == "logical" {
 		p.pass("wal_level = logical")
 	} else {
@@ -110,6 +133,20 @@ func (p *preflight) postgres(ctx context.Context) {
 		p.table(ctx, conn, t)
 	}
 	p.slot(ctx, conn)
+}
+
+// connectionTLS reports whether the connection just made is actually encrypted: with
+// sslmode=prefer or allow, that depends on the server, which the configuration cannot tell.
+func (p *preflight) connectionTLS(conn *pgx.Conn) {
+	if tc, ok := conn.PgConn().Conn().(*tls.Conn); ok {
+		p.pass("PostgreSQL connection: encrypted (%s)", tls.VersionName(tc.ConnectionState().Version))
+		return
+	}
+	if strings.HasPrefix(conn.PgConn().Conn().RemoteAddr().Network(), "unix") {
+		p.pass("PostgreSQL connection: local Unix socket")
+		return
+	}
+	p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: data and credentials cross the network in plaintext")
 }
 
 // capacity checks headroom in replication slots and WAL senders: the main slot (unless it

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/conffile"
+	"github.com/tidemark/cdc/pkg/pipeline"
+)
+
+// Limits of the names the configuration gives.
+const (
+	// maxIdentLen is PostgreSQL's limit for names (NAMEDATALEN-1 bytes): longer ones are
+	// truncated by the server, so a slot, publication or table name past it is not the one meant.
+	maxIdentLen = 63
+	// maxTopicLen is Kafka's limit for topic names.
+	maxTopicLen = 249
+	// echoLen is how much of an invalid value a problem quotes.
+	echoLen = 64
+)
+
+// cut returns s, or for a long s its first echoLen bytes (whole runes) followed by "…" and its
+// length, so that a problem quoting a 100,000-byte value stays readable.
+func cut(s string) string {
+	if len(s) <= echoLen {
+		return s
+	}
+	end := echoLen
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:end], len(s))
+}
+
+// quoteCut is cut applied to a Go-quoted s: "first 64 bytes"… (N bytes).
+func quoteCut(s string) string {
+	if len(s) <= echoLen {
+		return strconv.Quote(s)
+	}
+	end := echoLen
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:end]), len(s))
+}
+
+// emptyVars reports each variable of Env that is set but empty or blank, and returns them. An
+// empty value is found in environ (getenv cannot tell it from an unset one), a blank one through
+// getenv.
+func (c *checker) emptyVars(getenv func(string) string, environ []string) map[string]bool {
+	empty := make(map[string]bool)
+	for _, kv := range environ {
+		if name, val, ok := strings.Cut(kv, "="); ok && strings.TrimSpace(val) == "" {
+			empty[name] = true
+		}
+	}
+	for _, v := range envVars() {
+		if val := getenv(v.Name); val != "" && strings.TrimSpace(val) == "" {
+			empty[v.Name] = true
+		}
+	}
+	for _, v := range envVars() {
+		if !empty[v.Name] {
+			continue
+		}
+		if v.Required {
+			c.add(v.Name, "", "is set but empty; want %s", v.Desc)
+		} else {
+			c.add(v.Name, "", "is set but empty; unset it to use the default (%s), or give it a value", v.Shown)
+		}
+	}
+	return empty
+}
+
+// boolean parses a true/false variable (also 1/0, yes/no).
+func (c *checker) boolean(name, s string) bool {
+	switch strings.ToLower(s) {
+	case "true", "1", "yes":
+		return true
+	case "false", "0", "no", "":
+		return false
+	}
+	c.add(name, s, "want true or false")
+	return false
+}
+
+// file checks that path ("" for none) is a regular file that can be read, without blocking on it:
+// a FIFO or a device named as a certificate would hang the start (see pkg/conffile). It reports
+// false on a problem.
+func (c *checker) file(name, path string) bool {
+	if path == "" {
+		return true
+	}
+	err := conffile.Check(path, conffile.MaxSize)
+	if err == nil {
+		return true
+	}
+	if fe, ok := errors.AsType[*conffile.Error](err); ok {
+		c.add(name, "", "%s %s", cut(fe.Path), fe.Msg)
+	} else {
+		c.add(name, "", "%s: %v", cut(path), err)
+	}
+	return false
+}
+
+// pgFileKeys are the connection settings that name files pgx reads while it parses the
+// connection string, with the libpq variable that sets each and its default under $HOME.
+var pgFileKeys = []struct {
+	key, envVar, home string
+	readIfNamed       bool // pgx reads it whenever it is named; otherwise only if it exists
+}{
+	{"sslrootcert", "PGSSLROOTCERT", ".postgresql/root.crt", true},
+	{"sslcert", "PGSSLCERT", ".postgresql/postgresql.crt", true},
+	{"sslkey", "PGSSLKEY", ".postgresql/postgresql.key", true},
+	{"passfile", "PGPASSFILE", ".pgpass", false},
+	{"servicefile", "PGSERVICEFILE", ".pg_service.conf", false},
+}
+
+// pgFiles checks, without blocking, every file that pgx would read for the connection string s
+// (or, when s is empty, the PG* variables): each is named by the connection string, else by its
+// PG* variable, else is libpq's default under $HOME when that exists. It reports false on a
+// problem.
+func (c *checker) pgFiles(s string, getenv func(string) string) bool {
+	settings := connSettings(s)
+	ok := true
+	for _, k := range pgFileKeys {
+		name, path := "CDC_PG_URL", settings[k.key]
+		switch {
+		case path != "":
+		case getenv(k.envVar) != "":
+			name, path = k.envVar, getenv(k.envVar)
+		case getenv("HOME") != "":
+			name, path = "CDC_PG_URL", filepath.Join(getenv("HOME"), k.home)
+			if _, err := os.Lstat(path); err != nil {
+				continue // absent defaults are not read
+			}
+		default:
+			continue
+		}
+		if path == "system" && k.key == "sslrootcert" || !k.readIfNamed && !exists(path) {
+			continue
+		}
+		if k.key == "sslcert" || k.key == "sslkey" {
+			if mode := settings["sslcertmode"]; mode == "disable" || mode == "" && getenv("PGSSLCERTMODE") == "disable" {
+				continue
+			}
+		}
+		if name == "CDC_PG_URL" {
+			if !c.file(name, path) {
+				// Say which setting named it: "CDC_PG_URL: sslrootcert /x is a named pipe, ...".
+				last := c.problems[len(c.problems)-1].(*varError)
+				last.Msg = k.key + " " + last.Msg
+				ok = false
+			}
+			continue
+		}
+		ok = c.file(name, path) && ok
+	}
+	return ok
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// isURLConn reports whether a PostgreSQL connection string is a URL rather than a key=value DSN.
+func isURLConn(s string) bool {
+	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
+}
+
+// connSettings returns the settings a PostgreSQL connection string gives, as libpq reads them:
+// the query parameters of a URL, or the pairs of a key=value DSN. It is lenient: what it cannot
+// read, pgx reports when it parses the string.
+func connSettings(s string) map[string]string {
+	settings := make(map[string]string)
+	if isURLConn(s) {
+		_, query, _ := strings.Cut(s, "?")
+		values, _ := url.ParseQuery(query)
+		for k, v := range values {
+			if len(v) > 0 {
+				settings[k] = v[len(v)-1]
+			}
+		}
+		return settings
+	}
+	i := 0
+	skip := func() {
+		for i < len(s) && strings.IndexByte(" \t\n\r\v\f", s[i]) >= 0 {
+			i++
+		}
+	}
+	for {
+		skip()
+		start := i
+		for i < len(s) && s[i] != '=' && strings.IndexByte(" \t\n\r\v\f", s[i]) < 0 {
+			i++
+		}
+		key := s[start:i]
+		skip()
+		if key == "" || i >= len(s) || s[i] != '=' {
+			return settings
+		}
+		i++
+		skip()
+		var val strings.Builder
+		if i < len(s) && s[i] == '\'' {
+			for i++; i < len(s) && s[i] != '\''; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+			}
+			i = min(i+1, len(s)) // past the closing quote
+		} else {
+			for ; i < len(s) && strings.IndexByte(" \t\n\r\v\f", s[i]) < 0; i++ {
+				if s[i] == '\\' && i+1 < len(s) {
+					i++
+				}
+				val.WriteByte(s[i])
+			}
+		}
+		settings[key] = val.String()
+	}
+}
+
+// contradictions reports settings that contradict each other: one that has no effect because of
+// another is an error, since the user who set it expects an effect. (CDC_KAFKA_TLS=false with a
+// TLS file, SASL credentials of another mechanism, and CDC_HTTP_ADDR against CDC_METRICS_ADDR
+// are checked where those variables are.)
+func (c *checker) contradictions(e Env, p pipeline.Config) {
+	if c.set["CDC_UNCHANGED_TOAST_PLACEHOLDER"] && e.UnchangedToast != string(pipeline.UnchangedPlaceholder) {
+		c.add("CDC_UNCHANGED_TOAST_PLACEHOLDER", "", "is set, but only CDC_UNCHANGED_TOAST=placeholder uses it (CDC_UNCHANGED_TOAST is %s): unset it, or set CDC_UNCHANGED_TOAST=placeholder", cut(e.UnchangedToast))
+	}
+	if c.set["CDC_SNAPSHOT_CHUNK_ROWS"] && e.SnapshotStrategy == string(pipeline.StrategyCopy) {
+		c.add("CDC_SNAPSHOT_CHUNK_ROWS", "", "is set, but CDC_SNAPSHOT_STRATEGY=copy does not copy in chunks: unset it, or use the chunked strategy")
+	}
+	if c.set["CDC_KAFKA_TRANSACTION_TIMEOUT"] && e.Delivery == string(pipeline.AtLeastOnce) {
+		c.add("CDC_KAFKA_TRANSACTION_TIMEOUT", "", "is set, but CDC_DELIVERY=at-least-once uses no transactions: unset it, or use exactly-once")
+	}
+	if p.WatermarkTopic != "" && p.TopicPrefix != "" {
+		for _, id := range p.Tables {
+			if change.TopicName(p.TopicPrefix, id) == p.WatermarkTopic {
+				c.add("CDC_WATERMARK_TOPIC", p.WatermarkTopic, "is the topic of table %s too: choose another name", id)
+			}
+		}
+	}
+}
