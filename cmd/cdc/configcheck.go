@@ -24,15 +24,19 @@ const (
 	maxTopicLen = 249
 	// echoLen is how much of an invalid value a problem quotes.
 	echoLen = 64
+	// echoPathLen is how much of a file's path a problem shows: a path is worth showing whole.
+	echoPathLen = 512
 )
 
 // cut returns s, or for a long s its first echoLen bytes (whole runes) followed by "…" and its
 // length, so that a problem quoting a 100,000-byte value stays readable.
-func cut(s string) string {
-	if len(s) <= echoLen {
+func cut(s string) string { return cutN(s, echoLen) }
+
+func cutN(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	end := echoLen
+	end := n
 	for end > 0 && !utf8.RuneStart(s[end]) {
 		end--
 	}
@@ -103,9 +107,9 @@ func (c *checker) file(name, path string) bool {
 		return true
 	}
 	if fe, ok := errors.AsType[*conffile.Error](err); ok {
-		c.add(name, "", "%s %s", cut(fe.Path), fe.Msg)
+		c.add(name, "", "%s %s", cutN(fe.Path, echoPathLen), fe.Msg)
 	} else {
-		c.add(name, "", "%s: %v", cut(path), err)
+		c.add(name, "", "%s: %v", cutN(path, echoPathLen), err)
 	}
 	return false
 }
