@@ -36,6 +36,8 @@ type preflight struct {
 	lines []checkLine
 	// user and database: who and where the PostgreSQL checks run (for the fixes they print).
 	user, database string
+	// pgMode is the sslmode the PostgreSQL configuration amounts to (see pgPosture).
+	pgMode string
 }
 
 func (p *preflight) pass(format string, args ...any) {
@@ -58,6 +60,9 @@ func (p *preflight) fail(fix, format string, args ...any) {
 func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w io.Writer) int {
 	p := &preflight{cfg: cfg}
 	for _, tp := range postures {
+		if tp.Conn == "PostgreSQL" {
+			p.pgMode = tp.Mode
+		}
 		if tp.Warning != "" {
 			p.warn(tp.Fix, "%s: %s", tp.Summary, tp.Warning)
 		} else {
@@ -142,11 +147,14 @@ func (p *preflight) connectionTLS(conn *pgx.Conn) {
 		p.pass("PostgreSQL connection: encrypted (%s)", tls.VersionName(tc.ConnectionState().Version))
 		return
 	}
-	if strings.HasPrefix(conn.PgConn().Conn().RemoteAddr().Network(), "unix") {
+	switch {
+	case strings.HasPrefix(conn.PgConn().Conn().RemoteAddr().Network(), "unix"):
 		p.pass("PostgreSQL connection: local Unix socket")
-		return
+	case p.pgMode == "disable":
+		p.pass("PostgreSQL connection: not encrypted, as configured (see above)")
+	default:
+		p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: the server offered no TLS and sslmode=%s fell back to plaintext", p.pgMode)
 	}
-	p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: data and credentials cross the network in plaintext")
 }
 
 // capacity checks headroom in replication slots and WAL senders: the main slot (unless it
