@@ -29,7 +29,7 @@ func TestConfiguredFileIsAFIFO(t *testing.T) {
 	}{
 		{"Kafka CA file", map[string]string{"CDC_PG_URL": pgURL, "CDC_KAFKA_BROKERS": strings.Join(brokers, ","), "CDC_KAFKA_TLS_CA_FILE": fifo},
 			"CDC_KAFKA_TLS_CA_FILE: " + fifo + " is a named pipe, not a regular file"},
-		{"PostgreSQL sslrootcert", map[string]string{"CDC_PG_URL": withParam(pgURL, "sslmode=verify-full&sslrootcert=" + fifo),
+		{"PostgreSQL sslrootcert", map[string]string{"CDC_PG_URL": withParam(pgURL, "sslmode=verify-full&sslrootcert="+fifo),
 			"CDC_KAFKA_BROKERS": strings.Join(brokers, ",")}, "CDC_PG_URL: sslrootcert " + fifo + " is a named pipe, not a regular file"},
 	}
 	for _, tc := range cases {
