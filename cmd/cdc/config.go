@@ -417,7 +417,7 @@ func (c *checker) pgURL(s string, getenv func(string) string) (string, *pgconn.C
 	}
 	cfg, err := pgconn.ParseConfig(s)
 	if err != nil {
-		reason := secret.Scrub(pgParseReason(err), s)
+		reason := cutN(secret.Scrub(pgParseReason(err), s), 300) // it may quote a huge host or port
 		if !isURLConn(s) && strings.Contains(reason, `missing "="`) && strings.Contains(strings.ToLower(s), "password") {
 			reason += "; a value with spaces, such as a password, must be quoted: password='...'"
 		}

@@ -74,7 +74,7 @@ func FuzzRedact(f *testing.F) {
 	for _, pw := range []string{
 		"s3cret", "p@ss@word", "se:cr:et", "pa/ss/wd", "pa?ss#wd", "1234/5678", "se cret", `it's\odd`,
 		"a&b=c&d", "%41%42", "pass word@host:5432/db?x=y", "password=hunter2", "'quoted'", "über–geheim",
-		"ends\\", "@@@@", "::::", "////", "xx@db", "abc def123", "one two three", "a b c d",
+		"ends\\", "@@@@", "::::", "////", "xx@db", "abc def123", "one two three", "a b c d", "abc x=y", "abc foo = bar",
 	} {
 		for i := range fuzzTemplates {
 			f.Add(uint8(i), pw)
@@ -114,8 +114,17 @@ func FuzzRedact(f *testing.F) {
 }
 
 // unquotedWithSpace reports whether pw, typed unquoted after "password=", is read as one value by
-// a reader that takes words up to the next key=: it has no quote, backslash or '=' and does not
-// start or end with white space.
+// a reader that takes words up to the next libpq key=: it has no quote or backslash, does not
+// start or end with white space, and no word after its first is a libpq key with '='.
 func unquotedWithSpace(pw string) bool {
-	return pw == strings.TrimSpace(pw) && !strings.ContainsAny(pw, "'\\=")
+	if pw != strings.TrimSpace(pw) || strings.ContainsAny(pw, "'\\") {
+		return false
+	}
+	words := strings.Fields(pw)
+	for i := range words {
+		if i > 0 && isKey(strings.Join(words[i:], " ")) {
+			return false
+		}
+	}
+	return true
 }

@@ -25,8 +25,9 @@ var (
 	// passwordKeyRE is the key of a password field (password, sslpassword, any case) and the
 	// '=' after it; passwordValue finds where its value ends.
 	passwordKeyRE = regexp.MustCompile(`(?i)\b\w*password\s*=\s*`)
-	// kvKeyRE is a key=value DSN's next key: where an unquoted value that held white space ends.
-	kvKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*\s*=`)
+	// kvKeyRE is a word followed by '=': where an unquoted value that held white space ends, if
+	// the word is one of libpqKeys.
+	kvKeyRE = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*=`)
 	// queryPasswordRE is a password parameter of a URL query, up to its value.
 	queryPasswordRE = regexp.MustCompile(`(?i)(?:^|[?&])\w*password=`)
 	// embeddedURLRE is a URL's userinfo password inside free text: a token (up to white space or
@@ -199,12 +200,37 @@ func passwordValueEnd(s string, i int, inText bool) int {
 		for j < len(s) && isSpace(s[j]) {
 			j++
 		}
-		if j == i || j == len(s) || stop(s[j]) || kvKeyRE.MatchString(s[j:]) {
+		if j == i || j == len(s) || stop(s[j]) || isKey(s[j:]) {
 			return i
 		}
 		i = j
 	}
 }
+
+// isKey reports whether s starts with one of libpq's connection keys and '='. Any other word=
+// is taken for more of the password: pgx would pass an unknown key to the server as a run-time
+// parameter, but masking it errs on the safe side, while showing a password's "x=y" word does not.
+func isKey(s string) bool {
+	m := kvKeyRE.FindStringSubmatch(s)
+	return m != nil && libpqKeys[strings.ToLower(m[1])]
+}
+
+// libpqKeys are the connection keys of libpq and pgx.
+var libpqKeys = func() map[string]bool {
+	keys := make(map[string]bool)
+	for _, k := range strings.Fields(`host hostaddr port dbname database user password passfile
+		channel_binding connect_timeout client_encoding options application_name
+		fallback_application_name keepalives keepalives_idle keepalives_interval keepalives_count
+		tcp_user_timeout replication gssencmode sslmode sslnegotiation sslcompression sslcert sslkey
+		sslpassword sslcertmode sslrootcert sslcrl sslcrldir sslsni requirepeer require_auth
+		ssl_min_protocol_version ssl_max_protocol_version min_protocol_version max_protocol_version
+		krbsrvname gsslib gssdelegation service servicefile target_session_attrs load_balance_hosts
+		search_path timezone statement_cache_capacity description_cache_capacity
+		default_query_exec_mode prefer_simple_protocol`) {
+		keys[k] = true
+	}
+	return keys
+}()
 
 func isSpace(c byte) bool { return strings.IndexByte(" \t\n\r\v\f", c) >= 0 }
 

@@ -43,6 +43,7 @@ func TestRedact(t *testing.T) {
 		{name: "dsn unquoted space", in: "host=db password=abc def123 dbname=app", want: "host=db password=xxxxx dbname=app"},
 		{name: "dsn unquoted spaces at end", in: "host=db password=abc def123  ghi ", want: "host=db password=xxxxx "},
 		{name: "dsn unquoted space, key with spaces", in: "password=abc def123 port = 5432", want: "password=xxxxx port = 5432"},
+		{name: "dsn unquoted space and a word=", in: "host=db password=abc x=y dbname=app", want: "host=db password=xxxxx dbname=app"},
 		{name: "url space in password", in: "postgres://alice:abc def123@db/app", want: "postgres://alice:xxxxx@db/app"},
 		{name: "query space in password", in: "postgres://db/app?password=abc def123&sslmode=disable", want: "postgres://db/app?password=xxxxx&sslmode=disable"},
 		{name: "empty", in: "", want: ""},
