@@ -249,6 +249,18 @@ func (c *checker) contradictions(e Env, p pipeline.Config) {
 	if c.set["CDC_KAFKA_TRANSACTION_TIMEOUT"] && e.Delivery == string(pipeline.AtLeastOnce) {
 		c.add("CDC_KAFKA_TRANSACTION_TIMEOUT", "", "is set, but CDC_DELIVERY=at-least-once uses no transactions: unset it, or use exactly-once")
 	}
+	if settings := connSettings(p.PGURL); p.PGURL != "" && settings["sslmode"] == "disable" {
+		var named []string
+		for _, k := range []string{"sslrootcert", "sslcert", "sslkey"} {
+			if settings[k] != "" {
+				named = append(named, k)
+			}
+		}
+		if len(named) > 0 {
+			c.add("CDC_PG_URL", "", "has sslmode=disable, which turns TLS off, but also %s: remove %s, or use sslmode=verify-full",
+				strings.Join(named, " and "), map[bool]string{true: "it", false: "them"}[len(named) == 1])
+		}
+	}
 	if p.WatermarkTopic != "" && p.TopicPrefix != "" {
 		for _, id := range p.Tables {
 			if change.TopicName(p.TopicPrefix, id) == p.WatermarkTopic {

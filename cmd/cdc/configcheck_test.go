@@ -71,6 +71,9 @@ func TestLoadConfigContradictions(t *testing.T) {
 			"CDC_KAFKA_SASL_PASSWORD": testPassword}, []string{"CDC_KAFKA_SASL_MECHANISM"}, "is OAUTHBEARER, which uses a token"},
 		{"SCRAM with a token", map[string]string{"CDC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256", "CDC_KAFKA_SASL_USERNAME": "u",
 			"CDC_KAFKA_SASL_PASSWORD": "p", "CDC_KAFKA_SASL_OAUTH_TOKEN_FILE": file}, []string{"CDC_KAFKA_SASL_MECHANISM"}, "an OAUTHBEARER token is set too"},
+		{"PostgreSQL sslmode=disable with sslrootcert", map[string]string{"CDC_PG_URL": "postgres://cdc:" + testPassword + "@db/app?sslmode=disable&sslrootcert=" + testCAFile(t)},
+			[]string{"CDC_PG_URL"}, "CDC_PG_URL: has sslmode=disable, which turns TLS off, but also sslrootcert"},
+		{"PostgreSQL verify-full with sslrootcert", map[string]string{"CDC_PG_URL": "postgres://db/app?sslmode=verify-full&sslrootcert=" + testCAFile(t)}, nil, ""},
 		{"watermark topic is a table's topic", map[string]string{"CDC_TABLES": "public.orders", "CDC_WATERMARK_TOPIC": "tidemark.public.orders"},
 			[]string{"CDC_WATERMARK_TOPIC"}, "is the topic of table public.orders too"},
 	}
