@@ -53,8 +53,9 @@ func (p *preflight) fail(fix, format string, args ...any) {
 	p.lines = append(p.lines, checkLine{what: fmt.Sprintf(format, args...), fix: fix})
 }
 
-// runCheck is `cdc check`: it connects to PostgreSQL and Kafka, prints one line per
-// prerequisite (✓ or ✗ with the fix) and returns exit code 0 only when everything needed holds.
+// runCheck is `cdc check`: it prints each connection's TLS posture, connects to PostgreSQL and
+// Kafka, prints one line per prerequisite (✓, ! for a warning, or ✗, the last two with the fix)
+// and returns exit code 0 only when everything needed holds; warnings do not fail it.
 // It changes nothing on either side: it only reads catalogs and metadata, and asks Kafka to
 // validate a topic creation without creating it.
 func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w io.Writer) int {
@@ -152,6 +153,8 @@ func (p *preflight) connectionTLS(conn *pgx.Conn) {
 		p.pass("PostgreSQL connection: local Unix socket")
 	case p.pgMode == "disable":
 		p.pass("PostgreSQL connection: not encrypted, as configured (see above)")
+	case p.pgMode == "":
+		p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: data and credentials cross the network in plaintext")
 	default:
 		p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: the server offered no TLS and sslmode=%s fell back to plaintext", p.pgMode)
 	}

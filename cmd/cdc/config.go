@@ -375,8 +375,8 @@ func editDistance(a, b string) int {
 }
 
 // pgURL checks that a connection is configured and that CDC_PG_URL parses. Without CDC_PG_URL,
-// pgx builds the connection from libpq's PG* variables alone; ParseConfig("") is not called here
-// because it would read the process environment rather than getenv.
+// pgx builds the connection from libpq's PG* variables alone, read from the process environment
+// (not getenv); they are parsed here only for the TLS posture, and their errors left to pgx.
 //
 // It returns the connection string and pgx's parsed configuration (nil when there is a problem
 // or, without CDC_PG_URL, when the PG* variables are taken as they are). Every file the
