@@ -595,7 +595,7 @@ func (c *checker) httpAddr(s, old string) string {
 	name := "CDC_HTTP_ADDR"
 	switch {
 	case s != "" && old != "" && s != old:
-		c.add("CDC_METRICS_ADDR", old, "is the older name of CDC_HTTP_ADDR, which says %q: set one of them", s)
+		c.add("CDC_METRICS_ADDR", old, "is the older name of CDC_HTTP_ADDR, which says %s: set one of them", quoteCut(s))
 		return ""
 	case s == "":
 		s, name = old, "CDC_METRICS_ADDR"
