@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -180,18 +179,26 @@ func isURLConn(s string) bool {
 	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
 
-// connSettings returns the settings a PostgreSQL connection string gives, as libpq reads them:
-// the query parameters of a URL, or the pairs of a key=value DSN. It is lenient: what it cannot
-// read, pgx reports when it parses the string.
+// connSettings returns the settings a PostgreSQL connection string gives, as pgx reads them: the
+// query parameters of a URL, or the pairs of a key=value DSN. It is lenient: what it cannot read,
+// pgx refuses before it opens any file.
 func connSettings(s string) map[string]string {
 	settings := make(map[string]string)
 	if isURLConn(s) {
-		_, query, _ := strings.Cut(s, "?")
-		values, _ := url.ParseQuery(query)
-		for k, v := range values {
-			if len(v) > 0 {
-				settings[k] = v[len(v)-1]
-			}
+		// As pgx (and libpq): the user info ends at an '@' met before any '/', and the query
+		// starts at the first '?' after it; pairs split at '&' and '=', each half
+		// percent-decoded ('+' is not a space), the last occurrence winning.
+		_, p, _ := strings.Cut(s, "://")
+		if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
+			p = p[i+1:]
+		}
+		_, query, ok := strings.Cut(p, "?")
+		if !ok {
+			return settings
+		}
+		for pair := range strings.SplitSeq(query, "&") {
+			k, v, _ := strings.Cut(pair, "=")
+			settings[uriDecode(k)] = uriDecode(v)
 		}
 		return settings
 	}
@@ -233,6 +240,24 @@ func connSettings(s string) map[string]string {
 		}
 		settings[key] = val.String()
 	}
+}
+
+// uriDecode percent-decodes a URL component as pgx does: %XX (hex) is a byte, anything else
+// stays, and spaces around the component are dropped.
+func uriDecode(raw string) string {
+	raw = strings.Trim(raw, " ")
+	var b strings.Builder
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '%' && i+2 < len(raw) {
+			if n, err := strconv.ParseUint(raw[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(raw[i])
+	}
+	return b.String()
 }
 
 // contradictions reports settings that contradict each other: one that has no effect because of

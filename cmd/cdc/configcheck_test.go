@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestLoadConfigEmptyValue: a variable set to nothing (or white space) is a problem naming it,
@@ -228,6 +230,8 @@ func TestConnSettings(t *testing.T) {
 	}{
 		{"postgres://u:p@h/db?sslrootcert=/a%20b.pem&sslmode=verify-full", map[string]string{"sslrootcert": "/a b.pem", "sslmode": "verify-full"}},
 		{"postgresql://h1,h2/db?sslkey=/k", map[string]string{"sslkey": "/k"}},
+		{"postgres://u:p?x@h/db?sslrootcert=/f&sslkey=/a+b", map[string]string{"sslrootcert": "/f", "sslkey": "/a+b"}},
+		{"postgres://u:p@h/db?sslrootcert=%2Ftmp%2Ff%zz", map[string]string{"sslrootcert": "/tmp/f%zz"}},
 		{`host=h sslrootcert = '/x y\'z.pem' sslkey=/a\ b`, map[string]string{"host": "h", "sslrootcert": `/x y'z.pem`, "sslkey": "/a b"}},
 		{`host=h password='unterminated`, map[string]string{"host": "h", "password": "unterminated"}},
 		{"host", map[string]string{}},
@@ -240,4 +244,56 @@ func TestConnSettings(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzPGFilesNeverBlock: whatever the connection string, if pgFiles lets it through, pgx parsing
+// it does not block on a file: every file pgx reads was found and checked first. A FIFO stands in
+// for the file that would hang; the seeds name it in every spelling pgx accepts.
+func FuzzPGFilesNeverBlock(f *testing.F) {
+	fifo := filepath.Join(f.TempDir(), "f")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		"postgres://u:p@h/db?sslrootcert=" + fifo,
+		"postgres://u:p?x@h/db?sslmode=verify-full&sslrootcert=" + fifo,
+		"postgres://u:p?x@h/db?sslrootcert=" + fifo,
+		"postgres://u:p/x@h/db?sslrootcert=" + fifo,
+		"postgres://h/db?sslcert=/etc/hostname&sslkey=" + fifo,
+		"postgres://h/db?sslrootcert=%2F" + fifo[1:],
+		"postgres://h/db?sslrootcert=%20" + fifo + "%20",
+		"postgres://h/db?sslrootcert= " + fifo + " ",
+		"postgres://h/db?ssl%72ootcert=" + fifo,
+		"postgres://h/db?sslrootcert=/nonexistent&sslrootcert=" + fifo,
+		"postgresql://h/db?passfile=" + fifo,
+		"host=h sslrootcert=" + fifo,
+		"host=h sslrootcert='" + fifo + "'",
+		"host=h sslrootcert = " + fifo,
+		"host=h sslrootcert=/nonexistent sslrootcert=" + fifo,
+		"host=h passfile=" + fifo,
+		"host=h service=x servicefile=" + fifo,
+		"host=h sslrootcert=" + strings.ReplaceAll(fifo, "/", `\/`),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var c checker
+		if !c.pgFiles(s, func(string) string { return "" }) {
+			return // refused: pgx is never handed the string
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = pgconn.ParseConfig(s)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			// Release pgx's open with a writer before failing.
+			if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				w.Close()
+			}
+			t.Fatalf("pgFiles let %q through, and pgx blocked reading a file", s)
+		}
+	})
 }
