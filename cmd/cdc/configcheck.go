@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/jackc/pgservicefile"
+
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/conffile"
 	"github.com/tidemark/cdc/pkg/pipeline"
@@ -128,26 +130,14 @@ var pgFileKeys = []struct {
 
 // pgFiles checks, without blocking, every file that pgx would read for the connection string s
 // (or, when s is empty, the PG* variables): each is named by the connection string, else by its
-// PG* variable, else is libpq's default under $HOME when that exists. It reports false on a
-// problem.
+// PG* variable, else is libpq's default under $HOME when that exists; and the files that the
+// section of a service file (service=) names. It reports false on a problem.
 func (c *checker) pgFiles(s string, getenv func(string) string) bool {
 	settings := connSettings(s)
 	ok := true
 	for _, k := range pgFileKeys {
-		name, path := "CDC_PG_URL", settings[k.key]
-		switch {
-		case path != "":
-		case getenv(k.envVar) != "":
-			name, path = k.envVar, getenv(k.envVar)
-		case getenv("HOME") != "":
-			name, path = "CDC_PG_URL", filepath.Join(getenv("HOME"), k.home)
-			if _, err := os.Lstat(path); err != nil {
-				continue // absent defaults are not read
-			}
-		default:
-			continue
-		}
-		if path == "system" && k.key == "sslrootcert" || !k.readIfNamed && !exists(path) {
+		name, path := pgFilePath(k.key, settings, getenv)
+		if path == "" || path == "system" && k.key == "sslrootcert" || !k.readIfNamed && !exists(path) {
 			continue
 		}
 		if k.key == "sslcert" || k.key == "sslkey" {
@@ -155,18 +145,69 @@ func (c *checker) pgFiles(s string, getenv func(string) string) bool {
 				continue
 			}
 		}
-		if name == "CDC_PG_URL" {
-			if !c.file(name, path) {
-				// Say which setting named it: "CDC_PG_URL: sslrootcert /x is a named pipe, ...".
-				last := c.problems[len(c.problems)-1].(*varError)
-				last.Msg = k.key + " " + last.Msg
-				ok = false
-			}
-			continue
+		ok = c.pgFile(name, k.key, path) && ok
+	}
+	service, name := settings["service"], "CDC_PG_URL"
+	if service == "" {
+		service, name = getenv("PGSERVICE"), "PGSERVICE"
+	}
+	if _, file := pgFilePath("servicefile", settings, getenv); ok && service != "" && exists(file) {
+		// pgx takes the section's settings over the PG* variables, under the connection string's.
+		sf, err := pgservicefile.ReadServicefile(file)
+		if err != nil {
+			return ok // pgx reports it
 		}
-		ok = c.file(name, path) && ok
+		svc, err := sf.GetService(service)
+		if err != nil {
+			return ok
+		}
+		for _, k := range pgFileKeys {
+			if path := svc.Settings[k.key]; path != "" && settings[k.key] == "" && !(path == "system" && k.key == "sslrootcert") {
+				ok = c.pgFile(name, "service "+cut(service)+" in "+cutN(file, echoPathLen)+": "+k.key, path) && ok
+			}
+		}
 	}
 	return ok
+}
+
+// pgFilePath is the file pgx takes for the setting key: named by the connection string, else by
+// its PG* variable, else libpq's default under $HOME when that exists; with the variable to
+// blame ("" path for none).
+func pgFilePath(key string, settings map[string]string, getenv func(string) string) (name, path string) {
+	for _, k := range pgFileKeys {
+		if k.key != key {
+			continue
+		}
+		switch {
+		case settings[key] != "":
+			return "CDC_PG_URL", settings[key]
+		case getenv(k.envVar) != "":
+			return k.envVar, getenv(k.envVar)
+		case getenv("HOME") != "":
+			if path := filepath.Join(getenv("HOME"), k.home); exists(path) || isLink(path) {
+				return "CDC_PG_URL", path
+			}
+		}
+	}
+	return "", ""
+}
+
+// pgFile checks one file of the PostgreSQL connection; what says which setting named it:
+// "CDC_PG_URL: sslrootcert /x is a named pipe, not a regular file".
+func (c *checker) pgFile(name, what, path string) bool {
+	if c.file(name, path) {
+		return true
+	}
+	if name == "CDC_PG_URL" || strings.HasPrefix(what, "service ") {
+		last := c.problems[len(c.problems)-1].(*varError)
+		last.Msg = what + " " + last.Msg
+	}
+	return false
+}
+
+func isLink(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 func exists(path string) bool {

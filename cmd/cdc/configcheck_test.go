@@ -178,11 +178,21 @@ func TestLoadConfigFilesDoNotBlock(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(home, ".postgresql", "root.crt"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	svcFile := filepath.Join(dir, "pg_service.conf")
+	if err := os.WriteFile(svcFile, []byte("[shop]\nhost=db\nsslmode=verify-full\nsslrootcert="+fifo+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		set  map[string]string
 		want string
 	}{
+		{"service file naming a FIFO", map[string]string{"CDC_PG_URL": "service=shop servicefile=" + svcFile},
+			"CDC_PG_URL: service shop in " + svcFile + ": sslrootcert " + fifo + " is a named pipe"},
+		{"PGSERVICE naming a FIFO", map[string]string{"CDC_PG_URL": "", "PGSERVICE": "shop", "PGSERVICEFILE": svcFile},
+			"PGSERVICE: service shop in " + svcFile + ": sslrootcert " + fifo + " is a named pipe"},
+		{"service file a FIFO", map[string]string{"CDC_PG_URL": "service=shop servicefile=" + fifo},
+			"CDC_PG_URL: servicefile " + fifo + " is a named pipe"},
 		{"Kafka CA FIFO", map[string]string{"CDC_KAFKA_TLS_CA_FILE": fifo}, "CDC_KAFKA_TLS_CA_FILE: " + fifo + " is a named pipe, not a regular file"},
 		{"Kafka certificate device", map[string]string{"CDC_KAFKA_TLS_CERT_FILE": "/dev/zero", "CDC_KAFKA_TLS_KEY_FILE": fifo},
 			"CDC_KAFKA_TLS_CERT_FILE: /dev/zero is a character device, not a regular file"},
@@ -250,8 +260,13 @@ func TestConnSettings(t *testing.T) {
 // it does not block on a file: every file pgx reads was found and checked first. A FIFO stands in
 // for the file that would hang; the seeds name it in every spelling pgx accepts.
 func FuzzPGFilesNeverBlock(f *testing.F) {
-	fifo := filepath.Join(f.TempDir(), "f")
+	dir := f.TempDir()
+	fifo := filepath.Join(dir, "f")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		f.Fatal(err)
+	}
+	svcFile := filepath.Join(dir, "pg_service.conf")
+	if err := os.WriteFile(svcFile, []byte("[shop]\nhost=db\nsslrootcert="+fifo+"\n[other]\nsslkey="+fifo+"\nsslcert=/etc/hostname\n"), 0o600); err != nil {
 		f.Fatal(err)
 	}
 	for _, s := range []string{
@@ -272,6 +287,8 @@ func FuzzPGFilesNeverBlock(f *testing.F) {
 		"host=h sslrootcert=/nonexistent sslrootcert=" + fifo,
 		"host=h passfile=" + fifo,
 		"host=h service=x servicefile=" + fifo,
+		"service=shop servicefile=" + svcFile,
+		"postgres://h/db?service=shop&servicefile=" + svcFile,
 		"host=h sslrootcert=" + strings.ReplaceAll(fifo, "/", `\/`),
 	} {
 		f.Add(s)
