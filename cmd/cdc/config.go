@@ -251,8 +251,9 @@ func envVars() []envVar {
 // returns the zero value when something is.
 type checker struct {
 	problems []error
-	// set holds the variables given a value (not empty), as opposed to taking their default.
-	set map[string]bool
+	// set holds the variables given a value (not empty), as opposed to taking their default;
+	// empty those set to nothing, already reported.
+	set, empty map[string]bool
 }
 
 func (c *checker) add(name, value, format string, args ...any) {
@@ -267,6 +268,7 @@ func (c *checker) parseEnv(getenv func(string) string, environ []string) Env {
 	vars := make(map[string]string) // never nil: a nil map makes env read os.Environ
 	c.set = make(map[string]bool)
 	empty := c.emptyVars(getenv, environ)
+	c.empty = empty
 	for _, v := range envVars() {
 		if val := strings.TrimSpace(getenv(v.Name)); val != "" {
 			vars[v.Name] = val
@@ -398,7 +400,9 @@ func (c *checker) pgURL(s string, getenv func(string) string) (string, *pgconn.C
 				return "", cfg
 			}
 		}
-		c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
+		if !c.empty["CDC_PG_URL"] {
+			c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
+		}
 		return "", nil
 	}
 	const want = "want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)"

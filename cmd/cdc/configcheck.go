@@ -78,7 +78,11 @@ func (c *checker) emptyVars(getenv func(string) string, environ []string) map[st
 		if v.Required {
 			c.add(v.Name, "", "is set but empty; want %s", v.Desc)
 		} else {
-			c.add(v.Name, "", "is set but empty; unset it to use the default (%s), or give it a value", v.Shown)
+			shown := v.Shown
+			if !strings.HasPrefix(shown, "(") {
+				shown = "(" + shown + ")"
+			}
+			c.add(v.Name, "", "is set but empty; unset it to use the default %s, or give it a value", shown)
 		}
 	}
 	return empty

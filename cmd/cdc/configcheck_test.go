@@ -16,7 +16,7 @@ import (
 // TestLoadConfigEmptyValue: a variable set to nothing (or white space) is a problem naming it,
 // not its default, and a required one is not reported twice.
 func TestLoadConfigEmptyValue(t *testing.T) {
-	for _, name := range []string{"CDC_SLOT", "CDC_PUBLICATION", "CDC_TOPIC_PREFIX", "CDC_TABLES", "CDC_KAFKA_BROKERS",
+	for _, name := range []string{"CDC_PG_URL", "CDC_SLOT", "CDC_PUBLICATION", "CDC_TOPIC_PREFIX", "CDC_TABLES", "CDC_KAFKA_BROKERS",
 		"CDC_KAFKA_TLS_CA_FILE", "CDC_LOG_LEVEL", "CDC_HTTP_ADDR", "CDC_REQUIRE_TLS"} {
 		for _, value := range []string{"", "  "} {
 			t.Run(name+"="+emptyOrBlank(value), func(t *testing.T) {
