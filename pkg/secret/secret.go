@@ -23,7 +23,7 @@ var (
 	// like one is read as a URL without its scheme (user:password@host/db).
 	kvStartRE = regexp.MustCompile(`^\s*[A-Za-z_][A-Za-z0-9_]*\s*=`)
 	// passwordKeyRE is the key of a password field (password, sslpassword, any case) and the
-	// '=' after it; passwordValue finds where its value ends.
+	// '=' after it; passwordValueEnd finds where its value ends.
 	passwordKeyRE = regexp.MustCompile(`(?i)\b\w*password\s*=\s*`)
 	// kvKeyRE is a word followed by '=': where an unquoted value that held white space ends, if
 	// the word is one of libpqKeys.
@@ -137,8 +137,8 @@ func Scrub(text, connString string) string {
 }
 
 // maskFields masks the value of every password field (password=..., sslpassword=...) in s. In a
-// key=value DSN (inText false) an unquoted value ends at white space followed by the next key=,
-// so a password typed with an unescaped space ("password=abc def") is masked whole, as it was
+// key=value DSN (inText false) an unquoted value ends at white space followed by the next libpq
+// key= (isKey), so a password typed with an unescaped space ("password=abc def") is masked whole, as it was
 // meant, although libpq would reject it. In free text (inText true) a value also ends at '&' or
 // a quote.
 func maskFields(s string, inText bool) string {
