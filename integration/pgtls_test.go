@@ -67,6 +67,33 @@ func TestPostgresTLS(t *testing.T) {
 		t.Fatal("cdc connected without TLS to a server that only accepts TLS")
 	}
 
+	// cdc check prints each posture and what the connection actually is; only verify-full
+	// passes without a warning, and CDC_REQUIRE_TLS accepts it.
+	t.Run("check posture", func(t *testing.T) {
+		vars := map[string]string{"CDC_PG_URL": good, "CDC_KAFKA_BROKERS": strings.Join(brokers, ","), "CDC_TABLES": "public.orders",
+			"CDC_PUBLICATION": "it_pub_check", "CDC_SLOT": "it_pgtls_check"}
+		res := runCDC(t, vars, time.Minute, "check")
+		assertContains(t, res.out, "✓ PostgreSQL: encrypted, certificate and host name verified (sslmode=verify-full)",
+			"✓ PostgreSQL connection: encrypted (TLS 1.3)")
+		vars["CDC_PG_URL"] = strings.Replace(good, "verify-full", "require", 1)
+		vars["CDC_PG_URL"] = vars["CDC_PG_URL"][:strings.Index(vars["CDC_PG_URL"], "&sslrootcert")]
+		res = runCDC(t, vars, time.Minute, "check")
+		assertContains(t, res.out, "! PostgreSQL: encrypted, server certificate not verified (sslmode=require): anyone in the path can impersonate the server",
+			"fix: add sslmode=verify-full", "✓ PostgreSQL connection: encrypted (TLS 1.3)")
+		vars["CDC_REQUIRE_TLS"] = "true"
+		res = runCDC(t, vars, time.Minute, "check")
+		if res.code != 2 {
+			t.Errorf("CDC_REQUIRE_TLS=true with sslmode=require: exit %d, want 2", res.code)
+		}
+		assertContains(t, res.out, "CDC_PG_URL: CDC_REQUIRE_TLS=true, but PostgreSQL is encrypted, server certificate not verified (sslmode=require)")
+		vars["CDC_PG_URL"] = good
+		res = runCDC(t, vars, time.Minute, "check")
+		if strings.Contains(res.out, "CDC_PG_URL:") || !strings.Contains(res.out, "CDC_KAFKA_TLS: CDC_REQUIRE_TLS=true") {
+			t.Errorf("CDC_REQUIRE_TLS=true with verify-full should refuse only the plaintext Kafka connection")
+		}
+		checkNoSecrets(t, "cdc check's output", res.out, []string{password})
+	})
+
 	e := &env{t: t, pgURL: good, brokers: brokers, prefix: fmt.Sprintf("it%d.pgtls", time.Now().UnixNano()%1_000_000), slot: "it_pgtls", pub: "it_pub"}
 	for _, strategy := range []string{"chunked", "copy"} {
 		t.Run("verify-full "+strategy, func(t *testing.T) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 // only informative (a consequence to know about) has ok true and a note.
 type checkLine struct {
 	ok   bool
+	warn bool // ok, but unsafe: printed with "!" and its fix
 	what string
 	fix  string
 }
@@ -34,30 +36,52 @@ type preflight struct {
 	lines []checkLine
 	// user and database: who and where the PostgreSQL checks run (for the fixes they print).
 	user, database string
+	// pgMode is the sslmode the PostgreSQL configuration amounts to (see pgPosture).
+	pgMode string
 }
 
 func (p *preflight) pass(format string, args ...any) {
 	p.lines = append(p.lines, checkLine{ok: true, what: fmt.Sprintf(format, args...)})
 }
 
+// warn records a line that does not fail the check but says what is at risk and the fix.
+func (p *preflight) warn(fix, format string, args ...any) {
+	p.lines = append(p.lines, checkLine{ok: true, warn: true, what: fmt.Sprintf(format, args...), fix: fix})
+}
+
 func (p *preflight) fail(fix, format string, args ...any) {
 	p.lines = append(p.lines, checkLine{what: fmt.Sprintf(format, args...), fix: fix})
 }
 
-// runCheck is `cdc check`: it connects to PostgreSQL and Kafka, prints one line per
-// prerequisite (✓ or ✗ with the fix) and returns exit code 0 only when everything needed holds.
+// runCheck is `cdc check`: it prints each connection's TLS posture, connects to PostgreSQL and
+// Kafka, prints one line per prerequisite (✓, ! for a warning, or ✗, the last two with the fix)
+// and returns exit code 0 only when everything needed holds; warnings do not fail it.
 // It changes nothing on either side: it only reads catalogs and metadata, and asks Kafka to
 // validate a topic creation without creating it.
-func runCheck(ctx context.Context, cfg pipeline.Config, w io.Writer) int {
+func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w io.Writer) int {
 	p := &preflight{cfg: cfg}
+	for _, tp := range postures {
+		if tp.Conn == "PostgreSQL" {
+			p.pgMode = tp.Mode
+		}
+		if tp.Warning != "" {
+			p.warn(tp.Fix, "%s: %s", tp.Summary, tp.Warning)
+		} else {
+			p.pass("%s", tp.Summary)
+		}
+	}
 	p.postgres(ctx)
 	p.kafka(ctx)
-	failed := 0
+	failed, warned := 0, 0
 	for _, l := range p.lines {
 		mark := "✓"
-		if !l.ok {
+		switch {
+		case !l.ok:
 			mark = "✗"
 			failed++
+		case l.warn:
+			mark = "!"
+			warned++
 		}
 		fmt.Fprintf(w, "%s %s\n", mark, l.what)
 		if l.fix != "" {
@@ -67,6 +91,10 @@ func runCheck(ctx context.Context, cfg pipeline.Config, w io.Writer) int {
 	if failed > 0 {
 		fmt.Fprintf(w, "\n%d of %d checks failed.\n", failed, len(p.lines))
 		return exitFailed
+	}
+	if warned > 0 {
+		fmt.Fprintf(w, "\nAll %d checks passed, %d with a warning (!).\n", len(p.lines), warned)
+		return exitOK
 	}
 	fmt.Fprintf(w, "\nAll %d checks passed.\n", len(p.lines))
 	return exitOK
@@ -94,6 +122,7 @@ func (p *preflight) postgres(ctx context.Context) {
 	}
 	p.user, p.database = user, database
 	p.pass("PostgreSQL %s reachable, database %s as %s", version, database, user)
+	p.connectionTLS(conn)
 	if walLevel == "logical" {
 		p.pass("wal_level = logical")
 	} else {
@@ -110,6 +139,25 @@ func (p *preflight) postgres(ctx context.Context) {
 		p.table(ctx, conn, t)
 	}
 	p.slot(ctx, conn)
+}
+
+// connectionTLS reports whether the connection just made is actually encrypted: with
+// sslmode=prefer or allow, that depends on the server, which the configuration cannot tell.
+func (p *preflight) connectionTLS(conn *pgx.Conn) {
+	if tc, ok := conn.PgConn().Conn().(*tls.Conn); ok {
+		p.pass("PostgreSQL connection: encrypted (%s)", tls.VersionName(tc.ConnectionState().Version))
+		return
+	}
+	switch {
+	case strings.HasPrefix(conn.PgConn().Conn().RemoteAddr().Network(), "unix"):
+		p.pass("PostgreSQL connection: local Unix socket")
+	case p.pgMode == "disable":
+		p.pass("PostgreSQL connection: not encrypted, as configured (see above)")
+	case p.pgMode == "":
+		p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: data and credentials cross the network in plaintext")
+	default:
+		p.warn(pgVerifyFix, "PostgreSQL connection: not encrypted: the server offered no TLS and sslmode=%s fell back to plaintext", p.pgMode)
+	}
 }
 
 // capacity checks headroom in replication slots and WAL senders: the main slot (unless it

@@ -50,7 +50,7 @@ type Env struct {
 	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"lz4" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see README, Performance, for what each costs and saves)"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
-	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables"`
+	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables (an explicit false with any of them is an error)"`
 	KafkaTLSCAFile     string `env:"CDC_KAFKA_TLS_CA_FILE" helpDefault:"(system roots)" desc:"PEM file of the CA certificates that sign the brokers' certificates"`
 	KafkaTLSCertFile   string `env:"CDC_KAFKA_TLS_CERT_FILE" helpDefault:"(none)" desc:"PEM client certificate for mutual TLS (with CDC_KAFKA_TLS_KEY_FILE)"`
 	KafkaTLSKeyFile    string `env:"CDC_KAFKA_TLS_KEY_FILE" helpDefault:"(none)" desc:"PEM private key of CDC_KAFKA_TLS_CERT_FILE"`
@@ -60,6 +60,7 @@ type Env struct {
 	KafkaSASLPassword  string `env:"CDC_KAFKA_SASL_PASSWORD" helpDefault:"(none)" desc:"SASL password (PLAIN, SCRAM); never logged"`
 	KafkaOAuthToken    string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN" helpDefault:"(none)" desc:"OAUTHBEARER token; never logged"`
 	KafkaOAuthFile     string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE" helpDefault:"(none)" desc:"file holding the OAUTHBEARER token, read again whenever it changes (a rotated token)"`
+	RequireTLS         string `env:"CDC_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless every connection is encrypted and its server verified: PostgreSQL with sslmode=verify-full (or a local Unix socket), Kafka with CDC_KAFKA_TLS; false only warns (see README, TLS posture)"`
 
 	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
@@ -100,6 +101,9 @@ type Settings struct {
 	MemoryLimit int64
 	LogLevel    slog.Level
 	LogFormat   string // "json" or "text"
+	// TLS is how each connection (PostgreSQL, Kafka) is protected, as the configuration
+	// decides it; logged at start and printed by `cdc check`.
+	TLS []tlsPosture
 }
 
 // LogValue logs the settings with the PostgreSQL password redacted.
@@ -149,7 +153,7 @@ func (e *varError) Error() string {
 	if e.Value == "" {
 		return e.Name + ": " + e.Msg
 	}
-	return fmt.Sprintf("%s=%q: %s", e.Name, e.Value, e.Msg)
+	return e.Name + "=" + quoteCut(e.Value) + ": " + e.Msg
 }
 
 // LoadConfig reads and validates the environment through getenv. environ (os.Environ() in main; nil
@@ -159,7 +163,7 @@ func (e *varError) Error() string {
 func LoadConfig(getenv func(string) string, environ []string) (Settings, error) {
 	var c checker
 	c.unknownVars(environ)
-	e := c.parseEnv(getenv)
+	e := c.parseEnv(getenv, environ)
 
 	prefix := c.topic("CDC_TOPIC_PREFIX", e.TopicPrefix, 200)
 	watermarkTopic := e.WatermarkTopic
@@ -170,9 +174,10 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	if spillDir == "" {
 		spillDir = filepath.Join(os.TempDir(), "tidemark-spill")
 	}
+	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
 	s := Settings{
 		Pipeline: pipeline.Config{
-			PGURL:                    c.pgURL(e.PGURL, getenv),
+			PGURL:                    pgURL,
 			Publication:              c.identifier("CDC_PUBLICATION", e.Publication),
 			Tables:                   c.tables(e.Tables, prefix),
 			Slot:                     c.slot(e.Slot),
@@ -217,6 +222,8 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	default:
 		s.LogLevel = slog.LevelInfo
 	}
+	c.contradictions(e, s.Pipeline)
+	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, s.Pipeline.KafkaSecurity)
 	if len(c.problems) > 0 {
 		return Settings{}, &ConfigError{Problems: c.problems}
 	}
@@ -256,6 +263,9 @@ func envVars() []envVar {
 // returns the zero value when something is.
 type checker struct {
 	problems []error
+	// set holds the variables given a value (not empty), as opposed to taking their default;
+	// empty those set to nothing, already reported.
+	set, empty map[string]bool
 }
 
 func (c *checker) add(name, value, format string, args ...any) {
@@ -263,18 +273,27 @@ func (c *checker) add(name, value, format string, args ...any) {
 }
 
 // parseEnv fills Env from getenv with caarlos0/env, which applies the defaults. Only Env's own
-// variables are looked up, so nothing else of the process environment is read.
-func (c *checker) parseEnv(getenv func(string) string) Env {
+// variables are looked up, so nothing else of the process environment is read. A variable that
+// is set but empty or blank (environ shows it) is a problem, not its default: CDC_SLOT= is more
+// likely a template that lost its value than a wish for the default.
+func (c *checker) parseEnv(getenv func(string) string, environ []string) Env {
 	vars := make(map[string]string) // never nil: a nil map makes env read os.Environ
+	c.set = make(map[string]bool)
+	empty := c.emptyVars(getenv, environ)
+	c.empty = empty
 	for _, v := range envVars() {
 		if val := strings.TrimSpace(getenv(v.Name)); val != "" {
 			vars[v.Name] = val
+			c.set[v.Name] = true
 		}
 	}
 	var e Env
 	err := env.ParseWithOptions(&e, env.Options{Environment: vars})
 	for _, err := range unwrapAll(err) {
 		if notSet, ok := errors.AsType[env.VarIsNotSetError](err); ok {
+			if empty[notSet.Key] {
+				continue // reported as empty
+			}
 			c.add(notSet.Key, "", "required but not set; want %s", describe(notSet.Key))
 			continue
 		}
@@ -370,22 +389,38 @@ func editDistance(a, b string) int {
 }
 
 // pgURL checks that a connection is configured and that CDC_PG_URL parses. Without CDC_PG_URL,
-// pgx builds the connection from libpq's PG* variables alone; ParseConfig("") is not called here
-// because it would read the process environment rather than getenv.
-func (c *checker) pgURL(s string, getenv func(string) string) string {
+// pgx builds the connection from libpq's PG* variables alone, read from the process environment
+// (not getenv); they are parsed here only for the TLS posture, and their errors left to pgx.
+//
+// It returns the connection string and pgx's parsed configuration (nil when there is a problem
+// or, without CDC_PG_URL, when the PG* variables are taken as they are). Every file the
+// connection names (sslrootcert, sslcert, sslkey, passfile, service file) is checked first,
+// without blocking, because pgx reads them as it parses.
+func (c *checker) pgURL(s string, getenv func(string) string) (string, *pgconn.Config) {
+	if !c.pgFiles(s, getenv) {
+		return "", nil
+	}
 	if s == "" {
 		for _, v := range []string{"PGHOST", "PGHOSTADDR", "PGDATABASE", "PGSERVICE"} {
 			if getenv(v) != "" {
-				return ""
+				// pgx reads the PG* variables itself, from the process; parsed here only to
+				// tell the TLS posture, and its errors are pgx's to report at connect.
+				cfg, err := pgconn.ParseConfig("")
+				if err != nil {
+					return "", nil
+				}
+				return "", cfg
 			}
 		}
-		c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
-		return ""
+		if !c.empty["CDC_PG_URL"] {
+			c.add("CDC_PG_URL", "", "not set; want a URL (postgres://user:password@host:5432/db) or key=value DSN, or libpq PG* variables such as PGHOST and PGDATABASE")
+		}
+		return "", nil
 	}
 	const want = "want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)"
 	if m := urlSchemeRE.FindStringSubmatch(s); m != nil && m[1] != "postgres" && m[1] != "postgresql" {
-		c.add("CDC_PG_URL", secret.Redact(s), "scheme %s: want postgres:// or postgresql://, or a key=value DSN (host=... dbname=...)", m[1])
-		return ""
+		c.add("CDC_PG_URL", secret.Redact(s), "scheme %s: want postgres:// or postgresql://, or a key=value DSN (host=... dbname=...)", cut(m[1]))
+		return "", nil
 	}
 	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
 		_, rest, _ := strings.Cut(s, "://")
@@ -393,14 +428,19 @@ func (c *checker) pgURL(s string, getenv func(string) string) string {
 			// libpq ends the user info at the first '@': the rest of the password would be
 			// taken for the host, and show in every connection error.
 			c.add("CDC_PG_URL", secret.Redact(s), "more than one '@' before the host; percent-encode '@' in the user name or password as %%40")
-			return ""
+			return "", nil
 		}
 	}
-	if _, err := pgconn.ParseConfig(s); err != nil {
-		c.add("CDC_PG_URL", secret.Redact(s), "%s; %s", secret.Scrub(pgParseReason(err), s), want)
-		return ""
+	cfg, err := pgconn.ParseConfig(s)
+	if err != nil {
+		reason := cutN(secret.Scrub(pgParseReason(err), s), 300) // it may quote a huge host or port
+		if !isURLConn(s) && strings.Contains(reason, `missing "="`) && strings.Contains(strings.ToLower(s), "password") {
+			reason += "; a value with spaces, such as a password, must be quoted: password='...'"
+		}
+		c.add("CDC_PG_URL", secret.Redact(s), "%s; %s", reason, want)
+		return "", nil
 	}
-	return s
+	return s, cfg
 }
 
 // urlSchemeRE is the scheme of a URL.
@@ -439,6 +479,10 @@ var (
 )
 
 func (c *checker) identifier(name, s string) string {
+	if len(s) > maxIdentLen {
+		c.add(name, s, "is %d bytes; PostgreSQL's limit for names is %d bytes (NAMEDATALEN-1)", len(s), maxIdentLen)
+		return ""
+	}
 	if !identRE.MatchString(s) {
 		c.add(name, s, "want a PostgreSQL identifier: letters, digits, _ and $, not starting with a digit or $, at most 63 characters")
 		return ""
@@ -457,6 +501,10 @@ func (c *checker) placeholder(name, s string) string {
 }
 
 func (c *checker) slot(s string) string {
+	if len(s) > maxIdentLen {
+		c.add("CDC_SLOT", s, "is %d bytes; PostgreSQL's limit for replication slot names is %d (NAMEDATALEN-1)", len(s), maxIdentLen)
+		return ""
+	}
 	if !slotRE.MatchString(s) {
 		c.add("CDC_SLOT", s, "want 1 to 63 characters from a-z, 0-9 and _ (PostgreSQL's rule for replication slot names)")
 		return ""
@@ -464,8 +512,18 @@ func (c *checker) slot(s string) string {
 	return s
 }
 
+// topic checks a topic name, or the topic prefix with maxLen below Kafka's limit so that the
+// tables' names fit after it.
 func (c *checker) topic(name, s string, maxLen int) string {
-	if !topicRE.MatchString(s) || len(s) > maxLen || s == "." || s == ".." {
+	limit := fmt.Sprintf("Kafka's limit for topic names is %d", maxTopicLen)
+	if maxLen < maxTopicLen {
+		limit += fmt.Sprintf("; the prefix may use %d of them, to leave room for .<schema>.<table>", maxLen)
+	}
+	switch {
+	case len(s) > maxLen:
+		c.add(name, s, "is %d characters; %s", len(s), limit)
+		return ""
+	case !topicRE.MatchString(s) || s == "." || s == "..":
 		c.add(name, s, "want 1 to %d characters from A-Z, a-z, 0-9, '.', '_' and '-' (Kafka's rule for topic names)", maxLen)
 		return ""
 	}
@@ -488,13 +546,36 @@ func (c *checker) tables(s, prefix string) []change.ExportID {
 			c.add("CDC_TABLES", s, "empty entry; want comma-separated schema.table names")
 			ok = false
 		case err != nil:
-			c.add("CDC_TABLES", s, "%v (entries are comma-separated schema.table names)", err)
+			why := "want schema.table"
+			if inner := errors.Unwrap(err); inner != nil {
+				why = inner.Error()
+			}
+			c.add("CDC_TABLES", s, "table name %s: %s (entries are comma-separated schema.table names)", quoteCut(entry), why)
+			ok = false
+		case len(id.Schema) > maxIdentLen || len(id.Table) > maxIdentLen:
+			part, n := "table", len(id.Table)
+			if len(id.Schema) > maxIdentLen {
+				part, n = "schema", len(id.Schema)
+			}
+			c.add("CDC_TABLES", s, "table name %s: the %s name is %d bytes; PostgreSQL's limit for names is %d bytes (NAMEDATALEN-1)", quoteCut(entry), part, n, maxIdentLen)
 			ok = false
 		case slices.Contains(ids, id):
 			c.add("CDC_TABLES", s, "%s is listed twice", id)
 			ok = false
 		default:
 			ids = append(ids, id)
+		}
+	}
+	if !ok {
+		return nil
+	}
+	for _, id := range ids {
+		if prefix == "" {
+			break
+		}
+		if topic := prefix + "." + id.Schema + "." + id.Table; len(topic) > maxTopicLen {
+			c.add("CDC_TABLES", s, "table %s: its topic %s is %d characters; Kafka's limit for topic names is %d: shorten CDC_TOPIC_PREFIX", id, quoteCut(topic), len(topic), maxTopicLen)
+			ok = false
 		}
 	}
 	if !ok {
@@ -517,7 +598,7 @@ func (c *checker) brokers(s string) []string {
 	for b := range strings.SplitSeq(s, ",") {
 		b = strings.TrimSpace(b)
 		if !validHostPort(b, false) {
-			c.add("CDC_KAFKA_BROKERS", s, "broker %q: want host:port with a port from 1 to 65535, brokers separated by commas", b)
+			c.add("CDC_KAFKA_BROKERS", s, "broker %s: want host:port with a port from 1 to 65535, brokers separated by commas", quoteCut(b))
 			continue
 		}
 		out = append(out, b)
@@ -530,7 +611,7 @@ func (c *checker) httpAddr(s, old string) string {
 	name := "CDC_HTTP_ADDR"
 	switch {
 	case s != "" && old != "" && s != old:
-		c.add("CDC_METRICS_ADDR", old, "is the older name of CDC_HTTP_ADDR, which says %q: set one of them", s)
+		c.add("CDC_METRICS_ADDR", old, "is the older name of CDC_HTTP_ADDR, which says %s: set one of them", quoteCut(s))
 		return ""
 	case s == "":
 		s, name = old, "CDC_METRICS_ADDR"
@@ -623,8 +704,12 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 // kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together, as every
 // command that talks to Kafka does (sink.SecurityEnv).
 func (c *checker) kafkaSecurity(e Env) sink.Security {
+	tls := e.KafkaTLS
+	if !c.set["CDC_KAFKA_TLS"] {
+		tls = "" // the default: an explicit false with a TLS file is a contradiction, the default is not
+	}
 	s, problems := sink.SecurityEnv{
-		TLS: e.KafkaTLS, CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile,
+		TLS: tls, CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile,
 		ServerName: e.KafkaTLSServerName, Mechanism: e.KafkaSASLMechanism, Username: e.KafkaSASLUsername,
 		Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,
 	}.Security()

@@ -3,12 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/tidemark/cdc/pkg/conffile"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -85,27 +83,16 @@ func tokenProblem(t string) string {
 	return ""
 }
 
-// readTokenFile reads a token file, without blocking on a FIFO or a device: it must be a regular
-// file of at most maxTokenFileBytes. Surrounding white space (a final newline) is dropped.
+// readTokenFile reads a token file through conffile, without blocking on a FIFO or a device: it
+// must be a regular file of at most maxTokenFileBytes. Surrounding white space (a final newline)
+// is dropped.
 func readTokenFile(path string) (string, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	b, err := conffile.Read(path, maxTokenFileBytes)
+	if fe, ok := errors.AsType[*conffile.Error](err); ok {
+		return "", errors.New(fe.Msg) // the caller names the variable; the path is not repeated
+	}
 	if err != nil {
-		return "", fmt.Errorf("cannot be read: %w", errors.Unwrap(err))
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return "", fmt.Errorf("cannot be read: %w", errors.Unwrap(err))
-	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("is not a regular file (%s)", st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
-	if err != nil {
-		return "", fmt.Errorf("cannot be read: %w", err)
-	}
-	if len(b) > maxTokenFileBytes {
-		return "", fmt.Errorf("is larger than %d bytes: want a file holding only the token", maxTokenFileBytes)
+		return "", err
 	}
 	t := strings.TrimSpace(string(b))
 	if t == "" {

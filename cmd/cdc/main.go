@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	cfg.Logger = log
 
 	if cmd == "check" {
-		return runCheck(ctx, cfg, stdout)
+		return runCheck(ctx, cfg, settings.TLS, stdout)
 	}
 	if cmd == "watermarks" {
 		if err := printWatermarks(ctx, cfg, stdout); err != nil {
@@ -92,6 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		debug.SetMemoryLimit(settings.MemoryLimit)
 	}
 	log.Info("starting tidemark", "version", version, "config", settings)
+	logPostures(log, settings.TLS)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
 		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, log)

@@ -12,7 +12,10 @@
 // error chain, so errors.Is and errors.As still classify the error.
 //
 // Guarantee: where the string is ambiguous (an unencoded '@' or '/' in a URL's password, a '&'
-// in a query password), redaction masks more than the password, never less. Masking is by the
+// in a query password, a space in an unquoted key=value password, which libpq would reject),
+// redaction masks more than the password, never less: an unquoted key=value password runs over
+// white space up to the next libpq key=, and a parser's quoted word of it ("missing = after
+// "def"") is masked at any length. Masking is by the
 // fixed text "xxxxx", so the output says nothing about the password's length.
 //
 // Token holds a bearer token (the HTTP admin token) as its SHA-256 digest only: it can be checked,

@@ -17,6 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"github.com/tidemark/cdc/pkg/conffile"
 )
 
 // SASL mechanisms of Security.SASLMechanism.
@@ -53,7 +55,7 @@ func (s Security) ClientOpts() ([]kgo.Opt, error) {
 	if s.TLS {
 		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName}
 		if s.CAFile != "" {
-			pem, err := os.ReadFile(s.CAFile)
+			pem, err := conffile.Read(s.CAFile, conffile.MaxSize)
 			if err != nil {
 				return nil, fmt.Errorf("Kafka TLS CA file: %w", err)
 			}
@@ -64,7 +66,7 @@ func (s Security) ClientOpts() ([]kgo.Opt, error) {
 			cfg.RootCAs = pool
 		}
 		if s.CertFile != "" || s.KeyFile != "" {
-			cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+			cert, err := loadKeyPair(s.CertFile, s.KeyFile)
 			if err != nil {
 				return nil, fmt.Errorf("Kafka TLS client certificate %s and key %s: %w", s.CertFile, s.KeyFile, err)
 			}
@@ -100,6 +102,19 @@ func (s Security) ClientOpts() ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// loadKeyPair is tls.LoadX509KeyPair through conffile: neither file may block or be huge.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := conffile.Read(certFile, conffile.MaxSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := conffile.Read(keyFile, conffile.MaxSize)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // tokenFile reads an OAUTHBEARER token from a file, again whenever the file changed.
 type tokenFile struct {
 	path  string
@@ -119,7 +134,7 @@ func (f *tokenFile) token() (string, error) {
 	if f.value != "" && st.ModTime().Equal(f.mod) && st.Size() == f.size {
 		return f.value, nil
 	}
-	b, err := os.ReadFile(f.path)
+	b, err := conffile.Read(f.path, conffile.MaxSize)
 	if err != nil {
 		return "", fmt.Errorf("OAUTHBEARER token file: %w", err)
 	}

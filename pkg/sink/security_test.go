@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -18,6 +19,11 @@ func TestSecurityClientOpts(t *testing.T) {
 	}
 	token := filepath.Join(dir, "token")
 	if err := os.WriteFile(token, []byte("  tok-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO or a device must be refused, not waited on (the test would hang).
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -34,6 +40,10 @@ func TestSecurityClientOpts(t *testing.T) {
 		{"OAUTHBEARER file", Security{SASLMechanism: SASLOAuthBearer, TokenFile: token}, ""},
 		{"OAUTHBEARER missing file", Security{SASLMechanism: SASLOAuthBearer, TokenFile: filepath.Join(dir, "nope")}, "token file"},
 		{"unknown mechanism", Security{SASLMechanism: "GSSAPI"}, "unknown SASL mechanism"},
+		{"CA file a FIFO", Security{TLS: true, CAFile: fifo}, fifo + " is a named pipe, not a regular file"},
+		{"client key a FIFO", Security{TLS: true, CertFile: notPEM, KeyFile: fifo}, "is a named pipe"},
+		{"client certificate a device", Security{TLS: true, CertFile: "/dev/zero", KeyFile: notPEM}, "/dev/zero is a character device"},
+		{"token file a FIFO", Security{SASLMechanism: SASLOAuthBearer, TokenFile: fifo}, "is a named pipe"},
 	} {
 		_, err := tc.s.ClientOpts()
 		switch {

@@ -3,8 +3,9 @@ package sink
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
+
+	"github.com/tidemark/cdc/pkg/conffile"
 )
 
 // SecurityEnv is the raw text of the CDC_KAFKA_TLS* and CDC_KAFKA_SASL* variables. Every
@@ -58,7 +59,22 @@ func (v SecurityEnv) Security() (Security, []EnvProblem) {
 	default:
 		add("CDC_KAFKA_TLS", v.TLS, "want true or false")
 	}
-	if s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" || s.ServerName != "" {
+	var tlsVars []string
+	for _, f := range []struct{ name, value string }{{"CDC_KAFKA_TLS_CA_FILE", s.CAFile}, {"CDC_KAFKA_TLS_CERT_FILE", s.CertFile},
+		{"CDC_KAFKA_TLS_KEY_FILE", s.KeyFile}, {"CDC_KAFKA_TLS_SERVER_NAME", s.ServerName}} {
+		if f.value != "" {
+			tlsVars = append(tlsVars, f.name)
+		}
+	}
+	if len(tlsVars) > 0 {
+		if !s.TLS && v.TLS != "" {
+			it, verb := "them", "configure"
+			if len(tlsVars) == 1 {
+				it, verb = "it", "configures"
+			}
+			add("CDC_KAFKA_TLS", v.TLS, "turns TLS off, but %s %s TLS: unset %s, or set CDC_KAFKA_TLS=true",
+				strings.Join(tlsVars, " and "), verb, it)
+		}
 		s.TLS = true
 	}
 	for _, f := range []struct{ name, path string }{{"CDC_KAFKA_TLS_CA_FILE", s.CAFile}, {"CDC_KAFKA_TLS_CERT_FILE", s.CertFile},
@@ -66,10 +82,14 @@ func (v SecurityEnv) Security() (Security, []EnvProblem) {
 		if f.path == "" {
 			continue
 		}
-		if fh, err := os.Open(f.path); err != nil {
-			add(f.name, f.path, "cannot be read: %v", errors.Unwrap(err))
-		} else {
-			fh.Close()
+		// A FIFO or a device named as a certificate would hang the start: conffile checks
+		// without blocking.
+		if err := conffile.Check(f.path, conffile.MaxSize); err != nil {
+			if fe, ok := errors.AsType[*conffile.Error](err); ok {
+				add(f.name, "", "%s %s", cutPath(fe.Path), fe.Msg)
+			} else {
+				add(f.name, "", "%s: %v", cutPath(f.path), err)
+			}
 		}
 	}
 	if (s.CertFile == "") != (s.KeyFile == "") {
@@ -89,13 +109,28 @@ func (v SecurityEnv) Security() (Security, []EnvProblem) {
 		if s.Password == "" {
 			add("CDC_KAFKA_SASL_PASSWORD", "", "is required with %s", mech)
 		}
+		if s.Token != "" || s.TokenFile != "" {
+			add("CDC_KAFKA_SASL_MECHANISM", v.Mechanism, "uses a user name and password, but an OAUTHBEARER token is set too: unset CDC_KAFKA_SASL_OAUTH_TOKEN(_FILE), or set CDC_KAFKA_SASL_MECHANISM=OAUTHBEARER")
+		}
 	case SASLOAuthBearer:
 		if (s.Token == "") == (s.TokenFile == "") {
 			add("CDC_KAFKA_SASL_OAUTH_TOKEN", "", "or CDC_KAFKA_SASL_OAUTH_TOKEN_FILE: set exactly one with OAUTHBEARER")
+		}
+		if s.Username != "" || s.Password != "" {
+			add("CDC_KAFKA_SASL_MECHANISM", v.Mechanism, "is OAUTHBEARER, which uses a token, but CDC_KAFKA_SASL_USERNAME or CDC_KAFKA_SASL_PASSWORD is set too: unset them, or choose PLAIN or SCRAM")
 		}
 	default:
 		add("CDC_KAFKA_SASL_MECHANISM", v.Mechanism, "want none, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
 	}
 	s.SASLMechanism = mech
 	return s, problems
+}
+
+// cutPath shortens a path echoed in a problem to a readable length.
+func cutPath(p string) string {
+	const limit = 512
+	if len(p) <= limit {
+		return p
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(p[:limit], ""), len(p))
 }

@@ -32,6 +32,9 @@ func ConnStrings(addr string) []Case {
 	userinfo := url.UserPassword("cdc", Password).String()
 	quoted := "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(Password) + "'"
 	const opts = "sslmode=disable&connect_timeout=5"
+	// spaced is Password with a space, typed without quotes or escapes: libpq rejects it, and
+	// the rejection quotes the word after the space.
+	spaced := strings.Replace(Password, ":", " ", 1)
 	return []Case{
 		{"url", "postgres://" + userinfo + "@" + addr + "/app?" + opts},
 		{"postgresql url, query password", "postgresql://cdc@" + addr + "/app?" + opts + "&password=" + url.QueryEscape(Password)},
@@ -46,6 +49,9 @@ func ConnStrings(addr string) []Case {
 		{"url bad escape", "postgres://cdc:" + Password + "%zz@" + addr + "/app"},
 		{"dsn unterminated quote", "host=" + host + " password='" + Password + " sslmode=disable"},
 		{"dsn bad option", "host=" + host + " password=" + quoted + " sslmode=maybe"},
+		{"dsn unquoted space", "host=" + host + " port=" + port + " password=" + spaced + " dbname=app sslmode=disable"},
+		{"dsn unquoted space at end", "host=" + host + " port=" + port + " password=" + spaced},
+		{"url unencoded space", "postgres://cdc:" + spaced + "@" + addr + "/app?" + opts},
 	}
 }
 
