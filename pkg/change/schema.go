@@ -1,5 +1,10 @@
 package change
 
+import (
+	"slices"
+	"strings"
+)
+
 // Column is one column of a published table, as both stages see it: from pg_attribute under the
 // snapshot, or from a pgoutput Relation message.
 type Column struct {
@@ -17,6 +22,9 @@ type Table struct {
 	Export  ExportID
 	OID     uint32
 	Columns []Column
+	// Published is the publication's column list and row filter: Columns holds only the
+	// listed columns, and a copy reads only the rows the filter lets through.
+	Published PublishedAs
 }
 
 // KeyColumns returns the indexes of the key columns; empty for a keyless table.
@@ -28,4 +36,37 @@ func (t *Table) KeyColumns() []int {
 		}
 	}
 	return idx
+}
+
+// PublishedAs is how a publication publishes a table: its column list and row filter
+// (PostgreSQL 15). The zero value publishes every column and every row.
+type PublishedAs struct {
+	// Columns are the attnums of the column list in attnum order; nil publishes every column.
+	Columns []int16
+	// Names are the column list's names now, for messages.
+	Names []string
+	// RowFilter is the row filter as pg_get_expr renders it, ready for a WHERE clause; ""
+	// publishes every row.
+	RowFilter string
+	// FilterTree is the filter's stored node tree. It names columns by number, so a column
+	// renamed leaves it alone while any change to the expression changes it.
+	FilterTree string
+}
+
+// Equal says whether p and q publish the same columns and rows (names aside).
+func (p PublishedAs) Equal(q PublishedAs) bool {
+	return p.FilterTree == q.FilterTree && (p.Columns == nil) == (q.Columns == nil) && slices.Equal(p.Columns, q.Columns)
+}
+
+// String describes p for a log line.
+func (p PublishedAs) String() string {
+	cols := "every column"
+	if p.Columns != nil {
+		cols = "columns (" + strings.Join(p.Names, ", ") + ")"
+	}
+	rows := "every row"
+	if p.RowFilter != "" {
+		rows = "rows WHERE " + p.RowFilter
+	}
+	return cols + ", " + rows
 }

@@ -142,6 +142,9 @@ type lifecycle struct {
 	// copy must reconcile their topic, so it takes the copy strategy.
 	leaves        map[change.ExportID]string
 	reconcileNext map[change.ExportID]bool
+	// definitions (under mu): per export, the publication's column list and row filter its
+	// current copy read (publication.go).
+	definitions map[change.ExportID]change.PublishedAs
 	// partial (under mu) is the transaction published in pieces whose last piece is not
 	// durable yet, as far as the durable units tell (restored from the checkpoint at start).
 	// While it is set no watermark record is written: a consumer reading a topic up to a
@@ -167,6 +170,7 @@ func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lif
 		reconcileSig:  make(chan struct{}, 1),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
+		definitions:   make(map[change.ExportID]change.PublishedAs),
 	}
 }
 
@@ -199,6 +203,15 @@ func (lc *lifecycle) resume(ctx context.Context, cat catalog, published map[chan
 			continue
 		}
 		t, err := cat.LoadTable(ctx, e)
+		if errors.Is(err, snapshot.ErrUnsupportedTable) {
+			// E.g. the publication's column list leaves out a key column now: e alone stops.
+			lc.log.Error("export failed", "export", e.String(), "err", err)
+			lc.mu.Lock()
+			lc.tracker.Failed(e, err.Error())
+			lc.phases[e] = phaseFailed
+			lc.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -371,6 +384,9 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 		}
 		chunked = append(chunked, e)
 		specs = append(specs, sink.TopicSpec{Name: lc.topic(e), Compact: true})
+		lc.mu.Lock()
+		lc.copiedAs(e, t.Published)
+		lc.mu.Unlock()
 	}
 	if len(chunked) == 0 {
 		return rest, nil
@@ -451,6 +467,7 @@ func (lc *lifecycle) Begin(ctx context.Context, lsn change.LSN, tables []snapsho
 		topic := lc.topic(e)
 		attempts[e] = lc.tracker.StartHydration(e, topic, lsn, t.EstimatedRows, lc.topics.EndOffsets(topic), now)
 		lc.phases[e] = phaseCopying
+		lc.copiedAs(e, t.Table.Published)
 		lc.log.Info("snapshot started", "export", e.String(), "consistent_point", lsn.String(), "attempt", attempts[e], "estimated_rows", t.EstimatedRows)
 	}
 	return attempts, nil
@@ -677,7 +694,7 @@ func (lc *lifecycle) KeyColumns(ctx context.Context, e change.ExportID) ([]strin
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	t, err := snapshot.LoadTable(ctx, conn, e)
+	t, err := snapshot.LoadTable(ctx, conn, lc.cfg.Publication, e)
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 	if err != nil {
 		return err
 	}
-	table, err := snapshot.LoadTable(ctx, conn, job.export)
+	table, err := snapshot.LoadTable(ctx, conn, c.cfg.Publication, job.export)
 	conn.Close(context.Background())
 	if err != nil {
 		return err

@@ -583,7 +583,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 			return nil, err
 		}
 	}
-	table, enc, pred := t.table, t.enc, t.predicate(ch.rg)
+	table, enc, pred := t.table, t.enc, andFilter(t.predicate(ch.rg), t.table)
 	var b strings.Builder
 	b.WriteString("COPY (SELECT ")
 	for i, col := range table.Columns {
@@ -714,8 +714,13 @@ func (w *chunkWorker) plan(ctx context.Context, t *chunkTable) (*plannedChunk, e
 		q.WriteString(k + "::text AS tidemark_bound_" + strconv.Itoa(i))
 	}
 	q.WriteString(t.from)
+	// The publication's row filter too: a chunk holds about chunkRows rows that are copied.
+	var after string
 	if t.cursor != nil {
-		q.WriteString(" WHERE " + t.predicate(change.KeyRange{From: t.cursor}))
+		after = t.predicate(change.KeyRange{From: t.cursor})
+	}
+	if cond := andFilter(after, t.table); cond != "" {
+		q.WriteString(" WHERE " + cond)
 	}
 	q.WriteString(" ORDER BY " + strings.Join(t.keyNames, ", "))
 	q.WriteString(" OFFSET " + strconv.Itoa(t.chunkRows-1) + " LIMIT 1")
@@ -772,7 +777,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	if err != nil {
 		return fmt.Errorf("read schema of %s: %w", e, err)
 	}
-	table, err := LoadTable(ctx, w.conn, e)
+	table, err := LoadTable(ctx, w.conn, w.c.cfg.Publication, e)
 	if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
 		return &permanentError{err}
 	}
