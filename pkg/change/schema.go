@@ -1,7 +1,9 @@
 package change
 
 import (
-	"slices"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"strings"
 )
 
@@ -53,9 +55,23 @@ type PublishedAs struct {
 	FilterTree string
 }
 
-// Equal says whether p and q publish the same columns and rows (names aside).
-func (p PublishedAs) Equal(q PublishedAs) bool {
-	return p.FilterTree == q.FilterTree && (p.Columns == nil) == (q.Columns == nil) && slices.Equal(p.Columns, q.Columns)
+// Digest identifies what p publishes: the column list's attnums and the filter's node tree, so
+// a column renamed leaves it alone. It is "" for every column and row.
+func (p PublishedAs) Digest() string {
+	if p.Columns == nil && p.FilterTree == "" {
+		return ""
+	}
+	h := sha256.New()
+	if p.Columns != nil {
+		for _, c := range p.Columns {
+			fmt.Fprintf(h, "%d,", c)
+		}
+	} else {
+		h.Write([]byte("*"))
+	}
+	h.Write([]byte{0})
+	h.Write([]byte(p.FilterTree))
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // String describes p for a log line.

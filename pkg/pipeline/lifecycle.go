@@ -144,7 +144,7 @@ type lifecycle struct {
 	reconcileNext map[change.ExportID]bool
 	// definitions (under mu): per export, the publication's column list and row filter its
 	// current copy read (publication.go).
-	definitions map[change.ExportID]change.PublishedAs
+	definitions map[change.ExportID]*watermark.PublishedInfo
 	// partial (under mu) is the transaction published in pieces whose last piece is not
 	// durable yet, as far as the durable units tell (restored from the checkpoint at start).
 	// While it is set no watermark record is written: a consumer reading a topic up to a
@@ -170,7 +170,7 @@ func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lif
 		reconcileSig:  make(chan struct{}, 1),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
-		definitions:   make(map[change.ExportID]change.PublishedAs),
+		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
 	}
 }
 
@@ -217,6 +217,9 @@ func (lc *lifecycle) resume(ctx context.Context, cat catalog, published map[chan
 		}
 		specs = append(specs, sink.TopicSpec{Name: lc.topic(e), Compact: len(t.KeyColumns()) > 0})
 		lc.mu.Lock()
+		if p, ok := lc.tracker.CopiedAs(e); ok {
+			lc.definitions[e] = p
+		}
 		attempt, after, chunked := lc.tracker.Chunked(e)
 		if chunked {
 			lc.phases[e] = phaseChunking
@@ -367,6 +370,7 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 	}
 	var rest, chunked []change.ExportID
 	var specs []sink.TopicSpec
+	defs := make(map[change.ExportID]change.PublishedAs)
 	for _, e := range exports {
 		t, err := cat.LoadTable(ctx, e)
 		if err != nil {
@@ -383,10 +387,8 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 			continue
 		}
 		chunked = append(chunked, e)
+		defs[e] = t.Published
 		specs = append(specs, sink.TopicSpec{Name: lc.topic(e), Compact: true})
-		lc.mu.Lock()
-		lc.copiedAs(e, t.Published)
-		lc.mu.Unlock()
 	}
 	if len(chunked) == 0 {
 		return rest, nil
@@ -399,6 +401,7 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 		lc.mu.Lock()
 		attempt := lc.tracker.StartChunked(e, topic, 0, lc.topics.EndOffsets(topic), time.Now())
 		lc.phases[e] = phaseChunking
+		lc.copiedAs(e, defs[e])
 		lc.mu.Unlock()
 		if err := lc.repl.StartChunking(ctx, e); err != nil {
 			return nil, err
