@@ -697,7 +697,10 @@ func (lc *lifecycle) KeyColumns(ctx context.Context, e change.ExportID) ([]strin
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	t, err := snapshot.LoadTable(ctx, conn, lc.cfg.Publication, e)
+	// Every column, whatever the publication's column list: the names only pick the key out
+	// of a Relation message's columns, and a key column the list leaves out must not fail the
+	// stream (the copy refuses that table alone).
+	t, err := snapshot.LoadTable(ctx, conn, "", e)
 	if err != nil {
 		return nil, err
 	}

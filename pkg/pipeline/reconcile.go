@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,7 +65,14 @@ func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit
 				if !ok {
 					break
 				}
-				if err := c.reconcile(ctx, job, units); err != nil {
+				err := c.reconcile(ctx, job, units)
+				if errors.Is(err, snapshot.ErrUnsupportedTable) {
+					// E.g. the publication's column list lost a key column since the copy
+					// began: the export stops alone (its held changes are dropped).
+					c.Failed(job.export, err)
+					continue
+				}
+				if err != nil {
 					return fmt.Errorf("reconcile %s: %w", job.export, err)
 				}
 				c.repl.CopyDone(job.export)
