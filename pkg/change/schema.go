@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -70,9 +71,15 @@ func (p PublishedAs) Digest() string {
 		h.Write([]byte("*"))
 	}
 	h.Write([]byte{0})
-	h.Write([]byte(p.FilterTree))
+	// Token positions in the statement that set the filter are no part of it: the same filter
+	// set again by another statement (ALTER PUBLICATION ... SET TABLE) must digest the same.
+	h.Write([]byte(nodeLocation.ReplaceAllString(p.FilterTree, "")))
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
+
+// nodeLocation matches the source positions in a stored node tree (pg_node_tree's text form;
+// constants are stored as bytes there, so no value can look like one).
+var nodeLocation = regexp.MustCompile(` :location -?[0-9]+`)
 
 // String describes p for a log line.
 func (p PublishedAs) String() string {
