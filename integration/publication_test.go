@@ -345,6 +345,10 @@ func TestPublicationKeyNotListed(t *testing.T) {
 		`INSERT INTO bad SELECT g, 'v ' || g FROM generate_series(1, 50) g`,
 		`CREATE PUBLICATION `+e.pub+` FOR TABLE good (id, v), bad (v) WITH (publish = 'insert')`,
 	)
+	// cdc check says so beforehand.
+	res := runCDC(t, e.baseVars(), time.Minute, "check")
+	assertContains(t, res.out, "✗ table public.bad: load key of public.bad: table cannot be exported: the column list of publication it_pub leaves out the key column(s) id",
+		"✓ table public.good: published with columns (id, v), every row")
 	rec := e.recordWatermarks()
 	p := e.startCDC(e.baseVars())
 	failed := rec.first(t, 2*time.Minute, change.ExportID{Schema: "public", Table: "bad"}, "state failed",
