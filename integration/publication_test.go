@@ -16,8 +16,8 @@ import (
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// queryState reads the rows of query keyed as the topic is: by a JSON object of keyCols.
-func (e *env) queryState(query string, keyCols ...string) map[string]map[string]json.RawMessage {
+// queryStateByKey reads the rows of query keyed as the topic is: by a JSON object of keyCols.
+func (e *env) queryStateByKey(query string, keyCols ...string) map[string]map[string]json.RawMessage {
 	e.t.Helper()
 	var args []string
 	for _, k := range keyCols {
@@ -75,13 +75,13 @@ func (e *env) assertPublished(export, want string, keyCols, excluded []string) {
 		e.t.Errorf("%s: %d of %d records carry an excluded column", export, leaks, len(recs))
 	}
 	got := normState(e.t, materialize(e.t, recs))
-	assertSameState(e.t, export, got, e.queryState(want, keyCols...))
+	assertSameState(e.t, export, got, e.queryStateByKey(want, keyCols...))
 	e.t.Logf("%s: %d records, %d keys", export, len(recs), len(got))
 }
 
-// lastRecord returns the envelope of the last record of key in recs (nil for a tombstone or
+// lastRecordOfKey returns the envelope of the last record of key in recs (nil for a tombstone or
 // none) and whether there was one.
-func lastRecord(t testing.TB, recs []*kgo.Record, key string) (*envelope, bool) {
+func lastRecordOfKey(t testing.TB, recs []*kgo.Record, key string) (*envelope, bool) {
 	t.Helper()
 	var last *envelope
 	found := false
@@ -93,8 +93,8 @@ func lastRecord(t testing.TB, recs []*kgo.Record, key string) (*envelope, bool) 
 	return last, found
 }
 
-// resnapshot asks the running cdc at addr to copy table again.
-func resnapshot(t testing.TB, addr, table string) {
+// runResnapshot asks the running cdc at addr to copy table again.
+func runResnapshot(t testing.TB, addr, table string) {
 	t.Helper()
 	cmd := exec.Command(cdcBinary, "resnapshot", table)
 	cmd.Env = []string{"CDC_HTTP_ADDR=" + addr}
@@ -174,15 +174,15 @@ func TestPublicationFilter(t *testing.T) {
 			e.assertPublished("public.orders", ordersWant, []string{"id"}, nil)
 			orders := e.readTopic(e.topic("public.orders"))
 			// Order 5 moved out of the filter: its last record is a delete (or its tombstone).
-			if env, ok := lastRecord(t, orders, `{"id":5}`); !ok || (env != nil && env.Op != "d") {
+			if env, ok := lastRecordOfKey(t, orders, `{"id":5}`); !ok || (env != nil && env.Op != "d") {
 				t.Errorf("order 5 left the filter: last record %+v (found %v), want a delete", env, ok)
 			}
 			// Order 8 moved into it: an insert from the stream.
-			if env, ok := lastRecord(t, orders, `{"id":8}`); !ok || env == nil || env.Op != "c" || env.Source.Snapshot {
+			if env, ok := lastRecordOfKey(t, orders, `{"id":8}`); !ok || env == nil || env.Op != "c" || env.Source.Snapshot {
 				t.Errorf("order 8 entered the filter: last record %+v (found %v), want a create from the stream", env, ok)
 			}
 
-			resnapshot(t, vars["CDC_HTTP_ADDR"], "public.people")
+			runResnapshot(t, vars["CDC_HTTP_ADDR"], "public.people")
 			rec.first(t, 2*time.Minute, peopleID, "hydrated by attempt 2", func(r watermark.Record) bool {
 				return r.State == watermark.StateHydrated && r.Snapshot != nil && r.Snapshot.Attempt == 2
 			})
