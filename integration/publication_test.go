@@ -68,6 +68,7 @@ func (e *env) assertPublished(export, want string, keyCols, excluded []string) {
 						export, r.Offset, env.Op, env.Source.Snapshot, col, r.Value)
 				}
 				leaks++
+				break
 			}
 		}
 	}
