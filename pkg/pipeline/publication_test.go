@@ -2,10 +2,12 @@ package pipeline
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // TestPublicationDefinitionChanged: a hydrated export whose column list or row filter differs
@@ -95,5 +97,42 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 				t.Fatalf("pending %v, want %v", lc2.pending, tt.want)
 			}
 		})
+	}
+}
+
+// TestResumeRefusedTable: a table whose publication leaves out its key now (changed while the
+// service was stopped) fails alone at start; the others resume.
+func TestResumeRefusedTable(t *testing.T) {
+	ctx := t.Context()
+	exU := change.ExportID{Schema: "public", Table: "unlisted"}
+	lc, _ := newTestLifecycle(t, StrategyCopy, nil)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA, exU)); err != nil {
+		t.Fatal(err)
+	}
+	<-lc.requests
+	tables := []snapshot.TableInfo{{Table: &change.Table{Export: exA}}, {Table: &change.Table{Export: exU}}}
+	if _, err := lc.Begin(ctx, 0x100, tables); err != nil {
+		t.Fatal(err)
+	}
+	var h history
+	h.durable(lc, &change.Unit{Kind: change.KindSnapshotDone, Export: exA}, &change.Unit{Kind: change.KindSnapshotDone, Export: exU})
+	h.durable(lc, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x150},
+		&change.Unit{Kind: change.KindHydrated, Export: exU, End: 0x150}, &change.Unit{Kind: change.KindProgress, End: 0x200})
+
+	lc2, rec2 := newTestLifecycle(t, StrategyCopy, h.values)
+	if err := lc2.resume(ctx, fakeCatalog{}, set(exA, exU), 0x200); err != nil {
+		t.Fatalf("resume: %v; want the refused table to fail alone", err)
+	}
+	wantCalls(t, rec2, "topic p.public.a compact=true", "resume public.a 0/200")
+	wantPhase(t, lc2, exA, phaseHydrated)
+	wantPhase(t, lc2, exU, phaseFailed)
+	var failed bool
+	for _, s := range lc2.states() {
+		if s.Export == exU {
+			failed = s.State == watermark.StateFailed && strings.Contains(s.Error, "column list")
+		}
+	}
+	if !failed {
+		t.Errorf("%s's state: %+v; want failed with the reason", exU, lc2.states())
 	}
 }
