@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
@@ -347,7 +348,7 @@ func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, 
 		return streamRead{}, fmt.Errorf("replication connect: %w", err)
 	}
 	defer conn.Close(context.Background())
-	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", pub), "streaming 'off'"}
+	args := []string{"proto_version '1'", "publication_names " + replication.PublicationNamesOption(pub), "streaming 'off'"}
 	var r streamRead
 	began := time.Now()
 	if err := pglogrepl.StartReplication(ctx, conn, slot, pglogrepl.LSN(start), pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
@@ -461,7 +462,7 @@ func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LS
 		return 0, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "-d", dbURL, "-S", slot, "--start", "--no-loop",
-		"-o", "proto_version=1", "-o", "publication_names="+pub,
+		"-o", "proto_version=1", "-o", "publication_names="+change.QuoteIdent(pub),
 		"-E", end.String(), "-F", "0", "-s", "10", "-f", "/dev/null")
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // checkLine is one prerequisite: ok, what was found, and for a failure the fix. A line that is
@@ -301,6 +302,14 @@ func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID
 	default:
 		p.fail(fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...); or ALTER TABLE %s REPLICA IDENTITY FULL", t.Quoted(), t.Quoted()),
 			"table %s has no primary key or replica identity: PostgreSQL rejects UPDATE and DELETE on it once published, and its records have no key", t)
+	}
+	// The publication's column list and row filter (PostgreSQL 15).
+	tbl, err := snapshot.LoadTable(ctx, conn, p.cfg.Publication, t)
+	switch {
+	case errors.Is(err, snapshot.ErrUnsupportedTable):
+		p.fail("", "table %s: %v", t, err) // the error says how to fix it
+	case err == nil && tbl.Published.Digest() != "":
+		p.pass("table %s: published with %s; copies and changes carry only those", t, tbl.Published)
 	}
 }
 

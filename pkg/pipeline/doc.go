@@ -25,7 +25,9 @@
 // change without a row change in the stream (ATTACH, DETACH): the poller also reads each
 // published root's leaf partitions, and when they changed the lifecycle copies the root again
 // with the copy strategy, whose reconcile deletes the keys of a detached partition from the
-// topic (partitions in lifecycle.go).
+// topic (partitions in lifecycle.go). Likewise the poller reads each table's column list and
+// row filter: when one differs from what the export's copy read (kept in its watermark records,
+// so also across a restart) the table is copied again the same way (publication.go).
 //
 // What else is here is wiring: Pipeline.Run checks PostgreSQL and Kafka, restores the tracker
 // from the watermark topic, starts the stages under one errgroup (replication, snapshot,

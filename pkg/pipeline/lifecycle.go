@@ -145,6 +145,9 @@ type lifecycle struct {
 	// copy must reconcile their topic, so it takes the copy strategy.
 	leaves        map[change.ExportID]string
 	reconcileNext map[change.ExportID]bool
+	// definitions (under mu): per export, the publication's column list and row filter its
+	// current copy read (publication.go).
+	definitions map[change.ExportID]*watermark.PublishedInfo
 	// partial (under mu) is the transaction published in pieces whose last piece is not
 	// durable yet, as far as the durable units tell (restored from the checkpoint at start).
 	// While it is set no watermark record is written: a consumer reading a topic up to a
@@ -171,6 +174,7 @@ func newLifecycle(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *lif
 		reconcileSig:  make(chan struct{}, 1),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
+		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
 	}
 }
 
@@ -203,11 +207,23 @@ func (lc *lifecycle) resume(ctx context.Context, cat catalog, published map[chan
 			continue
 		}
 		t, err := cat.LoadTable(ctx, e)
+		if errors.Is(err, snapshot.ErrUnsupportedTable) {
+			// E.g. the publication's column list leaves out a key column now: e alone stops.
+			lc.log.Error("export failed", "export", e.String(), "err", err)
+			lc.mu.Lock()
+			lc.tracker.Failed(e, err.Error())
+			lc.phases[e] = phaseFailed
+			lc.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		specs = append(specs, sink.TopicSpec{Name: lc.topic(e), Compact: len(t.KeyColumns()) > 0})
 		lc.mu.Lock()
+		if p, ok := lc.tracker.CopiedAs(e); ok {
+			lc.definitions[e] = p
+		}
 		attempt, after, chunked := lc.tracker.Chunked(e)
 		if chunked {
 			lc.phases[e] = phaseChunking
@@ -358,6 +374,7 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 	}
 	var rest, chunked []change.ExportID
 	var specs []sink.TopicSpec
+	defs := make(map[change.ExportID]change.PublishedAs)
 	for _, e := range exports {
 		t, err := cat.LoadTable(ctx, e)
 		if err != nil {
@@ -374,6 +391,7 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 			continue
 		}
 		chunked = append(chunked, e)
+		defs[e] = t.Published
 		specs = append(specs, sink.TopicSpec{Name: lc.topic(e), Compact: true})
 	}
 	if len(chunked) == 0 {
@@ -387,6 +405,7 @@ func (lc *lifecycle) startChunked(ctx context.Context, cat catalog, exports []ch
 		lc.mu.Lock()
 		attempt := lc.tracker.StartChunked(e, topic, 0, lc.topics.EndOffsets(topic), time.Now())
 		lc.phases[e] = phaseChunking
+		lc.copiedAs(e, defs[e])
 		lc.mu.Unlock()
 		if err := lc.repl.StartChunking(ctx, e); err != nil {
 			return nil, err
@@ -455,6 +474,7 @@ func (lc *lifecycle) Begin(ctx context.Context, lsn change.LSN, tables []snapsho
 		topic := lc.topic(e)
 		attempts[e] = lc.tracker.StartHydration(e, topic, lsn, t.EstimatedRows, lc.topics.EndOffsets(topic), now)
 		lc.phases[e] = phaseCopying
+		lc.copiedAs(e, t.Table.Published)
 		lc.log.Info("snapshot started", "export", e.String(), "consistent_point", lsn.String(), "attempt", attempts[e], "estimated_rows", t.EstimatedRows)
 	}
 	return attempts, nil
@@ -683,7 +703,10 @@ func (lc *lifecycle) KeyColumns(ctx context.Context, e change.ExportID) ([]strin
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	t, err := snapshot.LoadTable(ctx, conn, e)
+	// Every column, whatever the publication's column list: the names only pick the key out
+	// of a Relation message's columns, and a key column the list leaves out must not fail the
+	// stream (the copy refuses that table alone).
+	t, err := snapshot.LoadTable(ctx, conn, "", e)
 	if err != nil {
 		return nil, err
 	}

@@ -79,13 +79,16 @@ func (f fakeTopics) EnsureTopics(_ context.Context, specs []sink.TopicSpec) erro
 }
 func (f fakeTopics) EndOffsets(string) map[int32]int64 { return map[int32]int64{0: 0} }
 
-// fakeCatalog: tables named "keyless..." have no key; "gone..." do not exist.
+// fakeCatalog: tables named "keyless..." have no key; "gone..." do not exist; "unlisted..."
+// are refused (a column list without the key).
 type fakeCatalog struct{ wal change.LSN }
 
 func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
 	switch {
 	case strings.HasPrefix(e.Table, "gone"):
 		return nil, snapshot.ErrTableNotFound
+	case strings.HasPrefix(e.Table, "unlisted"):
+		return nil, fmt.Errorf("load key of %s: %w: the column list leaves out the key", e, snapshot.ErrUnsupportedTable)
 	case strings.HasPrefix(e.Table, "keyless"):
 		return &change.Table{Export: e, Columns: []change.Column{{Name: "v"}}}, nil
 	}

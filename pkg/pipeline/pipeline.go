@@ -347,6 +347,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Logger:        log,
 	}, lc)
 	snapCfg := snapshot.Config{
+		Publication:     cfg.Publication,
 		ConnString:      cfg.PGURL,
 		Workers:         cfg.SnapshotWorkers,
 		SlotPrefix:      cfg.Slot,
@@ -378,7 +379,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
 	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.
-	if err := lc.resume(ctx, connCatalog{conn}, published, slot.Confirmed); err != nil {
+	if err := lc.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
 		return err
 	}
 

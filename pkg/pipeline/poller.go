@@ -87,7 +87,7 @@ func (p *poller) poll(ctx context.Context) error {
 	if p.toast != nil {
 		p.toast.check(ctx, p.conn, p.cfg, published, p.log)
 	}
-	if err := p.lc.published(ctx, connCatalog{p.conn}, published); err != nil {
+	if err := p.lc.published(ctx, connCatalog{conn: p.conn, pub: p.cfg.Publication}, published); err != nil {
 		return err
 	}
 	leaves, err := partitionLeaves(ctx, p.conn, p.cfg.Publication)
@@ -95,6 +95,11 @@ func (p *poller) poll(ctx context.Context) error {
 		return fmt.Errorf("poll partitions: %w", err)
 	}
 	p.lc.partitions(leaves)
+	defs, err := snapshot.PublishedAs(ctx, p.conn, p.cfg.Publication)
+	if err != nil {
+		return fmt.Errorf("poll publication: %w", err)
+	}
+	p.lc.publicationDefinitions(defs)
 	return nil
 }
 
@@ -123,11 +128,14 @@ func partitionLeaves(ctx context.Context, conn *pgx.Conn, pub string) (map[chang
 	return out, err
 }
 
-// connCatalog reads the catalog on one connection.
-type connCatalog struct{ conn *pgx.Conn }
+// connCatalog reads the catalog on one connection: tables as the publication pub publishes them.
+type connCatalog struct {
+	conn *pgx.Conn
+	pub  string
+}
 
 func (c connCatalog) LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error) {
-	return snapshot.LoadTable(ctx, c.conn, e)
+	return snapshot.LoadTable(ctx, c.conn, c.pub, e)
 }
 
 func (c connCatalog) CurrentWAL(ctx context.Context) (change.LSN, error) {

@@ -66,12 +66,18 @@ func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit
 				if !ok {
 					break
 				}
-				if err := c.reconcile(ctx, job, units); err != nil {
-					var bad *sink.RecordError
-					if errors.As(err, &bad) {
-						// A record the sink never writes: reading it again cannot help.
-						return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
-					}
+				err := c.reconcile(ctx, job, units)
+				if errors.Is(err, snapshot.ErrUnsupportedTable) {
+					// E.g. the publication's column list lost a key column since the copy
+					// began: the export stops alone (its held changes are dropped).
+					c.Failed(job.export, err)
+					continue
+				}
+				if _, ok := errors.AsType[*sink.RecordError](err); ok {
+					// A record the sink never writes: reading it again cannot help.
+					return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
+				}
+				if err != nil {
 					return fmt.Errorf("reconcile %s: %w", job.export, err)
 				}
 				c.repl.CopyDone(job.export)
@@ -85,7 +91,7 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 	if err != nil {
 		return err
 	}
-	table, err := snapshot.LoadTable(ctx, conn, job.export)
+	table, err := snapshot.LoadTable(ctx, conn, c.cfg.Publication, job.export)
 	conn.Close(context.Background())
 	if err != nil {
 		return err

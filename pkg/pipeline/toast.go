@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // toastWarnings tells the user, once per process and table, when a published table's updates
@@ -38,13 +39,18 @@ func (w *toastWarnings) check(ctx context.Context, conn *pgx.Conn, cfg Config, p
 	if !fresh {
 		return
 	}
+	// Only the columns the publication publishes (PostgreSQL 15 column lists).
+	listed := ""
+	if snapshot.ServerMajor(conn.PgConn().ParameterStatus("server_version")) >= 15 {
+		listed = " AND (pt.attnames IS NULL OR a.attname = ANY (pt.attnames))"
+	}
 	rows, err := conn.Query(ctx, `
 		SELECT pt.schemaname::text, pt.tablename::text, array_agg(a.attname::text ORDER BY a.attnum)
 		FROM pg_publication_tables pt
 		JOIN pg_namespace n ON n.nspname = pt.schemaname
 		JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
-			AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attgenerated = ''
+			AND a.attlen = -1 AND a.attstorage <> 'p' AND a.attgenerated = ''`+listed+`
 		WHERE pt.pubname = $1 AND c.relreplident <> 'f'
 		GROUP BY 1, 2`, cfg.Publication)
 	if err != nil {

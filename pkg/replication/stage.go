@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -380,7 +381,7 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 	if t, err := parsePGDuration(string(row[3])); err == nil && t > 0 && t/2 < interval {
 		interval = t / 2
 	}
-	args := []string{"proto_version '1'", fmt.Sprintf("publication_names '%s'", escapeLiteral(s.cfg.Publication))}
+	args := []string{"proto_version '1'", "publication_names " + PublicationNamesOption(s.cfg.Publication)}
 	if version >= 140000 {
 		// messages: the WAL markers of chunked copies.
 		args = append(args, "streaming 'off'", "messages 'true'")
@@ -499,4 +500,12 @@ func parsePGDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("unknown unit in %q", s)
 	}
 	return time.Duration(n) * unit, nil
+}
+
+// PublicationNamesOption renders pub as the literal of pgoutput's publication_names option.
+// pgoutput splits the option as a list of identifiers (SplitIdentifierString), lower-casing
+// unquoted ones, so pub is double-quoted inside the literal, as PostgreSQL's own subscriber does:
+// a publication named "People_Pub" is found under its own name.
+func PublicationNamesOption(pub string) string {
+	return "'" + escapeLiteral(`"`+strings.ReplaceAll(pub, `"`, `""`)+`"`) + "'"
 }

@@ -568,7 +568,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		return nil, fmt.Errorf("lock %s: %w", t.job.Export, err)
 	}
 	var fp string
-	err := w.conn.QueryRow(ctx, schemaFingerprintSQL, t.oid()).Scan(&fp)
+	err := w.conn.QueryRow(ctx, fingerprintSQL(w.conn), t.oid()).Scan(&fp)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, &permanentError{fmt.Errorf("copy %s: %w", t.job.Export, ErrTableNotFound)}
 	}
@@ -583,7 +583,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 			return nil, err
 		}
 	}
-	table, enc, pred := t.table, t.enc, t.predicate(ch.rg)
+	table, enc, pred := t.table, t.enc, andFilter(t.predicate(ch.rg), t.table)
 	var b strings.Builder
 	b.WriteString("COPY (SELECT ")
 	for i, col := range table.Columns {
@@ -714,8 +714,13 @@ func (w *chunkWorker) plan(ctx context.Context, t *chunkTable) (*plannedChunk, e
 		q.WriteString(k + "::text AS tidemark_bound_" + strconv.Itoa(i))
 	}
 	q.WriteString(t.from)
+	// The publication's row filter too: a chunk holds about chunkRows rows that are copied.
+	var after string
 	if t.cursor != nil {
-		q.WriteString(" WHERE " + t.predicate(change.KeyRange{From: t.cursor}))
+		after = t.predicate(change.KeyRange{From: t.cursor})
+	}
+	if cond := andFilter(after, t.table); cond != "" {
+		q.WriteString(" WHERE " + cond)
 	}
 	q.WriteString(" ORDER BY " + strings.Join(t.keyNames, ", "))
 	q.WriteString(" OFFSET " + strconv.Itoa(t.chunkRows-1) + " LIMIT 1")
@@ -765,14 +770,14 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	// The fingerprint first: a change committed between it and LoadTable (outside a chunk's
 	// transaction) shows as a changed schema at the next chunk.
 	var fp string
-	err := w.conn.QueryRow(ctx, strings.Replace(schemaFingerprintSQL, "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), e.Quoted()).Scan(&fp)
+	err := w.conn.QueryRow(ctx, strings.Replace(fingerprintSQL(w.conn), "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), e.Quoted()).Scan(&fp)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return &permanentError{fmt.Errorf("load table %s: %w", e, ErrTableNotFound)}
 	}
 	if err != nil {
 		return fmt.Errorf("read schema of %s: %w", e, err)
 	}
-	table, err := LoadTable(ctx, w.conn, e)
+	table, err := LoadTable(ctx, w.conn, w.c.cfg.Publication, e)
 	if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
 		return &permanentError{err}
 	}
@@ -888,16 +893,36 @@ func (w *chunkWorker) rangeKey(ctx context.Context, t *chunkTable, oid uint32) e
 }
 
 // schemaFingerprintSQL identifies what a chunk's records depend on: the published columns (name,
-// type, typmod, in order) and the key (replica identity and its index's columns). A chunk reads
-// it under its own snapshot; when it differs from the one its table was set up with, the schema
-// changed since and the table is set up again before the chunk is read.
-const schemaFingerprintSQL = `SELECT c.relreplident::text || ';' ||
+// type, typmod, in order) and the key (replica identity and its index's columns), and from
+// PostgreSQL 15 the column lists and row filters of the table's publications (fingerprintSQL).
+// A chunk reads it under its own snapshot; when it differs from the one its table was set up
+// with, the schema changed since and the table is set up again before the chunk is read.
+const schemaFingerprintSQL = fingerprintColumns + fingerprintFrom
+
+const (
+	fingerprintColumns = `SELECT c.relreplident::text || ';' ||
 	coalesce((SELECT string_agg(a.attnum || ':' || a.attname || ':' || a.atttypid || ':' || a.atttypmod, ',' ORDER BY a.attnum)
 		FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''), '') || ';' ||
 	coalesce((SELECT string_agg(i.indkey::text || ':' || i.indisprimary || ':' || i.indisreplident, ',' ORDER BY i.indexrelid)
-		FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)), '')
+		FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)), '')`
+	fingerprintPublications = ` || ';' ||
+	coalesce((SELECT string_agg(pr.prpubid || ':' || coalesce(pr.prattrs::text, '*') || ':' || coalesce(pr.prqual::text, ''), ',' ORDER BY pr.prpubid)
+		FROM pg_catalog.pg_publication_rel pr WHERE pr.prrelid = c.oid), '')`
+	fingerprintFrom = `
 	FROM pg_catalog.pg_class c WHERE c.oid = $1`
+)
+
+// fingerprintSQL is schemaFingerprintSQL for the server conn is connected to. From PostgreSQL 15
+// it covers the column lists and row filters too: one changed during a chunked copy takes effect
+// from the next chunk on, as it does in the stream (the publication poll then copies the table
+// again).
+func fingerprintSQL(conn *pgx.Conn) string {
+	if ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 15 {
+		return schemaFingerprintSQL
+	}
+	return fingerprintColumns + fingerprintPublications + fingerprintFrom
+}
 
 // oid is t's table OID (under planMu: set up before any chunk is read).
 func (t *chunkTable) oid() uint32 {

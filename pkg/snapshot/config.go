@@ -35,6 +35,9 @@ type Config struct {
 	// ConnString is a PostgreSQL URL or keyword/value DSN. Workers use ordinary connections; the
 	// slot connection adds replication=database.
 	ConnString string
+	// Publication is the publication whose column lists and row filters every copy honours
+	// (LoadTable); "" copies every column and row.
+	Publication string
 	// Workers is the number of parallel COPY connections (CDC_SNAPSHOT_WORKERS); default 4.
 	Workers int
 	// SlotPrefix names the temporary slots: <SlotPrefix>_snap_<backend pid>. Lower-case letters,

@@ -82,6 +82,13 @@
 // error; the caller restarts the stage and requests the unfinished exports again. Connection
 // strings and passwords never appear in errors or logs.
 //
+// The publication decides (Config.Publication): every copy, of either kind, reads only the
+// columns of the publication's column list and only the rows its row filter passes (PostgreSQL
+// 15; LoadTable, Table.Published). The Stage reads the definition under its snapshot, as pgoutput
+// applies it to the changes that follow (a chunked copy reads it when it sets the table up). A
+// list that leaves out a key column fails that export alone (ErrUnsupportedTable). PublishedAs
+// reads every table's definition, for the publication poll that notices changes.
+//
 // Every connection pins the session settings of SessionParams, so text renderings of values never
 // depend on database defaults.
 package snapshot

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -19,13 +21,17 @@ var ErrTableNotFound = errors.New("table does not exist")
 // not a table, or a replica identity that is broken.
 var ErrUnsupportedTable = errors.New("table cannot be exported")
 
-// LoadTable reads e's schema: its columns in attnum order (not dropped, not generated, since
-// pgoutput does not send generated columns), their type OIDs and typmods, and its key columns,
+// LoadTable reads e's schema as the publication pub publishes it: its columns in attnum order
+// (not dropped, not generated, since pgoutput does not send generated columns; only those of
+// the publication's column list when it has one), their type OIDs and typmods, its key columns,
 // chosen by the replica identity: default -> primary key, index -> the replica identity index,
-// full -> primary key if any, nothing -> no key. It runs under whatever snapshot conn's current
-// transaction has, so the snapshot stage reads the schema as of its consistent point; the
-// replication stage may call it on any ordinary connection.
-func LoadTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (*change.Table, error) {
+// full -> primary key if any, nothing -> no key, and the publication's row filter
+// (Table.Published). A column list that leaves out a key column is refused
+// (ErrUnsupportedTable): the records' key would be incomplete. pub "" reads every column and no
+// filter. It runs under whatever snapshot conn's current transaction has, so the snapshot stage
+// reads the schema and the publication's definition as of its consistent point; the other
+// stages may call it on any ordinary connection.
+func LoadTable(ctx context.Context, conn *pgx.Conn, pub string, e change.ExportID) (*change.Table, error) {
 	var (
 		oid       uint32
 		relkind   string
@@ -70,6 +76,12 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (*change.
 		}
 	}
 
+	published, err := publishedAs(ctx, conn, pub, oid)
+	if err != nil {
+		return nil, fmt.Errorf("load publication %s of %s: %w", pub, e, err)
+	}
+	listed := func(num int16) bool { return published.Columns == nil || slices.Contains(published.Columns, num) }
+
 	rows, err := conn.Query(ctx, `SELECT a.attnum, a.attname::text, a.atttypid, a.atttypmod
 		FROM pg_catalog.pg_attribute a
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -77,14 +89,21 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (*change.
 	if err != nil {
 		return nil, fmt.Errorf("load columns of %s: %w", e, err)
 	}
-	t := &change.Table{Export: e, OID: oid}
+	t := &change.Table{Export: e, OID: oid, Published: published}
 	var (
-		num     int16
-		col     change.Column
-		keySeen int
+		num      int16
+		col      change.Column
+		keySeen  int
+		unlisted []string // key columns the column list leaves out
 	)
 	_, err = pgx.ForEachRow(rows, []any{&num, &col.Name, &col.TypeOID, &col.TypeMod}, func() error {
 		col.Key = keys[num]
+		if !listed(num) {
+			if col.Key {
+				unlisted = append(unlisted, col.Name)
+			}
+			return nil
+		}
 		if col.Key {
 			keySeen++
 		}
@@ -93,6 +112,10 @@ func LoadTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (*change.
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load columns of %s: %w", e, err)
+	}
+	if len(unlisted) > 0 {
+		return nil, fmt.Errorf("load key of %s: %w: the column list of publication %s leaves out the key column(s) %s, so its records' key would be incomplete; add them to the list (ALTER PUBLICATION %s SET TABLE %s (...))",
+			e, ErrUnsupportedTable, change.QuoteIdent(pub), strings.Join(unlisted, ", "), change.QuoteIdent(pub), e)
 	}
 	if keySeen != len(keys) {
 		// An index on an expression has attnum 0 in indkey; it cannot be a key here anyway.

@@ -1,8 +1,10 @@
 package snapshot
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -45,7 +47,7 @@ func TestLoadTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LoadTable(t.Context(), conn, change.ExportID{Schema: schema, Table: tt.table})
+			got, err := LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: tt.table})
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("LoadTable error = %v, want %v", err, tt.wantErr)
@@ -74,7 +76,7 @@ func TestLoadTable(t *testing.T) {
 		})
 	}
 
-	got, err := LoadTable(t.Context(), conn, change.ExportID{Schema: schema, Table: "idx"})
+	got, err := LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: "idx"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +85,77 @@ func TestLoadTable(t *testing.T) {
 	}
 	if id := got.Columns[0]; id.TypeOID != 23 || id.TypeMod != -1 {
 		t.Fatalf("int column: oid %d typmod %d, want 23 and -1", id.TypeOID, id.TypeMod)
+	}
+}
+
+// TestLoadTablePublished: a publication's column list and row filter shape the table LoadTable
+// returns; a list that leaves out a key column is refused; PublishedAs reads the same.
+func TestLoadTablePublished(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	pub := "Pub " + schema
+	execTest(t, conn, "CREATE TABLE "+q("people")+" (id int NOT NULL, name text, region text NOT NULL, ssn text)")
+	execTest(t, conn, "CREATE UNIQUE INDEX ON "+q("people")+" (id, region)")
+	execTest(t, conn, "ALTER TABLE "+q("people")+" REPLICA IDENTITY USING INDEX "+quoteIdent("people_id_region_idx"))
+	execTest(t, conn, "CREATE TABLE "+q("nokey")+" (id int PRIMARY KEY, v text)")
+	execTest(t, conn, "CREATE TABLE "+q("plain")+" (id int PRIMARY KEY, v text)")
+	execTest(t, conn, "CREATE PUBLICATION "+quoteIdent(pub)+" FOR TABLE "+q("people")+" (id, name, region) WHERE (region = 'eu'), "+
+		q("plain"))
+	execTest(t, conn, "CREATE PUBLICATION "+quoteIdent(pub+" ins")+" FOR TABLE "+q("nokey")+" (v) WITH (publish = 'insert')")
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+quoteIdent(pub)+", "+quoteIdent(pub+" ins"))
+	})
+
+	people := change.ExportID{Schema: schema, Table: "people"}
+	got, err := LoadTable(t.Context(), conn, pub, people)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cols, keys []string
+	for _, c := range got.Columns {
+		cols = append(cols, c.Name)
+		if c.Key {
+			keys = append(keys, c.Name)
+		}
+	}
+	if want := []string{"id", "name", "region"}; !slices.Equal(cols, want) || !slices.Equal(keys, []string{"id", "region"}) {
+		t.Errorf("columns %q keys %q, want %q and [id region]", cols, keys, want)
+	}
+	if got.Published.RowFilter != "(region = 'eu'::text)" || !slices.Equal(got.Published.Columns, []int16{1, 2, 3}) {
+		t.Errorf("published as %+v, want columns 1-3 and the filter", got.Published)
+	}
+	all, err := LoadTable(t.Context(), conn, "", people)
+	if err != nil || len(all.Columns) != 4 || all.Published.RowFilter != "" {
+		t.Errorf("without a publication: %+v, %v; want 4 columns and no filter", all, err)
+	}
+	plain, err := LoadTable(t.Context(), conn, pub, change.ExportID{Schema: schema, Table: "plain"})
+	if err != nil || len(plain.Columns) != 2 || plain.Published.Columns != nil || plain.Published.RowFilter != "" {
+		t.Errorf("table without a list or filter: %+v, %v", plain, err)
+	}
+
+	_, err = LoadTable(t.Context(), conn, pub+" ins", change.ExportID{Schema: schema, Table: "nokey"})
+	if !errors.Is(err, ErrUnsupportedTable) || !strings.Contains(err.Error(), "leaves out the key column(s) id") {
+		t.Errorf("column list without the key: %v, want ErrUnsupportedTable naming id", err)
+	}
+
+	polled, err := PublishedAs(t.Context(), conn, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := polled[people]; !ok || p.Digest() != got.Published.Digest() || !slices.Equal(p.Names, []string{"id", "name", "region"}) {
+		t.Errorf("PublishedAs: %+v, want %+v", polled, got.Published)
+	}
+	if len(polled) != 1 {
+		t.Errorf("PublishedAs lists %d tables, want only people", len(polled))
+	}
+	execTest(t, conn, "ALTER PUBLICATION "+quoteIdent(pub)+" SET TABLE "+q("people")+" (id, name, region) WHERE (region <> 'us'), "+q("plain"))
+	polled, err = PublishedAs(t.Context(), conn, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if polled[people].Digest() == got.Published.Digest() {
+		t.Errorf("a changed filter compares equal: %+v", polled[people])
 	}
 }

@@ -327,7 +327,7 @@ func (s *Stage) prepare(ctx context.Context, conn *pgx.Conn, exports []change.Ex
 	states := make(map[change.ExportID]*exportState, len(exports))
 	var infos []TableInfo
 	for _, id := range exports {
-		t, err := LoadTable(ctx, conn, id)
+		t, err := LoadTable(ctx, conn, s.cfg.Publication, id)
 		if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
 			s.hooks.Failed(id, err)
 			continue
@@ -383,13 +383,17 @@ func (r *request) tick(ctx context.Context, stop <-chan struct{}) {
 
 // tidRangeScans says whether a server of this version (the server_version parameter, e.g. "15.4"
 // or "14beta1") scans a ctid range without reading the whole table: PostgreSQL 14 and later.
-func tidRangeScans(version string) bool {
+func tidRangeScans(version string) bool { return ServerMajor(version) >= 14 }
+
+// ServerMajor is the major version of a server_version parameter ("15.4", "14beta1"); 0 when it
+// does not parse.
+func ServerMajor(version string) int {
 	end := 0
 	for end < len(version) && version[end] >= '0' && version[end] <= '9' {
 		end++
 	}
-	major, err := strconv.Atoi(version[:end])
-	return err == nil && major >= 14
+	major, _ := strconv.Atoi(version[:end])
+	return major
 }
 
 func dedupe(ids []change.ExportID) []change.ExportID {

@@ -344,7 +344,7 @@ func (e *exportState) copySQL(rg Range) string {
 		b.WriteString(" FROM ONLY ")
 	}
 	b.WriteString(e.id.Quoted())
-	if p := rg.Predicate(); p != "" {
+	if p := andFilter(rg.Predicate(), e.table); p != "" {
 		b.WriteString(" WHERE ")
 		b.WriteString(p)
 	}
@@ -354,3 +354,16 @@ func (e *exportState) copySQL(rg Range) string {
 
 // quoteIdent always double-quotes an identifier.
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// andFilter adds t's row filter (the publication's, Table.Published) to the condition cond ("" for
+// none): a copy reads only the rows the publication publishes.
+func andFilter(cond string, t *change.Table) string {
+	f := t.Published.RowFilter
+	switch {
+	case f == "":
+		return cond
+	case cond == "":
+		return "(" + f + ")"
+	}
+	return cond + " AND (" + f + ")"
+}

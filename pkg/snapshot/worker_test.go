@@ -206,4 +206,14 @@ func TestCopySQL(t *testing.T) {
 	if got := e.copySQL(Range{Open: true}); strings.Contains(got, "ONLY") {
 		t.Fatalf("partitioned table copy reads ONLY the parent: %s", got)
 	}
+	// The publication's row filter applies to every range.
+	e.stats.relkind = "r"
+	e.table.Published.RowFilter = "(region = 'eu'::text OR id > 10)"
+	want = `COPY (SELECT "id", "Mixed Case", "q""t" FROM ONLY "Säles"."Or""der" WHERE ctid >= '(4,0)'::tid AND ctid < '(8,0)'::tid AND ((region = 'eu'::text OR id > 10))) TO STDOUT`
+	if got := e.copySQL(Range{Start: 4, End: 8}); got != want {
+		t.Fatalf("filtered copySQL =\n%s\nwant\n%s", got, want)
+	}
+	if got := e.copySQL(Range{Open: true}); !strings.HasSuffix(got, ` WHERE ((region = 'eu'::text OR id > 10))) TO STDOUT`) {
+		t.Fatalf("filtered whole-table copy: %s", got)
+	}
 }

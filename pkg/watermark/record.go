@@ -66,6 +66,20 @@ type SnapshotInfo struct {
 	// earliest attempt not followed by a hydrated state. A partition not listed is read from its
 	// earliest offset (an export removed and added again is reconciled from the beginning).
 	ReconcileFrom map[int32]int64 `json:"reconcile_from,omitempty"`
+	// Publication is the publication's column list and row filter this attempt copied
+	// (PostgreSQL 15); absent when it publishes every column and row.
+	Publication *PublishedInfo `json:"publication,omitempty"`
+}
+
+// PublishedInfo describes a publication's column list and row filter for one table.
+type PublishedInfo struct {
+	// Columns are the column list's names when the copy began; absent for every column.
+	Columns []string `json:"columns,omitempty"`
+	// RowFilter is the row filter as PostgreSQL renders it; absent for every row.
+	RowFilter string `json:"row_filter,omitempty"`
+	// Digest identifies the definition (change.PublishedAs.Digest): it stays the same when a
+	// column is renamed and changes with anything the publication publishes.
+	Digest string `json:"digest"`
 }
 
 // Snapshot strategies.
@@ -91,6 +105,11 @@ func (s *SnapshotInfo) clone() *SnapshotInfo {
 		c.ETASeconds = &v
 	}
 	c.ReconcileFrom = maps.Clone(s.ReconcileFrom)
+	if s.Publication != nil {
+		p := *s.Publication
+		p.Columns = slices.Clone(p.Columns)
+		c.Publication = &p
+	}
 	return &c
 }
 

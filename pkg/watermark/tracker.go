@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -298,6 +299,33 @@ func (t *Tracker) StartChunked(e change.ExportID, topic string, estimatedRows in
 	x.lifeStart, x.lifeRows = time.Time{}, 0
 	x.owed = true
 	return attempt
+}
+
+// SetCopiedAs records, in e's current snapshot attempt, the publication's column list and row
+// filter the attempt copies (nil: every column and row). Call it after StartHydration or
+// StartChunked; ignored when e has no attempt.
+func (t *Tracker) SetCopiedAs(e change.ExportID, p *PublishedInfo) {
+	x, ok := t.exports[e]
+	if !ok || x.snap == nil {
+		return
+	}
+	if p != nil {
+		c := *p
+		c.Columns = slices.Clone(p.Columns)
+		p = &c
+	}
+	x.snap.Publication = p
+}
+
+// CopiedAs returns the column list and row filter e's last snapshot attempt copied (nil: every
+// column and row; also for records written before it was recorded, whose copies read every
+// column and row); ok is false when e has no attempt.
+func (t *Tracker) CopiedAs(e change.ExportID) (p *PublishedInfo, ok bool) {
+	x, found := t.exports[e]
+	if !found || x.snap == nil {
+		return nil, false
+	}
+	return x.snap.Publication, true
 }
 
 // Chunked returns the progress of e's chunked copy: its attempt and the key after which the
