@@ -117,6 +117,7 @@ func (s *Sink) clientOpts() []kgo.Opt {
 	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.DialTimeout(s.cfg.DialTimeout),
 		kgo.ClientID(s.cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.part),
