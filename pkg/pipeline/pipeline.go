@@ -466,7 +466,18 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			log.Warn("kafka did not take the last changes within the shutdown budget; they are sent again at the next start",
 				"shutdown_timeout", cfg.ShutdownTimeout.String())
 			sinkCancel()
-			<-sinkErr
+			// The sink aborts its open transaction. Waiting for a Kafka that does not answer
+			// would spend the budget of the confirmation: the broker aborts the transaction at
+			// its timeout anyway, and the next instance fences it. Closing the client ends
+			// the abort.
+			select {
+			case <-sinkErr:
+			case <-time.After(time.Second):
+				defer func() {
+					sk.Close()
+					<-sinkErr
+				}()
+			}
 		}
 		drain.Stop()
 	}

@@ -357,7 +357,7 @@ func ReleaseStale(ctx context.Context, conn *pgconn.PgConn, slot string, pid uin
 	if len(res) == 0 || len(res[0].Rows) == 0 {
 		return nil // it is gone already
 	}
-	log.Warn("the server process of an earlier replication connection of this instance still holds the slot (its path died without closing); ended it",
+	log.Info("the server process of an earlier replication connection of this instance still holds the slot (its path died without closing); ended it",
 		"slot", slot, "pid", pid)
 	check := fmt.Sprintf("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s' AND active_pid = %d", escapeLiteral(slot), pid)
 	for range 50 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 
@@ -40,6 +41,7 @@ type Sink struct {
 	metrics *metrics
 
 	mu         sync.Mutex
+	closeOnce  sync.Once
 	partitions map[string]int32 // real partition counts of known topics
 
 	// errMu guards batchErr, the first produce error of the current batch.
@@ -141,9 +143,16 @@ func (s *Sink) clientOpts() []kgo.Opt {
 	return opts
 }
 
-// Ping checks that a broker answers.
+// Ping checks that a broker answers within the dial timeout: a broker that accepts connections
+// and never answers is an error after it, as one that cannot be reached.
 func (s *Sink) Ping(ctx context.Context) error {
-	if err := s.client.Ping(ctx); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	if err := s.client.Ping(pctx); err != nil {
+		if ne, ok := errors.AsType[net.Error](err); ctx.Err() == nil && (pctx.Err() != nil || ok && ne.Timeout()) {
+			return fmt.Errorf("cannot reach Kafka at %s: no answer within the connect timeout of %s (%w); check CDC_KAFKA_BROKERS and that the brokers are running and reachable",
+				strings.Join(s.cfg.Brokers, ","), s.cfg.DialTimeout, err)
+		}
 		if explained := s.cfg.Security.explainConnect(err); explained != err {
 			return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
 		}
@@ -175,10 +184,10 @@ func (s *Sink) EndOffsets(topic string) map[int32]int64 {
 	return s.offsets.topic(topic)
 }
 
-// Close closes the client. In exactly-once mode an open transaction is left for the broker
-// to abort (or for the next instance to fence).
+// Close closes the client; calls after the first do nothing. In exactly-once mode an open
+// transaction is left for the broker to abort (or for the next instance to fence).
 func (s *Sink) Close() {
-	s.client.Close()
+	s.closeOnce.Do(s.client.Close)
 }
 
 // partitionCount returns topic's partition count, asking the cluster when it is not known yet.
