@@ -20,8 +20,8 @@ type Proxy struct {
 	closed bool
 	// done is closed by Close: stalled links give up.
 	done chan struct{}
-	wg     sync.WaitGroup
-	cuts   atomic.Int64
+	wg   sync.WaitGroup
+	cuts atomic.Int64
 }
 
 // NewProxy listens on addr (e.g. "127.0.0.1:0") and forwards to target. An empty target refuses
