@@ -144,10 +144,11 @@ func (p *Pipeline) Run(ctx context.Context) error {
 // its stages started). Fatal errors end Run, and so does a slot lost while running (changes
 // may be gone: never continue silently). So does a failure within window of the start of the
 // first attempt before its stages ran: an unreachable server at start-up (refused, or silent
-// until the connect timeout) is a configuration problem to show at once. But not a connection that was open and then closed or reset (a server
-// restarting, a proxy cutting connections just as a new process started), and not a fence
-// without another instance (a transaction the broker aborted at its timeout): a new life
-// recovers from those, as it does when a running pipeline loses Kafka a second later.
+// until the connect timeout) is a configuration problem to show at once. But not a connection
+// that was open and then closed, reset or silent (a server restarting, a proxy cutting
+// connections just as a new process started), and not a fence without another instance (a
+// transaction the broker aborted at its timeout): a new life recovers from those, as it does
+// when a running pipeline loses Kafka a second later.
 func exitNow(err error, attempt int, ran bool, elapsed, window time.Duration) bool {
 	if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) {
 		return true
