@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ErrFenced is matched (errors.Is) by the errors of a Sink that another instance with the same
@@ -144,21 +145,33 @@ func (s *Sink) clientOpts() []kgo.Opt {
 }
 
 // Ping checks that a broker answers within the dial timeout: a broker that accepts connections
-// and never answers is an error after it, as one that cannot be reached.
+// and never answers is an error after it, as one that cannot be reached. The seed brokers are
+// asked at once, so one that hangs does not hide the others.
 func (s *Sink) Ping(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
 	defer cancel()
-	if err := s.client.Ping(pctx); err != nil {
-		if ne, ok := errors.AsType[net.Error](err); ctx.Err() == nil && (pctx.Err() != nil || ok && ne.Timeout()) {
-			return fmt.Errorf("cannot reach Kafka at %s: no answer within the connect timeout of %s (%w); check CDC_KAFKA_BROKERS and that the brokers are running and reachable",
-				strings.Join(s.cfg.Brokers, ","), s.cfg.DialTimeout, err)
-		}
-		if explained := s.cfg.Security.explainConnect(err); explained != err {
-			return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
-		}
-		return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
+	seeds := s.client.SeedBrokers()
+	errs := make(chan error, len(seeds))
+	for _, b := range seeds {
+		go func() {
+			_, err := b.Request(pctx, kmsg.NewPtrMetadataRequest())
+			errs <- err
+		}()
 	}
-	return nil
+	var err error
+	for range seeds {
+		if err = <-errs; err == nil {
+			return nil // the others end with pctx
+		}
+	}
+	if explained := s.cfg.Security.explainConnect(err); explained != err {
+		return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ctx.Err() == nil && (pctx.Err() != nil || ok && ne.Timeout()) {
+		return fmt.Errorf("cannot reach Kafka at %s: no answer within the connect timeout of %s (%w); check CDC_KAFKA_BROKERS and that the brokers are running and reachable",
+			strings.Join(s.cfg.Brokers, ","), s.cfg.DialTimeout, err)
+	}
+	return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
 }
 
 // Init initialises the producer: it loads the producer id, which in exactly-once mode fences
