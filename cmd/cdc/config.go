@@ -79,6 +79,10 @@ type Env struct {
 	TxnPieceSize            string `env:"CDC_TXN_PIECE_SIZE" envDefault:"4MiB" desc:"a transaction whose changes pass this size is published in pieces of it, across several Kafka transactions; at most 8 times this size of changes wait for Kafka in memory (64KiB to 64MiB)"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
+	ConnectTimeout  string `env:"CDC_CONNECT_TIMEOUT" envDefault:"10s" desc:"bound of each connection attempt to PostgreSQL (unless CDC_PG_URL sets connect_timeout) and to a Kafka broker; a server that never answers is an error after it (1s to 10m)"`
+	ReceiveTimeout  string `env:"CDC_RECEIVE_TIMEOUT" envDefault:"60s" desc:"a PostgreSQL connection that hears nothing for this long while it waits for an answer (the replication stream: no change and no keepalive) is taken as dead, dropped and reopened, like PostgreSQL's wal_receiver_timeout (1s to 1h)"`
+	ShutdownTimeout string `env:"CDC_SHUTDOWN_TIMEOUT" envDefault:"20s" desc:"bound of an orderly stop after SIGTERM or SIGINT: draining to Kafka and confirming the slot; past it cdc exits anyway, and what was not confirmed is sent again at the next start (2s to 10m; keep it below the orchestrator's grace period, 30s in Kubernetes)"`
+
 	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see README, HTTP endpoints)"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
 
@@ -204,6 +208,9 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 			SpillDir:                 spillDir,
 			TxnPieceBytes:            int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB")),
 			SlotWaitTimeout:          c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
+			ConnectTimeout:           c.durationBetween("CDC_CONNECT_TIMEOUT", e.ConnectTimeout, time.Second, 10*time.Minute),
+			ReceiveTimeout:           c.durationBetween("CDC_RECEIVE_TIMEOUT", e.ReceiveTimeout, time.Second, time.Hour),
+			ShutdownTimeout:          c.durationBetween("CDC_SHUTDOWN_TIMEOUT", e.ShutdownTimeout, 2*time.Second, 10*time.Minute),
 			HTTPAddr:                 c.httpAddr(e.HTTPAddr, e.MetricsAddr),
 		},
 		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),

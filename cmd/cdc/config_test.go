@@ -98,6 +98,9 @@ func TestLoadConfigDefaults(t *testing.T) {
 		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
 		TxnPieceBytes:           4 << 20,
 		SlotWaitTimeout:         5 * time.Minute,
+		ConnectTimeout:          10 * time.Second,
+		ReceiveTimeout:          time.Minute,
+		ShutdownTimeout:         20 * time.Second,
 	}
 	if !reflect.DeepEqual(s.Pipeline, want) {
 		t.Errorf("pipeline config:\n got %+v\nwant %+v", s.Pipeline, want)
@@ -136,6 +139,9 @@ func TestLoadConfigAllSet(t *testing.T) {
 		"CDC_UNCHANGED_TOAST_PLACEHOLDER":  "n/a",
 		"CDC_TXN_PIECE_SIZE":               "256KiB",
 		"CDC_SLOT_WAIT_TIMEOUT":            "30s",
+		"CDC_CONNECT_TIMEOUT":              "3s",
+		"CDC_RECEIVE_TIMEOUT":              "15s",
+		"CDC_SHUTDOWN_TIMEOUT":             "25s",
 		"CDC_HTTP_ADDR":                    ":9187",
 		"CDC_LOG_LEVEL":                    "debug",
 		"CDC_LOG_FORMAT":                   "text",
@@ -175,6 +181,9 @@ func TestLoadConfigAllSet(t *testing.T) {
 		SpillDir:                 "/var/spill",
 		TxnPieceBytes:            256 << 10,
 		SlotWaitTimeout:          30 * time.Second,
+		ConnectTimeout:           3 * time.Second,
+		ReceiveTimeout:           15 * time.Second,
+		ShutdownTimeout:          25 * time.Second,
 		HTTPAddr:                 ":9187",
 	}
 	if !reflect.DeepEqual(s.Pipeline, want) {
@@ -320,6 +329,9 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"poll interval too short", map[string]string{"CDC_PUBLICATION_POLL_INTERVAL": "99ms"}, []string{"CDC_PUBLICATION_POLL_INTERVAL"}},
 		{"slot wait timeout garbage", map[string]string{"CDC_SLOT_WAIT_TIMEOUT": "forever"}, []string{"CDC_SLOT_WAIT_TIMEOUT"}},
 		{"slot wait timeout negative", map[string]string{"CDC_SLOT_WAIT_TIMEOUT": "-1m"}, []string{"CDC_SLOT_WAIT_TIMEOUT"}},
+		{"connect timeout zero", map[string]string{"CDC_CONNECT_TIMEOUT": "0s"}, []string{"CDC_CONNECT_TIMEOUT"}},
+		{"receive timeout garbage", map[string]string{"CDC_RECEIVE_TIMEOUT": "soon"}, []string{"CDC_RECEIVE_TIMEOUT"}},
+		{"shutdown timeout too long", map[string]string{"CDC_SHUTDOWN_TIMEOUT": "1h"}, []string{"CDC_SHUTDOWN_TIMEOUT"}},
 		{"hold memory garbage", map[string]string{"CDC_HOLD_MEMORY": "lots"}, []string{"CDC_HOLD_MEMORY"}},
 		{"delivery unknown", map[string]string{"CDC_DELIVERY": "exactly_once"}, []string{"CDC_DELIVERY"}},
 		{"watermark mode unknown", map[string]string{"CDC_WATERMARK_MODE": "local"}, []string{"CDC_WATERMARK_MODE"}},

@@ -34,14 +34,26 @@ const (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	os.Exit(runSignals(context.Background(), sigs, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr))
 }
 
-// run is the whole program; main only supplies the process's environment.
+// run is the whole program without signals (tests call it; ctx stops it).
 func run(ctx context.Context, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
+	return runSignals(ctx, nil, args, getenv, environ, stdout, stderr)
+}
+
+// runSignals is the whole program; main only supplies the process's environment and its
+// signals: the first SIGTERM or SIGINT stops it in order, a second exits at once (see stopper).
+func runSignals(ctx context.Context, sigs <-chan os.Signal, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
+	ctx, stop := newStopper(ctx, sigs, stderr)
+	defer stop.close()
+	return stop.await(func() int { return command(ctx, stop, args, getenv, environ, stdout, stderr) })
+}
+
+// command runs the command args name.
+func command(ctx context.Context, stop *stopper, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -76,6 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 	log := newLogger(stderr, settings)
 	cfg := settings.Pipeline
 	cfg.Logger = log
+	stop.configured(log, cfg.ShutdownTimeout)
 
 	if cmd == "check" {
 		return runCheck(ctx, cfg, settings.TLS, stdout)

@@ -21,7 +21,7 @@ import (
 // printWatermarks prints one line per export from the watermark topic: state, watermark, lag
 // in bytes behind the server's current WAL position, and snapshot progress. It changes nothing.
 func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) error {
-	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Security: cfg.KafkaSecurity, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
+	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Security: cfg.KafkaSecurity, DialTimeout: cfg.ConnectTimeout, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -39,7 +39,9 @@ func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) erro
 		last[r.Export] = r
 	}
 	var current change.LSN
-	if conn, err := pgx.Connect(ctx, cfg.PGURL); err == nil {
+	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
+	defer cancel()
+	if conn, err := pgx.Connect(cctx, cfg.PGURL); err == nil {
 		current, _ = replication.CurrentWAL(ctx, conn)
 		conn.Close(context.Background())
 	}

@@ -2,7 +2,6 @@ package fault
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -17,9 +16,12 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
+	links  map[*link]struct{}
 	closed bool
-	wg     sync.WaitGroup
-	cuts   atomic.Int64
+	// done is closed by Close: stalled links give up.
+	done chan struct{}
+	wg   sync.WaitGroup
+	cuts atomic.Int64
 }
 
 // NewProxy listens on addr (e.g. "127.0.0.1:0") and forwards to target. An empty target refuses
@@ -29,7 +31,7 @@ func NewProxy(addr, target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p := &Proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{}), links: make(map[*link]struct{}), done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -60,6 +62,38 @@ func (p *Proxy) Cut() int {
 	return n / 2
 }
 
+// Stall stops forwarding the bytes of every connection open now, in both directions, without
+// closing them: a middlebox whose path died while it keeps the connections open (TCP keepalives
+// are answered by the kernel on both sides). New connections are forwarded as before. It returns
+// how many client connections it stalled; they stay open until Close.
+func (p *Proxy) Stall() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.links {
+		l.stalled.Store(true)
+	}
+	return len(p.links)
+}
+
+// Stalled is how many stalled client connections are still open.
+func (p *Proxy) Stalled() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for l := range p.links {
+		if l.stalled.Load() && !l.closed.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// link is one forwarded client connection.
+type link struct {
+	stalled atomic.Bool
+	closed  atomic.Bool
+}
+
 // SetTarget changes where new connections are forwarded.
 func (p *Proxy) SetTarget(target string) {
 	p.mu.Lock()
@@ -81,6 +115,9 @@ func (p *Proxy) Cuts() int64 { return p.cuts.Load() }
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	for c := range p.conns {
 		_ = c.Close()
@@ -142,11 +179,25 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = server.Close()
 		return
 	}
+	l := &link{}
+	p.mu.Lock()
+	p.links[l] = struct{}{}
+	p.mu.Unlock()
+	defer func() {
+		l.closed.Store(true)
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	pipe := func(dst, src net.Conn) {
 		defer wg.Done()
-		_, _ = io.Copy(dst, src)
+		p.copy(l, dst, src)
+		if l.stalled.Load() {
+			// A stalled path never passes a close on: the other side must not notice.
+			<-p.done
+		}
 		// Either side ending ends both: simpler than half-close, and what a cut looks like.
 		p.untrack(dst)
 		p.untrack(src)
@@ -154,4 +205,24 @@ func (p *Proxy) serve(client net.Conn) {
 	go pipe(server, client)
 	go pipe(client, server)
 	wg.Wait()
+}
+
+// copy forwards src to dst until either fails, or until l is stalled: then it holds what it
+// read and forwards nothing more.
+func (p *Proxy) copy(l *link, dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if l.stalled.Load() {
+			return
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

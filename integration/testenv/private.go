@@ -146,18 +146,46 @@ func (s *Servers) NewDB(t testing.TB) string {
 	return dbURL
 }
 
-// KillKafka kills the broker's JVM with SIGKILL and waits until it is gone: an honest crash.
-func (s *Servers) KillKafka() {
+// kafkaPID is the broker JVM's process id, from its pid file.
+func (s *Servers) kafkaPID() (int, string) {
 	s.t.Helper()
 	pidFile := filepath.Join(s.state, "kafka", "kafka.pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		s.t.Fatalf("testenv: kill kafka: %v", err)
+		s.t.Fatalf("testenv: kafka pid: %v", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		s.t.Fatalf("testenv: kill kafka: pid file %s: %v", pidFile, err)
+		s.t.Fatalf("testenv: kafka pid file %s: %v", pidFile, err)
 	}
+	return pid, pidFile
+}
+
+// PauseKafka stops the broker's JVM with SIGSTOP: a broker that hangs. Its connections stay
+// open and new ones are accepted by the kernel, but nothing is answered until ResumeKafka. The
+// JVM is resumed at cleanup if the test did not.
+func (s *Servers) PauseKafka() {
+	s.t.Helper()
+	pid, _ := s.kafkaPID()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("testenv: pause kafka (pid %d): %v", pid, err)
+	}
+	s.t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+}
+
+// ResumeKafka resumes a broker paused by PauseKafka.
+func (s *Servers) ResumeKafka() {
+	s.t.Helper()
+	pid, _ := s.kafkaPID()
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		s.t.Fatalf("testenv: resume kafka (pid %d): %v", pid, err)
+	}
+}
+
+// KillKafka kills the broker's JVM with SIGKILL and waits until it is gone: an honest crash.
+func (s *Servers) KillKafka() {
+	s.t.Helper()
+	pid, pidFile := s.kafkaPID()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		s.t.Fatalf("testenv: kill kafka (pid %d): %v", pid, err)
 	}

@@ -120,6 +120,18 @@ type Config struct {
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
 	StandbyPoll time.Duration
 
+	// ConnectTimeout bounds each connection attempt to PostgreSQL (unless CDC_PG_URL sets
+	// connect_timeout) and each dial to a Kafka broker. Default liveness.DefaultConnect (10s).
+	ConnectTimeout time.Duration
+	// ReceiveTimeout bounds every wait for PostgreSQL's next bytes, on every connection: the
+	// replication stream (changes or keepalives), copies and catalog queries. A connection
+	// that hears nothing for longer is dropped and reopened. Default liveness.DefaultReceive.
+	ReceiveTimeout time.Duration
+	// ShutdownTimeout bounds an orderly stop, from the moment Run's context ends: the stages
+	// stop, the sink drains what it holds, the slot confirms what Kafka has. What is not
+	// confirmed by then is redone at the next start. Default DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
 	// HTTPAddr, when set, serves Prometheus metrics on /metrics and the control endpoints
 	// (POST /exports/{export}/resnapshot) (e.g. "127.0.0.1:9187").
 	HTTPAddr string

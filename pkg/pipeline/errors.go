@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/replication"
 )
 
@@ -43,6 +44,7 @@ func connectionLost(err error) bool {
 	}
 	// pgconn.ErrConnClosed: a connection pgx closed after a read or write on it failed. pgx's
 	// simple-protocol Exec drops a reset's own error and returns this one instead.
-	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+	// liveness.ErrSilent: a connection that heard nothing for the receive timeout (a dead path).
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, liveness.ErrSilent) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

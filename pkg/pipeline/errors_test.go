@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -78,7 +79,7 @@ func pgConnect(t *testing.T, addr string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	conn, err := connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3")
+	conn, err := connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3", liveness.Timeouts{})
 	if err == nil {
 		conn.Close(ctx)
 		t.Fatal("connected to a fake server that never accepts a login")
@@ -171,7 +172,7 @@ func TestConnectionLost(t *testing.T) {
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 	})
-	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3")
+	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3", liveness.Timeouts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,9 @@ func TestExitNow(t *testing.T) {
 		{"unreachable at start", refused, 1, false, time.Second, true},
 		{"connection lost at start", lost, 1, false, time.Second, false},
 		{"unreachable on a later attempt", refused, 2, false, time.Second, false},
-		{"unreachable after seconds", refused, 1, false, 6 * time.Second, false},
+		{"unreachable after the start-up window", refused, 1, false, 16 * time.Second, false},
+		{"silent until the connect timeout", fmt.Errorf("connect: %w", context.DeadlineExceeded), 1, false, 11 * time.Second, true},
+		{"a dead path at start", fmt.Errorf("read: %w", &liveness.SilentError{Idle: time.Minute}), 1, false, time.Second, false},
 		{"unreachable after the stages ran", refused, 1, true, time.Second, false},
 		{"fenced with no other instance", fmt.Errorf("commit: %w", sink.ErrFenced), 1, false, time.Second, false},
 		{"fatal", fatal(errors.New("bad")), 3, true, time.Minute, true},
@@ -229,7 +232,7 @@ func TestExitNow(t *testing.T) {
 		{"slot lost", fmt.Errorf("x: %w", replication.ErrSlotLost), 5, true, time.Hour, true},
 		{"setup", fmt.Errorf("x: %w", replication.ErrSetup), 2, false, time.Second, true},
 	} {
-		if got := exitNow(tc.err, tc.attempt, tc.ran, tc.elapsed); got != tc.exit {
+		if got := exitNow(tc.err, tc.attempt, tc.ran, tc.elapsed, 15*time.Second); got != tc.exit {
 			t.Errorf("%s: exitNow = %v, want %v (err %v)", tc.name, got, tc.exit, tc.err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -124,7 +125,7 @@ func (p *Pipeline) Run(ctx context.Context) error {
 		if fencedAlone {
 			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
-		if exitNow(err, attempt, reg.ran.Load(), time.Since(started)) {
+		if exitNow(err, attempt, reg.ran.Load(), time.Since(started), cfg.startupWindow()) {
 			return err
 		}
 		if time.Since(started) > 2*time.Minute {
@@ -142,18 +143,28 @@ func (p *Pipeline) Run(ctx context.Context) error {
 
 // exitNow reports whether Run ends on err from attempt, which ran for elapsed (ran: whether
 // its stages started). Fatal errors end Run, and so does a slot lost while running (changes
-// may be gone: never continue silently). So does a failure in the first seconds of the first
-// attempt before its stages ran: an unreachable server at start-up is a configuration problem
-// to show at once. But not a connection that was open and then closed or reset (a server
-// restarting, a proxy cutting connections just as a new process started), and not a fence
-// without another instance (a transaction the broker aborted at its timeout): a new life
-// recovers from those, as it does when a running pipeline loses Kafka a second later.
-func exitNow(err error, attempt int, ran bool, elapsed time.Duration) bool {
+// may be gone: never continue silently). So does a failure within window of the start of the
+// first attempt before its stages ran: an unreachable server at start-up (refused, or silent
+// until the connect timeout) is a configuration problem to show at once. But not a connection
+// that was open and then closed, reset or silent (a server restarting, a proxy cutting
+// connections just as a new process started), and not a fence without another instance (a
+// transaction the broker aborted at its timeout): a new life recovers from those, as it does
+// when a running pipeline loses Kafka a second later.
+func exitNow(err error, attempt int, ran bool, elapsed, window time.Duration) bool {
 	if errors.Is(err, ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) {
 		return true
 	}
 	fencedAlone := errors.Is(err, sink.ErrFenced)
-	return attempt == 1 && !ran && elapsed < 5*time.Second && !fencedAlone && !connectionLost(err)
+	return attempt == 1 && !ran && elapsed < window && !fencedAlone && !connectionLost(err)
+}
+
+// startupWindow is how long the first attempt's failures count as start-up problems: a few
+// seconds beyond the connect timeout, so that a server that never answers ends Run too.
+func (cfg Config) startupWindow() time.Duration { return cfg.ConnectTimeout + 5*time.Second }
+
+// timeouts are the bounds of every PostgreSQL connection.
+func (cfg Config) timeouts() liveness.Timeouts {
+	return liveness.Timeouts{Connect: cfg.ConnectTimeout, Receive: cfg.ReceiveTimeout}
 }
 
 func (cfg Config) withDefaults() Config {
@@ -202,6 +213,15 @@ func (cfg Config) withDefaults() Config {
 	if cfg.SlotWaitTimeout <= 0 {
 		cfg.SlotWaitTimeout = 5 * time.Minute
 	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = liveness.DefaultConnect
+	}
+	if cfg.ReceiveTimeout <= 0 {
+		cfg.ReceiveTimeout = liveness.DefaultReceive
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
 	return cfg
 }
 
@@ -210,8 +230,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	log := cfg.Logger
 	reg := prometheus.NewRegistry()
 	life.current.Store(reg)
+	// When ctx ends, an orderly stop begins: its steps share ShutdownTimeout from then.
+	var stopAt atomic.Int64
+	defer context.AfterFunc(ctx, func() { stopAt.Store(time.Now().UnixNano()) })()
 
-	conn, err := connect(ctx, cfg.PGURL)
+	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
 	if err != nil {
 		return err
 	}
@@ -234,6 +257,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Partitions:         cfg.TopicPartitions,
 		ReplicationFactor:  cfg.ReplicationFactor,
 		WatermarkTopic:     cfg.WatermarkTopic,
+		DialTimeout:        cfg.ConnectTimeout,
 		MaxBatchBytes:      sinkBatchBytes,
 		MaxBulkBatchBytes:  sinkBulkBatchBytes,
 		Logger:             log,
@@ -262,6 +286,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return fatal(err)
 	}
 
+	// A walsender of this process's previous life that still holds the slot lost its path
+	// without a close: end it, or this instance would wait for itself as a standby.
+	if err := replication.ReleaseStale(ctx, conn.PgConn(), cfg.Slot, life.walsender.Load(), log.With("stage", "pipeline")); err != nil {
+		return err
+	}
 	// One instance per slot: wait while another one streams from it, before the producer is
 	// initialised (that would fence the running instance's transactions).
 	if err := replication.WaitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
@@ -300,7 +329,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	if !slot.Exists {
-		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot); err != nil {
+		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
 			return err
 		}
 		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
@@ -318,7 +347,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Format:         cfg.ValueFormat,
 		// One catalog for every stage, so the snapshot and the stream build identical encoders.
 		Types: codec.NewTypes(func(ctx context.Context, oids []uint32) ([]codec.TypeInfo, error) {
-			conn, err := connect(ctx, cfg.PGURL)
+			conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
 			if err != nil {
 				return nil, err
 			}
@@ -333,7 +362,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
 	lc.startLSN = slot.Confirmed
 	lc.sink, lc.topics, lc.codec = sk, sk, codecCfg
-	lc.keyConn = func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }
+	lc.keyConn = func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
 	repl := replication.New(replication.Config{
 		ConnString:    cfg.PGURL,
 		Slot:          cfg.Slot,
@@ -343,9 +372,12 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		SpillDir:      cfg.SpillDir,
 		MarkerTag:     markerTag,
 		PieceBytes:    cfg.TxnPieceBytes,
+		Timeouts:      cfg.timeouts(),
+		StalePID:      life.walsender.Load(),
 		Codec:         codecCfg,
 		Logger:        log,
 	}, lc)
+	defer func() { life.walsender.Store(repl.BackendPID()) }()
 	snapCfg := snapshot.Config{
 		Publication:     cfg.Publication,
 		ConnString:      cfg.PGURL,
@@ -356,6 +388,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		SlotWaitTimeout: cfg.SlotWaitTimeout,
 		Limiter:         snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond),
 		ChunkRows:       cfg.SnapshotChunkRows,
+		Timeouts:        cfg.timeouts(),
 		Logger:          log,
 		Registerer:      reg,
 	}
@@ -376,7 +409,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		repl.ResumePartial(p)
 		log.Info("resuming a transaction published in part", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
 	}
-	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL) }, lc, log)
+	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }, lc, log)
 	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.
 	if err := lc.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
@@ -420,24 +453,45 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
 	err = g.Wait()
 
-	// Orderly stop: the stages have stopped sending; let the sink drain what it has.
+	// Orderly stop: the stages have stopped sending; let the sink drain what it has, then
+	// confirm what Kafka holds, within ShutdownTimeout of the stop's start.
+	begin := time.Now()
+	if at := stopAt.Load(); at != 0 {
+		begin = time.Unix(0, at)
+	}
+	drainBy, confirmBy := stopBudget(begin, cfg.ShutdownTimeout)
 	if !sinkDone {
 		close(units)
 		close(bulk)
+		drain := time.NewTimer(time.Until(drainBy))
 		select {
 		case serr := <-sinkErr:
 			if serr != nil && err == nil {
 				err = serr
 			}
-		case <-time.After(30 * time.Second):
+		case <-drain.C:
+			log.Warn("kafka did not take the last changes within the shutdown budget; they are sent again at the next start",
+				"shutdown_timeout", cfg.ShutdownTimeout.String())
 			sinkCancel()
-			<-sinkErr
+			// The sink aborts its open transaction. Waiting for a Kafka that does not answer
+			// would spend the budget of the confirmation: the broker aborts the transaction at
+			// its timeout anyway, and the next instance fences it. Closing the client ends
+			// the abort.
+			select {
+			case <-sinkErr:
+			case <-time.After(time.Second):
+				defer func() {
+					sk.Close()
+					<-sinkErr
+				}()
+			}
 		}
+		drain.Stop()
 	}
 	if lsn, ok := lc.Confirmable(); ok {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), confirmBy)
 		if conn.IsClosed() { // the server restarted under it
-			if c, err := connect(fctx, cfg.PGURL); err == nil {
+			if c, err := connect(fctx, cfg.PGURL, cfg.timeouts()); err == nil {
 				defer c.Close(context.Background())
 				conn = c
 			}
@@ -454,6 +508,19 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		}
 	}
 	return err
+}
+
+// DefaultShutdownTimeout is Config.ShutdownTimeout's default: within Kubernetes' default grace
+// period of 30 s, with room to spare.
+const DefaultShutdownTimeout = 20 * time.Second
+
+// stopBudget splits an orderly stop that began at begin and must end within timeout: the sink
+// drains until drainBy, the slot is confirmed until confirmBy, and the rest (a tenth, at most
+// a second) is left for closing the connections.
+func stopBudget(begin time.Time, timeout time.Duration) (drainBy, confirmBy time.Time) {
+	confirmBy = begin.Add(timeout - min(time.Second, timeout/10))
+	drainBy = confirmBy.Add(-min(5*time.Second, timeout/4))
+	return drainBy, confirmBy
 }
 
 // confirmFinal advances the slot to lsn once the replication connection has let go of it.
@@ -519,6 +586,8 @@ type lifeRegistry struct {
 	// ran is set once a life has started its stages: from then on a failure is not a start-up
 	// problem, however soon it comes.
 	ran atomic.Bool
+	// walsender is the server process of the last life's replication connection (0: none).
+	walsender atomic.Uint32
 }
 
 func (l *lifeRegistry) Gather() ([]*dto.MetricFamily, error) {

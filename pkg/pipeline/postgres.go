@@ -8,17 +8,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // connect opens an ordinary connection with the pinned session settings. Its errors are scrubbed
 // of the connection string's passwords.
-func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+func connect(ctx context.Context, url string, t liveness.Timeouts) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fatal(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
 	}
+	t.Apply(&cfg.Config)
 	for k, v := range snapshot.SessionParams() {
 		cfg.RuntimeParams[k] = v
 	}
@@ -29,6 +31,10 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 		// a piece of the password.
 		if why := explainTLS(err); why != "" {
 			return nil, fatal(secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d: %s (%w)", cfg.Host, cfg.Port, why, err), url))
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d database %s: no answer within the connect timeout of %s (%w); check CDC_PG_URL and that the server is running and reachable",
+				cfg.Host, cfg.Port, cfg.Database, cfg.ConnectTimeout, err), url)
 		}
 		return nil, secret.ScrubError(fmt.Errorf("cannot connect to PostgreSQL at %s:%d database %s: %w; check CDC_PG_URL and that the server is running",
 			cfg.Host, cfg.Port, cfg.Database, err), url)

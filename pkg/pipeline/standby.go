@@ -13,7 +13,7 @@ import (
 func otherHolder(ctx context.Context, cfg Config, own uint32) (replication.Holder, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := connect(ctx, cfg.PGURL)
+	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
 	if err != nil {
 		return replication.Holder{}, false
 	}

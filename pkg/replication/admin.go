@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -209,12 +210,14 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 }
 
 // CreateSlot creates the main slot on a replication connection (NOEXPORT_SNAPSHOT: the
-// snapshot stage takes its own consistent points).
-func CreateSlot(ctx context.Context, url, slot string) error {
+// snapshot stage takes its own consistent points). Only the connection attempt is bounded by
+// t: the creation waits for open transactions, as long as ctx allows.
+func CreateSlot(ctx context.Context, url, slot string, t liveness.Timeouts) error {
 	cfg, err := pgconn.ParseConfig(url)
 	if err != nil {
 		return setupError(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
 	}
+	t.ConnectOnly().Apply(cfg)
 	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -334,3 +337,42 @@ func WaitAsStandby(ctx context.Context, conn *pgx.Conn, slot string, poll time.D
 
 // standbyLogEvery is how often a waiting standby repeats who holds the slot.
 const standbyLogEvery = 30 * time.Second
+
+// ReleaseStale ends server process pid when it still holds slot, and waits (a few seconds at
+// most) until it let go. pid is the walsender of this process's own earlier replication
+// connection: when the path to it died without closing (a proxy that stopped forwarding), it
+// would hold the slot until the server's wal_sender_timeout, and no new connection could stream.
+// Another process's walsender is never touched: it has another pid. A role may end its own
+// role's backends, so no privilege beyond the replication role's is needed.
+func ReleaseStale(ctx context.Context, conn *pgconn.PgConn, slot string, pid uint32, log *slog.Logger) error {
+	if pid == 0 {
+		return nil
+	}
+	q := fmt.Sprintf("SELECT pg_catalog.pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s' AND active_pid = %d",
+		escapeLiteral(slot), pid)
+	res, err := conn.Exec(ctx, q).ReadAll()
+	if err != nil {
+		return fmt.Errorf("end the stale holder of slot %s: %w", slot, err)
+	}
+	if len(res) == 0 || len(res[0].Rows) == 0 {
+		return nil // it is gone already
+	}
+	log.Info("the server process of an earlier replication connection of this instance still holds the slot (its path died without closing); ended it",
+		"slot", slot, "pid", pid)
+	check := fmt.Sprintf("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s' AND active_pid = %d", escapeLiteral(slot), pid)
+	for range 50 {
+		res, err := conn.Exec(ctx, check).ReadAll()
+		if err != nil {
+			return fmt.Errorf("wait for the stale holder of slot %s: %w", slot, err)
+		}
+		if len(res) == 0 || len(res[0].Rows) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -62,7 +62,10 @@
 //   - Standby status updates go out on their own timer and whenever the server asks, also while
 //     the stage is blocked on a full output channel. Write, flush and apply all carry the LSN the
 //     pipeline reports as confirmable (Kafka has everything below it); they never move backwards
-//     and never carry a received position.
+//     and never carry a received position. Each asks the server for a keepalive, at least four
+//     times per Config.Timeouts.Receive: a stream that hears nothing (no change, no keepalive)
+//     for that long has a dead path and is dropped and reopened, after ending the walsender of
+//     the dead connection, which would otherwise hold the slot (ReleaseStale).
 //   - Relation messages are applied whenever they arrive, also for tables that are not routed,
 //     and keep their order relative to the changes that follow them. Each one rebuilds its
 //     relation's encoder, so a column added, dropped, renamed or retyped, or a new key, shows in

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -50,8 +51,16 @@ type Config struct {
 	// handed to the sink and not yet durable; the stream waits for the sink beyond it. Default
 	// DefaultPiecesInFlight.
 	PiecesInFlight int
-	Codec          codec.Config
-	Logger         *slog.Logger
+	// Timeouts bound the connection attempt and every wait for the server's next message: a
+	// stream that hears nothing (no change, no keepalive) for Timeouts.Receive is dropped and
+	// reopened, like PostgreSQL's wal_receiver_timeout. Status updates ask the server for a
+	// keepalive at least four times per Receive, so a live stream is never that quiet.
+	Timeouts liveness.Timeouts
+	// StalePID is the walsender of the previous life's replication connection (0: none); the
+	// stage ends it if it still holds the slot (see ReleaseStale).
+	StalePID uint32
+	Codec    codec.Config
+	Logger   *slog.Logger
 }
 
 // Defaults of Config's large-transaction bounds: at most 8 × 4 MiB of transactions' records are
@@ -141,6 +150,7 @@ func New(cfg Config, hooks Hooks) *Stage {
 		inFlight: newBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),
 	}
 	s.state = newStreamState(s)
+	s.backendPID.Store(cfg.StalePID)
 	return s
 }
 
@@ -311,6 +321,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	for k, v := range s.cfg.SessionParams {
 		cfg.RuntimeParams[k] = v
 	}
+	s.cfg.Timeouts.Apply(cfg)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("replication connect: %w", secret.ScrubError(err, s.cfg.ConnString))
@@ -319,7 +330,10 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	s.statusMu.Lock()
 	s.conn = conn
 	s.statusMu.Unlock()
-	s.backendPID.Store(conn.PID())
+	// The previous connection's walsender, if its path died without closing.
+	if err := ReleaseStale(ctx, conn, s.cfg.Slot, s.backendPID.Swap(conn.PID()), s.log); err != nil {
+		return err
+	}
 
 	confirmed, interval, protoArgs, err := s.prepare(ctx, conn)
 	if err != nil {
@@ -381,6 +395,9 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 	if t, err := parsePGDuration(string(row[3])); err == nil && t > 0 && t/2 < interval {
 		interval = t / 2
 	}
+	if r := s.cfg.Timeouts.Receive; r > 0 && r/4 < interval {
+		interval = r / 4
+	}
 	args := []string{"proto_version '1'", "publication_names " + PublicationNamesOption(s.cfg.Publication)}
 	if version >= 140000 {
 		// messages: the WAL markers of chunked copies.
@@ -407,6 +424,9 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, liveness.ErrSilent) {
+				return fmt.Errorf("receive replication message: no change and no keepalive for %s (the receive timeout): %w", s.cfg.Timeouts.Receive, err)
 			}
 			return fmt.Errorf("receive replication message: %w", err)
 		}

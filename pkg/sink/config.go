@@ -37,6 +37,7 @@ const (
 	DefaultLinger             = 100 * time.Millisecond
 	DefaultTick               = 200 * time.Millisecond
 	DefaultTransactionTimeout = 60 * time.Second
+	DefaultDialTimeout        = 10 * time.Second
 	// DefaultCompression is the batch codec when Config.Compression is empty (see README,
 	// Performance, for the measurement that chose it).
 	DefaultCompression = "lz4"
@@ -78,6 +79,10 @@ type Config struct {
 	Tick time.Duration
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once). Default 60s.
 	TransactionTimeout time.Duration
+	// DialTimeout bounds each connection attempt to a broker (TCP and TLS). Default 10s.
+	// Requests are bounded by franz-go's own timeouts: a connection that does not answer a
+	// request within them is closed and the request retried on a new one.
+	DialTimeout time.Duration
 	// Compression is the codec of produced batches: "none", "gzip", "snappy", "lz4" or "zstd".
 	// Default DefaultCompression.
 	Compression string
@@ -110,6 +115,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.TransactionTimeout == 0 {
 		cfg.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
 	}
 	if cfg.Compression == "" {
 		cfg.Compression = DefaultCompression

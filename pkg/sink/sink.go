@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // ErrFenced is matched (errors.Is) by the errors of a Sink that another instance with the same
@@ -40,6 +42,7 @@ type Sink struct {
 	metrics *metrics
 
 	mu         sync.Mutex
+	closeOnce  sync.Once
 	partitions map[string]int32 // real partition counts of known topics
 
 	// errMu guards batchErr, the first produce error of the current batch.
@@ -117,6 +120,7 @@ func (s *Sink) clientOpts() []kgo.Opt {
 	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.DialTimeout(s.cfg.DialTimeout),
 		kgo.ClientID(s.cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.part),
@@ -140,15 +144,34 @@ func (s *Sink) clientOpts() []kgo.Opt {
 	return opts
 }
 
-// Ping checks that a broker answers.
+// Ping checks that a broker answers within the dial timeout: a broker that accepts connections
+// and never answers is an error after it, as one that cannot be reached. The seed brokers are
+// asked at once, so one that hangs does not hide the others.
 func (s *Sink) Ping(ctx context.Context) error {
-	if err := s.client.Ping(ctx); err != nil {
-		if explained := s.cfg.Security.explainConnect(err); explained != err {
-			return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
-		}
-		return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
+	pctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	defer cancel()
+	seeds := s.client.SeedBrokers()
+	errs := make(chan error, len(seeds))
+	for _, b := range seeds {
+		go func() {
+			_, err := b.Request(pctx, kmsg.NewPtrMetadataRequest())
+			errs <- err
+		}()
 	}
-	return nil
+	var err error
+	for range seeds {
+		if err = <-errs; err == nil {
+			return nil // the others end with pctx
+		}
+	}
+	if explained := s.cfg.Security.explainConnect(err); explained != err {
+		return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
+	}
+	if ne, ok := errors.AsType[net.Error](err); ctx.Err() == nil && (pctx.Err() != nil || ok && ne.Timeout()) {
+		return fmt.Errorf("cannot reach Kafka at %s: no answer within the connect timeout of %s (%w); check CDC_KAFKA_BROKERS and that the brokers are running and reachable",
+			strings.Join(s.cfg.Brokers, ","), s.cfg.DialTimeout, err)
+	}
+	return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
 }
 
 // Init initialises the producer: it loads the producer id, which in exactly-once mode fences
@@ -174,10 +197,10 @@ func (s *Sink) EndOffsets(topic string) map[int32]int64 {
 	return s.offsets.topic(topic)
 }
 
-// Close closes the client. In exactly-once mode an open transaction is left for the broker
-// to abort (or for the next instance to fence).
+// Close closes the client; calls after the first do nothing. In exactly-once mode an open
+// transaction is left for the broker to abort (or for the next instance to fence).
 func (s *Sink) Close() {
-	s.client.Close()
+	s.closeOnce.Do(s.client.Close)
 }
 
 // partitionCount returns topic's partition count, asking the cluster when it is not known yet.

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,59 @@ func TestPingUnreachable(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("Ping error %q does not mention %q", err, w)
 		}
+	}
+}
+
+// silentBroker accepts connections and never answers.
+func silentBroker(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestPingSilentBroker(t *testing.T) {
+	env := newFakeEnv(t)
+	tests := []struct {
+		name    string
+		brokers []string
+		wantErr string
+	}{
+		{"silent alone", []string{silentBroker(t)}, "no answer within the connect timeout of 1s"},
+		{"silent first, a live one next", []string{silentBroker(t), env.brokers[0]}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Config{Brokers: tt.brokers, Delivery: AtLeastOnce, WatermarkTopic: "w", DialTimeout: time.Second})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			defer s.Close()
+			start := time.Now()
+			err = s.Ping(t.Context())
+			took := time.Since(start)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("Ping: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("Ping: %v, want an error with %q", err, tt.wantErr)
+			}
+			if took > 5*time.Second {
+				t.Errorf("Ping took %s, want about the 1s dial timeout at most", took)
+			}
+		})
 	}
 }
 

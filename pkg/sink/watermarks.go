@@ -120,6 +120,7 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 
 	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(s.cfg.Brokers...),
+		kgo.DialTimeout(s.cfg.DialTimeout),
 		kgo.ClientID(s.cfg.ClientID + "-reader"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

@@ -75,7 +75,7 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot config: %w", err)
 	}
-	cc, err := parseConnConfig(cfg.ConnString)
+	cc, err := parseConnConfig(cfg.ConnString, cfg.Timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot config: %w", err)
 	}
@@ -316,7 +316,7 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 		}
 		if conn == nil || conn.IsClosed() {
 			closeQuietly(conn)
-			conn, err = pgx.ConnectConfig(ctx, workerConfig(c.connConfig))
+			conn, err = pgx.ConnectConfig(ctx, workerConfig(c.connConfig, c.cfg.Timeouts))
 			if err != nil {
 				c.done(t, ch, false)
 				if ctx.Err() != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -66,6 +67,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the stage's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Timeouts bound connection attempts and, on the worker connections, each wait for the
+	// server's next bytes (a COPY or query that hears nothing for Timeouts.Receive fails, and
+	// the copy is retried on a new connection). The exporting connection's slot creation may
+	// wait for open transactions up to SlotWaitTimeout: it has the connect bound only.
+	Timeouts liveness.Timeouts
 }
 
 // SessionParams returns the session settings pinned on every connection of the stage (ordinary
@@ -121,19 +127,21 @@ func (c Config) withDefaults() (Config, error) {
 	return c, errors.Join(problems...)
 }
 
-// parseConnConfig parses the connection string once. Its error is scrubbed of the string's
-// passwords.
-func parseConnConfig(s string) (*pgx.ConnConfig, error) {
+// parseConnConfig parses the connection string once and bounds its connection attempts. Its error
+// is scrubbed of the string's passwords.
+func parseConnConfig(s string, t liveness.Timeouts) (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(s)
 	if err != nil {
 		return nil, fmt.Errorf("parse connection string: %w", secret.ScrubError(err, s))
 	}
+	t.ConnectOnly().Apply(&cc.Config)
 	return cc, nil
 }
 
-// workerConfig is a copy of base with the session settings pinned.
-func workerConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
+// workerConfig is a copy of base with the session settings pinned and reads bounded by t.Receive.
+func workerConfig(base *pgx.ConnConfig, t liveness.Timeouts) *pgx.ConnConfig {
 	cc := base.Copy()
+	t.Apply(&cc.Config)
 	cc.RuntimeParams = mergeParams(cc.RuntimeParams, nil)
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
 		cc.RuntimeParams["application_name"] = "tidemark-snapshot"

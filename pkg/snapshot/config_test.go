@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/liveness"
 )
 
 type nopHooks struct{}
@@ -55,12 +56,12 @@ func TestNewConfig(t *testing.T) {
 }
 
 func TestSessionParamsPinnedOnEveryConnection(t *testing.T) {
-	base, err := parseConnConfig("postgres://u@localhost/db?application_name=x")
+	base, err := parseConnConfig("postgres://u@localhost/db?application_name=x", liveness.Timeouts{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, params := range map[string]map[string]string{
-		"worker":      workerConfig(base).RuntimeParams,
+		"worker":      workerConfig(base, liveness.Timeouts{}).RuntimeParams,
 		"replication": replicationConfig(base).RuntimeParams,
 	} {
 		for k, v := range SessionParams() {
@@ -75,7 +76,7 @@ func TestSessionParamsPinnedOnEveryConnection(t *testing.T) {
 	if got := replicationConfig(base).RuntimeParams["replication"]; got != "database" {
 		t.Errorf("replication connection: replication = %q", got)
 	}
-	if _, ok := workerConfig(base).RuntimeParams["replication"]; ok {
+	if _, ok := workerConfig(base, liveness.Timeouts{}).RuntimeParams["replication"]; ok {
 		t.Errorf("worker connection asks for replication")
 	}
 	if _, ok := base.RuntimeParams["replication"]; ok {

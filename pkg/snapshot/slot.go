@@ -166,7 +166,7 @@ func (s *Stage) createSlotWatched(ctx context.Context, conn *pgconn.PgConn, slot
 			timer.Reset(slotWaitEvery)
 			if monitor == nil {
 				var err error
-				monitor, err = pgx.ConnectConfig(createCtx, workerConfig(s.connConfig))
+				monitor, err = pgx.ConnectConfig(createCtx, workerConfig(s.connConfig, s.cfg.Timeouts))
 				if err != nil {
 					err = secret.ScrubError(err, s.cfg.ConnString)
 					s.log.Warn("slot creation is waiting; cannot connect to look at open transactions",

@@ -62,7 +62,7 @@ func New(cfg Config, hooks Hooks) (*Stage, error) {
 	if hooks == nil {
 		return nil, errors.New("snapshot config: hooks are nil")
 	}
-	cc, err := parseConnConfig(cfg.ConnString)
+	cc, err := parseConnConfig(cfg.ConnString, cfg.Timeouts)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot config: %w", err)
 	}

@@ -27,7 +27,7 @@ type worker struct {
 
 // openWorker connects and imports the snapshot snapshotID.
 func (s *Stage) openWorker(ctx context.Context, snapshotID string) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, workerConfig(s.connConfig))
+	conn, err := pgx.ConnectConfig(ctx, workerConfig(s.connConfig, s.cfg.Timeouts))
 	if err != nil {
 		return nil, fmt.Errorf("open worker connection: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestStopper(t *testing.T) {
+	tests := []struct {
+		name string
+		// signals are sent one after the other, 10ms apart.
+		signals []os.Signal
+		bound   time.Duration
+		want    int
+	}{
+		{"one signal: the command's own exit", []os.Signal{syscall.SIGTERM}, time.Minute, exitOK},
+		{"second SIGTERM exits at once", []os.Signal{syscall.SIGTERM, syscall.SIGTERM}, time.Minute, 128 + 15},
+		{"second SIGINT exits at once", []os.Signal{syscall.SIGINT, syscall.SIGINT}, time.Minute, 128 + 2},
+		{"bound passed after the first", []os.Signal{syscall.SIGTERM}, 50 * time.Millisecond, exitFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sigs := make(chan os.Signal, 2)
+			ctx, st := newStopper(t.Context(), sigs, io.Discard)
+			defer st.close()
+			st.configured(slog.New(slog.DiscardHandler), tt.bound)
+			// The command stops 300ms after its context ends, unless forced sooner.
+			cmd := func() int {
+				<-ctx.Done()
+				time.Sleep(300 * time.Millisecond)
+				return exitOK
+			}
+			go func() {
+				for _, s := range tt.signals {
+					sigs <- s
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			if got := st.await(cmd); got != tt.want {
+				t.Errorf("exit code %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStopperWithoutSignals(t *testing.T) {
+	ctx, st := newStopper(context.Background(), nil, io.Discard)
+	if got := st.await(func() int { return 7 }); got != 7 {
+		t.Errorf("await = %d, want the command's 7", got)
+	}
+	st.close()
+	if ctx.Err() == nil {
+		t.Errorf("close did not end the context")
+	}
+}
