@@ -153,4 +153,3 @@ func compareStrings(a, b string) int {
 	}
 	return 0
 }
-

@@ -27,7 +27,6 @@ func mustEncodeQuiet(t testing.TB, q Quiet) []byte {
 	return b
 }
 
-
 // TestViewBusyAfterQuiet is the bug of issue 18: a quiet record moves T to 100, the next lists T
 // as busy; T's own record says 50. T's watermark stays 100.
 func TestViewBusyAfterQuiet(t *testing.T) {
