@@ -70,7 +70,7 @@ type step struct {
 type part struct {
 	t    *table
 	p    int32
-	next int64    // offset after the last record read
+	next int64     // offset after the last record read
 	held []*Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
 }
 
