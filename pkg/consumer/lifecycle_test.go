@@ -27,15 +27,17 @@ func TestQuietRecords(t *testing.T) {
 		f.checkpoint(400)
 	})
 	want(t, next(t, rd), "300 150/7:a.c1")
-	// q turns busy: its own record still says 100; the cuts stay at 300, then go on.
-	f.insert(q, 350, 8, 0, 5, "y")
-	f.insert(a, 360, 9, 0, 2, "z")
+	// q turns busy: its own record still says 100; the cuts stay at 300, then go on, one
+	// watermark step at a time (a's 400, then q's 480).
+	f.insert(q, 450, 8, 0, 5, "y")
+	f.insert(a, 460, 9, 0, 2, "z")
 	f.step(func() {
 		f.mark(a, hydrated, 500, 1, nil)
 		f.quiet(500, q)
 	})
 	f.step(func() { f.mark(q, hydrated, 480, 1, nil) })
-	want(t, next(t, rd), "480 350/8:q.c5 360/9:a.c2")
+	want(t, next(t, rd), "400")
+	want(t, next(t, rd), "480 450/8:q.c5 460/9:a.c2")
 }
 
 // TestPieces: a transaction cdc published in pieces, across Kafka transactions, with other
@@ -182,4 +184,28 @@ func TestResume(t *testing.T) {
 	if _, err := ParsePosition([]byte(`{"version":9}`)); err == nil {
 		t.Fatal("a position of an unknown version parsed")
 	}
+}
+
+// TestJoinAtHydratedWatermark: a table joins at a cut no lower than the watermark it was
+// hydrated at, even when the other tables' watermarks step below it: a chunked copy's rows
+// carry their chunk's position, so a lower cut could show them without the other tables'
+// changes they reflect.
+func TestJoinAtHydratedWatermark(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+	rd := f.reader(nil, false)
+	want(t, next(t, rd), "100 joined:a")
+	f.insert(a, 120, 3, 0, 1, "x")
+	f.copyRows(b, 180, 1, 7) // a chunk's row at 179 that reflects the transaction at 120
+	f.step(func() {
+		f.mark(a, hydrated, 150, 1, nil)
+		f.mark(b, hydrated, 200, 1, nil)
+	})
+	want(t, next(t, rd), "150 120/3:a.c1")
+	f.insert(a, 210, 4, 0, 2, "y")
+	f.step(func() { f.mark(a, hydrated, 250, 1, nil) })
+	want(t, next(t, rd), "200 joined:b 179/0:b.r7")
+	f.step(func() { f.mark(b, hydrated, 250, 1, nil) })
+	want(t, next(t, rd), "250 210/4:a.c2")
 }
