@@ -60,13 +60,13 @@
 // A cut is built in memory, whole, and covers one watermark step: its LSN is the lowest
 // watermark, past the previous cut, of any joined table's records, so a reader that is behind
 // catches up in cuts of one step each (at most what a table's watermark record covers), not
-// in one cut of everything behind. Past the cut nothing is read far: for a target C, each
-// partition of a joined table is fetched only up to the offsets of that table's first watermark
-// record whose watermark reaches C (the reader keeps, per table, the watermark and offsets of
-// each record since the last cut: a few bytes per record); a partition that has reached its
-// target is paused (kgo PauseFetchPartitions), so data held back by a slow table stays in Kafka.
-// What is buffered past a cut is then at most what one watermark step of each table covers plus
-// one fetch per partition (kgo.FetchMaxPartitionBytes).
+// in one cut of everything behind. Past the cut little is read: for a target C, each partition
+// of a joined table must be read up to the offsets of that table's first watermark record whose
+// watermark reaches C (the reader keeps, per table, the watermark and offsets of each record
+// since the last cut: a few bytes per record). A partition that has reached its target is read
+// on only while it holds less than Config.HeldBytes (4 MiB) of records past the cut, then paused
+// (kgo PauseFetchPartitions), so data held back by a slow table stays in Kafka. What is buffered
+// past a cut is at most HeldBytes plus one fetch per partition (kgo.FetchMaxPartitionBytes).
 //
 // # Limits
 //

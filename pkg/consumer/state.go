@@ -75,7 +75,13 @@ type part struct {
 	p    int32
 	next int64     // offset after the last record read
 	held []*Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
+	// heldBytes estimates the memory of held.
+	heldBytes int
 }
+
+// changeBytes estimates the memory a held change keeps: its images, key and source (slices of
+// the record) and the struct.
+func changeBytes(ch *Change) int { return len(ch.Before) + len(ch.After) + len(ch.Key) + 384 }
 
 func newState(tables []change.ExportID, waitAll bool) *state {
 	s := &state{
@@ -395,6 +401,7 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 		return nil
 	}
 	pt.held = append(pt.held, ch)
+	pt.heldBytes += changeBytes(ch)
 	return nil
 }
 
@@ -422,6 +429,10 @@ func (s *state) build(p plan) *Cut {
 			}
 			clear(pt.held[len(kept):])
 			pt.held = kept
+			pt.heldBytes = 0
+			for _, ch := range kept {
+				pt.heldBytes += changeBytes(ch)
+			}
 		}
 		// Steps below the cut are no longer needed.
 		i, _ := slices.BinarySearchFunc(t.steps, p.c, func(s step, c change.LSN) int { return cmp.Compare(s.w, c) })
