@@ -1,8 +1,14 @@
 package consumer
 
 import (
+	"context"
 	"encoding/json"
+	"encoding/hex"
+	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
@@ -208,4 +214,61 @@ func TestJoinAtHydratedWatermark(t *testing.T) {
 	want(t, next(t, rd), "200 joined:b 179/0:b.r7")
 	f.step(func() { f.mark(b, hydrated, 250, 1, nil) })
 	want(t, next(t, rd), "250 210/4:a.c2")
+}
+
+// TestMemoryBounded: while a slow table holds the cuts back, a busy table's records past the
+// cut are read only up to Config.HeldBytes per partition (plus a fetch); the rest stays in
+// Kafka, and comes once the slow table moves.
+func TestMemoryBounded(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	busy, slow := f.table("busy"), f.table("slow")
+	f.step(func() {
+		f.mark(busy, hydrated, 100, 1, nil)
+		f.mark(slow, hydrated, 100, 1, nil)
+	})
+	const held, fetch = 32 << 10, 16 << 10
+	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, HeldBytes: held,
+		Opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(fetch), kgo.FetchMaxBytes(fetch)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	want(t, next(t, rd), "100 joined:busy joined:slow")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		pad := make([]byte, 250) // incompressible: fetch sizes count compressed batches
+		for j := range pad {
+			pad[j] = byte(rng.IntN(256))
+		}
+		f.insert(busy, change.LSN(200+i), uint32(i), 0, i, hex.EncodeToString(pad))
+		if i%20 == 19 {
+			f.flushTracked() // batches of ~10 KiB per partition: a fetch returns whole batches
+		}
+		if i%200 == 199 {
+			f.step(func() { f.mark(busy, hydrated, change.LSN(201+i), 1, nil) })
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if c, err := rd.Next(ctx); err == nil {
+		t.Fatalf("a cut while slow holds at 100: %s", describe(c))
+	}
+	total := 0
+	for _, pt := range rd.st.tables[busy].parts {
+		if pt.heldBytes > held+2*fetch+16<<10 {
+			t.Fatalf("partition %d holds %d bytes, want at most about %d (plus a fetch)", pt.p, pt.heldBytes, held)
+		}
+		total += len(pt.held)
+	}
+	if total == 0 || total >= 2000 {
+		t.Fatalf("%d records held of 2000 written: want some, not all", total)
+	}
+	f.step(func() { f.mark(slow, hydrated, 3000, 1, nil) })
+	n := 0
+	for n < 2000 {
+		n += next(t, rd).Changes()
+	}
+	if n != 2000 {
+		t.Fatalf("%d changes delivered, want 2000", n)
+	}
 }
