@@ -2,8 +2,8 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"encoding/hex"
+	"encoding/json"
 	"math/rand/v2"
 	"testing"
 	"time"
