@@ -61,7 +61,11 @@ type table struct {
 	hydW change.LSN
 	// start is where a joining table's partitions are read from (its attempt's start offsets).
 	start map[int32]int64
-	parts map[int32]*part
+	// resumedAt are the offsets of a table joined by a resumed position (nil otherwise). The
+	// watermark topic is read again from its start, so records of the joined attempt from
+	// before that position (its copy's hydrating record among them) are history, not news.
+	resumedAt map[int32]int64
+	parts     map[int32]*part
 }
 
 type step struct {
@@ -133,6 +137,21 @@ func attemptOf(r watermark.Record) int {
 	return r.Snapshot.Attempt
 }
 
+// before reports whether rec is a record of the copy attempt a resumed table joined with, read
+// again from the watermark topic: the attempt began at or below the resumed offsets in every
+// partition. A copy that begins later (an export removed and added again) is a new copy.
+func (t *table) before(rec watermark.Record) bool {
+	if t.resumedAt == nil || rec.Snapshot == nil || attemptOf(rec) != t.attempt {
+		return false
+	}
+	for p, off := range rec.Snapshot.StartOffsets {
+		if off > t.resumedAt[p] {
+			return false
+		}
+	}
+	return true
+}
+
 // update applies e's new effective record.
 func (s *state) update(rec watermark.Record) {
 	t := s.tables[rec.Export]
@@ -142,6 +161,7 @@ func (s *state) update(rec watermark.Record) {
 		if a, ok := s.resumed[rec.Export]; ok {
 			delete(s.resumed, rec.Export)
 			t.phase, t.attempt = phaseJoined, a
+			t.resumedAt = maps.Clone(s.resumeOffs[rec.Topic])
 			for p, off := range s.resumeOffs[rec.Topic] {
 				s.addPart(t, p, off)
 			}
@@ -149,7 +169,7 @@ func (s *state) update(rec watermark.Record) {
 	}
 	t.rec = rec
 	a := attemptOf(rec)
-	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating) {
+	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating && !t.before(rec)) {
 		// A new copy (attempt): the rows so far are stale.
 		s.leave(t)
 		s.events = append(s.events, Event{Kind: EventReset, Export: t.id, Attempt: a, Record: rec})
@@ -251,7 +271,7 @@ func (s *state) dropParts(t *table) {
 // leave takes t out of the cuts.
 func (s *state) leave(t *table) {
 	s.dropParts(t)
-	t.phase, t.steps, t.final = phaseOut, nil, nil
+	t.phase, t.steps, t.final, t.resumedAt = phaseOut, nil, nil, nil
 }
 
 // plan is a cut being read: its LSN and members (the joined tables and those joining).
