@@ -1,0 +1,126 @@
+package consumer
+
+import (
+	"encoding/json"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// Cut is one consistent cut: every change of the joined tables with commit LSN in [Prev, LSN),
+// grouped into source transactions, and the lifecycle events that happened since the previous
+// cut. Apply Events first, then Txns in order, then store Position with the effects.
+type Cut struct {
+	// LSN is the cut's watermark: every change with a lower commit LSN of every joined table
+	// is in this cut or an earlier one; none with a commit LSN >= LSN is.
+	LSN change.LSN
+	// Prev is the previous cut's LSN (the resumed position's LSN for the first cut).
+	Prev change.LSN
+	// Events are the lifecycle events, in the order the watermark topic said them.
+	Events []Event
+	// Txns are the source transactions, in commit order (CommitLSN, then TxID; a copy's rows
+	// before a transaction at the same LSN).
+	Txns []Txn
+	// Tables are the joined tables after this cut (those whose changes the cut may hold).
+	Tables []change.ExportID
+	// Position is where a reader resumes to deliver the cut after this one.
+	Position Position
+}
+
+// Changes returns the number of changes in the cut.
+func (c *Cut) Changes() int {
+	n := 0
+	for i := range c.Txns {
+		n += len(c.Txns[i].Changes)
+	}
+	return n
+}
+
+// Txn is one source transaction's changes of the chosen tables in one cut. A table that joins
+// brings its changes below the previous cut too: the part of a transaction that touched it can
+// come in a later cut than the part that touched tables joined before.
+type Txn struct {
+	CommitLSN change.LSN
+	TxID      uint32
+	// Snapshot is set for rows of a copy (op r): they share the LSN (consistent point - 1, or a
+	// chunk's position) and are not a source transaction.
+	Snapshot bool
+	// Changes in source.sequence order (ties: export, partition, offset).
+	Changes []Change
+}
+
+// Change is one row change as cdc published it.
+type Change struct {
+	Export    change.ExportID
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Op is c, u, d, r or t (tombstones are not delivered: they follow their delete).
+	Op change.Op
+	// Key is the record key (the key columns as a JSON object; {} for a truncate, nil for a
+	// keyless table). In json-with-schema it is the key's payload, without the schema.
+	Key json.RawMessage
+	// Before and After are the envelope's before and after images (nil when null). In
+	// json-with-schema they are the payload's, without the schema.
+	Before, After json.RawMessage
+	Source        Source
+	// Unchanged names the columns left out of After because PostgreSQL did not send them
+	// (unchanged TOAST): merge After into the row you have (tidemark.unchanged header).
+	Unchanged []string
+	// OldKey and NewKey are set on the delete and the create of an update that changed the key
+	// (tidemark.old_key, tidemark.new_key headers).
+	OldKey, NewKey json.RawMessage
+}
+
+// Source is the envelope's source block, the part a consumer orders and groups by.
+type Source struct {
+	LSN      change.LSN `json:"lsn"`
+	TxID     uint32     `json:"txId"`
+	Sequence int64      `json:"sequence"`
+	Snapshot bool       `json:"-"`
+	Attempt  int        `json:"attempt"`
+	DB       string     `json:"db"`
+	Schema   string     `json:"schema"`
+	Table    string     `json:"table"`
+	TsMs     int64      `json:"ts_ms"`
+}
+
+// EventKind says what happened to a table.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventJoined: the table is hydrated and joins the cuts; this cut carries its copy (op r)
+	// and its changes since. Start the table from empty.
+	EventJoined EventKind = iota + 1
+	// EventReset: a new copy attempt began; the table leaves the cuts until it joins again with
+	// the new copy. Its rows so far are stale.
+	EventReset
+	// EventRemoved: the table left the publication; every change of it up to its final
+	// watermark has been delivered.
+	EventRemoved
+	// EventFailed: cdc stopped the table on a permanent error (Event.Error); every change of it
+	// up to its last watermark has been delivered. The others go on.
+	EventFailed
+)
+
+var eventNames = [...]string{"", "joined", "reset", "removed", "failed"}
+
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is a lifecycle event of one table.
+type Event struct {
+	Kind   EventKind
+	Export change.ExportID
+	// Attempt is the table's copy attempt (the new one for EventJoined and EventReset).
+	Attempt int
+	// Error is why a failed table stopped.
+	Error string
+	// Record is the watermark record that said it.
+	Record watermark.Record
+}
