@@ -83,7 +83,7 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 	}
 	type truncation struct {
 		export   change.ExportID
-		lsn      uint64
+		lsn      change.LSN
 		sequence int64
 	}
 	var lastTruncate truncation
@@ -100,16 +100,13 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 			}
 			continue
 		}
-		if s.value == nil {
-			continue // tombstone
-		}
-		r, err := decodeRecord(s.key, s.value)
+		r, err := decodeRecord(s)
 		if err != nil {
 			return 0, fmt.Errorf("record of %s: %w", s.export, err)
 		}
 		if r.env.Op == "t" {
 			// A truncate is published on every partition: one is enough.
-			tr := truncation{s.export, r.env.Source.LSN, r.env.Source.Sequence}
+			tr := truncation{s.export, s.lsn, s.sequence}
 			if tr == lastTruncate {
 				continue
 			}
@@ -266,7 +263,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 		if row == nil {
 			return 0, fmt.Errorf("op %s without after", r.env.Op)
 		}
-		if len(s.unchanged) > 0 {
+		if s.unchanged {
 			// Unchanged TOAST columns are left out: set only the columns carried.
 			set, args, err := a.assignments(t, row, conv, 0)
 			if err != nil {

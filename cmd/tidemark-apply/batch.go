@@ -36,32 +36,26 @@ const (
 type step struct {
 	kind   stepKind
 	export change.ExportID
-	key    []byte // the record's key (JSON)
-	value  []byte // the record's value (the envelope); nil for a tombstone
-	// Headers the applier reads (pkg/codec): the columns an update leaves out, and a key
-	// change's new key.
-	unchanged []byte
-	newKey    []byte
+	op     byte            // c, u, d, r or t
+	key    json.RawMessage // the key columns as a JSON object
+	// before and after are the envelope's images (nil when null).
+	before, after json.RawMessage
+	// schema is a json-with-schema record's Connect schema (nil for json).
+	schema json.RawMessage
+	// unchanged: the update leaves unchanged TOAST columns out of after.
+	unchanged bool
+	// newKey is set on the delete of a key change: the row moves there.
+	newKey json.RawMessage
+	// truncate dedup: cdc writes a truncate to every partition; the reader may pass them all.
+	lsn      change.LSN
+	sequence int64
 }
 
 // envelope is the part of a record's value the applier reads.
 type envelope struct {
-	Before map[string]json.RawMessage `json:"before"`
-	After  map[string]json.RawMessage `json:"after"`
-	Op     string                     `json:"op"`
-	Source struct {
-		Snapshot bool   `json:"snapshot"`
-		TsMs     int64  `json:"ts_ms"`
-		TxID     int64  `json:"txId"`
-		LSN      uint64 `json:"lsn"`
-		Sequence int64  `json:"sequence"`
-	} `json:"source"`
-}
-
-// connectMessage is a json-with-schema record: Connect's schema and the envelope as payload.
-type connectMessage struct {
-	Schema  *connectField   `json:"schema"`
-	Payload json.RawMessage `json:"payload"`
+	Before map[string]json.RawMessage
+	After  map[string]json.RawMessage
+	Op     string
 }
 
 // record is a decoded record: the envelope and, for json-with-schema, the fields of its
@@ -73,36 +67,38 @@ type record struct {
 	key    map[string]json.RawMessage
 }
 
-// decodeRecord parses a record's key and value in either format.
-func decodeRecord(key, value []byte) (*record, error) {
+// decodeRecord parses a step's key, images and schema.
+func decodeRecord(s *step) (*record, error) {
 	r := &record{}
-	if err := unmarshalKey(key, &r.key); err != nil {
+	r.env.Op = string(s.op)
+	if err := unmarshalKey(s.key, &r.key); err != nil {
 		return nil, fmt.Errorf("read key: %w", err)
 	}
-	v := bytes.TrimSpace(value)
-	if bytes.HasPrefix(v, []byte(`{"schema"`)) {
-		var m connectMessage
-		if err := json.Unmarshal(v, &m); err != nil {
+	for _, img := range []struct {
+		raw json.RawMessage
+		dst *map[string]json.RawMessage
+	}{{s.before, &r.env.Before}, {s.after, &r.env.After}} {
+		if len(img.raw) == 0 || string(bytes.TrimSpace(img.raw)) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(img.raw, img.dst); err != nil {
 			return nil, fmt.Errorf("read value: %w", err)
 		}
-		if err := json.Unmarshal(m.Payload, &r.env); err != nil {
-			return nil, fmt.Errorf("read value: %w", err)
+	}
+	if len(s.schema) > 0 {
+		var schema connectField
+		if err := json.Unmarshal(s.schema, &schema); err != nil {
+			return nil, fmt.Errorf("read schema: %w", err)
 		}
-		if m.Schema != nil {
-			for _, f := range m.Schema.Fields {
-				if f.Field == "after" || f.Field == "before" && r.fields == nil {
-					r.schema = f.Fields
-					r.fields = make(map[string]*connectField, len(f.Fields))
-					for i := range f.Fields {
-						r.fields[f.Fields[i].Field] = &f.Fields[i]
-					}
+		for _, f := range schema.Fields {
+			if f.Field == "after" || f.Field == "before" && r.fields == nil {
+				r.schema = f.Fields
+				r.fields = make(map[string]*connectField, len(f.Fields))
+				for i := range f.Fields {
+					r.fields[f.Fields[i].Field] = &f.Fields[i]
 				}
 			}
 		}
-		return r, nil
-	}
-	if err := json.Unmarshal(v, &r.env); err != nil {
-		return nil, fmt.Errorf("read value: %w", err)
 	}
 	return r, nil
 }
