@@ -43,7 +43,8 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod),
        coalesce(bt.typname, t.typname) IN ('bytea'), coalesce(bt.typname, t.typname) IN ('json', 'jsonb'),
        et.oid IS NOT NULL, coalesce(et.typname, '') = 'bytea', coalesce(et.typname, '') IN ('json', 'jsonb'),
        format_type(et.oid, NULL),
-       coalesce(array_position(i.indkey::int2[], a.attnum), 0)
+       -- int2vector subscripts start at 0
+       coalesce(array_position(i.indkey::int2[], a.attnum) - array_lower(i.indkey::int2[], 1) + 1, 0)
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_type bt ON t.typtype = 'd' AND bt.oid = t.typbasetype
