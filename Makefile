@@ -19,6 +19,7 @@ BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
+	$(GO) build -o $(dir $(BIN))tidemark-apply ./cmd/tidemark-apply
 
 test: test-unit test-integration
 

@@ -43,7 +43,7 @@ CREATE TABLE gone (id int PRIMARY KEY, v text)`
 	})
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.types", "public.toasty", "public.gone")
 	e.exec(
-		`UPDATE toasty SET n = n + 100 WHERE id <= 2`,          // body unchanged: left out
+		`UPDATE toasty SET n = n + 100 WHERE id <= 2`,         // body unchanged: left out
 		`UPDATE toasty SET id = id + 10, n = -n WHERE id = 3`, // key change, body unchanged
 		`UPDATE toasty SET body = 'short now' WHERE id = 4`,
 		`DELETE FROM toasty WHERE id = 5`,
