@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
@@ -153,104 +152,4 @@ func compareStrings(a, b string) int {
 		return 1
 	}
 	return 0
-}
-
-// View is what a reader of the watermark topic knows, record by record in offset order: each
-// export's latest own record, with the watermark of a later quiet record applied where that
-// record speaks for the export. pkg/wait, `cdc watermarks` and the restart all read the topic
-// through it.
-type View struct {
-	seq   int
-	own   map[change.ExportID]viewEntry
-	quiet *Quiet
-	qSeq  int
-	busy  map[change.ExportID]bool
-}
-
-type viewEntry struct {
-	rec Record
-	seq int
-}
-
-// NewView returns an empty view.
-func NewView() *View { return &View{own: make(map[change.ExportID]viewEntry)} }
-
-// Add applies one value of the watermark topic: an export's record, the quiet record, or a
-// checkpoint (ignored, as are tombstones). It returns the exports whose effective record the
-// value changed (nil for a value that is none of these) and an error for a value that does not
-// decode.
-func (v *View) Add(value []byte) ([]change.ExportID, error) {
-	if value == nil {
-		return nil, nil
-	}
-	if _, ok, err := DecodeCheckpoint(value); ok {
-		return nil, err
-	}
-	if q, ok, err := DecodeQuiet(value); ok {
-		if err != nil {
-			return nil, err
-		}
-		return v.addQuiet(q), nil
-	}
-	r, err := Decode(value)
-	if err != nil {
-		return nil, err
-	}
-	return v.addOwn(r), nil
-}
-
-// addQuiet applies a decoded quiet record and returns the exports it speaks for.
-func (v *View) addQuiet(q Quiet) []change.ExportID {
-	v.seq++
-	v.quiet, v.qSeq = &q, v.seq
-	v.busy = make(map[change.ExportID]bool, len(q.Busy))
-	for _, e := range q.Busy {
-		v.busy[e] = true
-	}
-	var changed []change.ExportID
-	for e, ent := range v.own {
-		if v.covers(e, ent) {
-			changed = append(changed, e)
-		}
-	}
-	return changed
-}
-
-// addOwn applies an export's decoded record.
-func (v *View) addOwn(r Record) []change.ExportID {
-	v.seq++
-	v.own[r.Export] = viewEntry{rec: r, seq: v.seq}
-	return []change.ExportID{r.Export}
-}
-
-// covers reports whether the quiet record speaks for the export of ent.
-func (v *View) covers(e change.ExportID, ent viewEntry) bool {
-	return v.quiet != nil && v.qSeq > ent.seq && ent.rec.State == StateHydrated && !v.busy[e]
-}
-
-// Get returns e's effective record: its latest own record, with the watermark, position and
-// time of the latest quiet record when that speaks for e (each only where higher).
-func (v *View) Get(e change.ExportID) (Record, bool) {
-	ent, ok := v.own[e]
-	if !ok {
-		return Record{}, false
-	}
-	r := ent.rec
-	r.Offsets = maps.Clone(r.Offsets)
-	if v.covers(e, ent) {
-		r.Watermark = maxLSN(r.Watermark, v.quiet.Watermark)
-		r.WatermarkLSN = lsnNumber(r.Watermark)
-		r.Position = max(r.Position, v.quiet.Position)
-		r.Time, r.Mode = v.quiet.Time, v.quiet.Mode
-	}
-	return r, true
-}
-
-// All returns every export's effective record.
-func (v *View) All() map[change.ExportID]Record {
-	out := make(map[change.ExportID]Record, len(v.own))
-	for e := range v.own {
-		out[e], _ = v.Get(e)
-	}
-	return out
 }

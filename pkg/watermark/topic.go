@@ -31,6 +31,9 @@ type partFold struct {
 	quiet *Quiet
 	qSeq  int
 	cp    *Checkpoint
+	// peaks: View's never-backwards rule, applied as the values are folded (the fold drops
+	// the quiet records that set them).
+	peaks peaks
 }
 
 type seqRecord struct {
@@ -49,7 +52,7 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 	}
 	p := t.parts[partition]
 	if p == nil {
-		p = &partFold{own: make(map[change.ExportID]seqRecord)}
+		p = &partFold{own: make(map[change.ExportID]seqRecord), peaks: make(peaks)}
 		t.parts[partition] = p
 	}
 	switch valueKind(value) {
@@ -67,6 +70,15 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 		}
 		p.seq++
 		p.quiet, p.qSeq = &q, p.seq
+		busy := make(map[change.ExportID]bool, len(q.Busy))
+		for _, e := range q.Busy {
+			busy[e] = true
+		}
+		for e, r := range p.own {
+			if r.rec.State == StateHydrated && !busy[e] {
+				p.peaks.raise(e, attemptOf(r.rec), maxLSN(r.rec.Watermark, q.Watermark))
+			}
+		}
 		return nil
 	}
 	p.seq++
@@ -75,6 +87,7 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 		return err
 	}
 	p.own[r.Export] = seqRecord{rec: r, seq: p.seq}
+	p.peaks.raise(r.Export, attemptOf(r), r.Watermark)
 	return nil
 }
 
@@ -122,6 +135,10 @@ func (t *TopicReader) Result() ([]Record, *Checkpoint) {
 		}
 		if !quietDone {
 			view.addQuiet(*p.quiet)
+		}
+		for e, pk := range p.peaks {
+			w := pk.w
+			view.peaks.raise(e, pk.attempt, &w)
 		}
 	}
 	exports := slices.SortedFunc(maps.Keys(last), func(a, b change.ExportID) int { return last[a] - last[b] })

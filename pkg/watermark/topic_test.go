@@ -128,6 +128,16 @@ func TestTopicReaderKeepsLatest(t *testing.T) {
 		}
 		gotRecs, gotCP := rd.Result()
 		wantRecs, wantCP := decodeEverything(t, parts)
+		if nparts > 1 {
+			// Several partitions have no order across them: the never-backwards rule (peaks)
+			// holds within each, so the watermarks may differ from one replay order's; the
+			// rest must not.
+			for _, rs := range [][]Record{gotRecs, wantRecs} {
+				for i := range rs {
+					rs[i].Watermark, rs[i].WatermarkLSN = nil, nil
+				}
+			}
+		}
 		if !reflect.DeepEqual(gotRecs, wantRecs) && !(len(gotRecs) == 0 && len(wantRecs) == 0) {
 			t.Fatalf("seed %d (%d values, %d partitions): records\n%+v\nwant\n%+v", seed, n, nparts, gotRecs, wantRecs)
 		}
