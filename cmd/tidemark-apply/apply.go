@@ -349,9 +349,11 @@ func (t *target) upsertSQL(names []string) string {
 	return t.sql[k]
 }
 
-// param is $n cast through text to the column's type, so PostgreSQL's input function reads it.
+// param is $n of the column's type. The value is a Go string, which pgx sends in text format,
+// so PostgreSQL's input function of the type reads it. (A cast from text would not do: text to
+// regclass, for one, is a function that refuses the '-' that regclass's output writes.)
 func param(n int, c *column) string {
-	return "$" + strconv.Itoa(n) + "::text::" + c.typ
+	return "$" + strconv.Itoa(n) + "::" + c.typ
 }
 
 // assignments is "c1 = $n::..., c2 = ..." of row's columns, parameters numbered after base.

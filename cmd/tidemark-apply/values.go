@@ -11,8 +11,8 @@ import (
 	"strings"
 )
 
-// Values reach PostgreSQL as text, cast by the statement to the target column's type
-// ($n::text::<type>): PostgreSQL's own input function reads them, which is exact for every type
+// Values reach PostgreSQL as text parameters of the target column's type ($n::<type>, sent in
+// text format): PostgreSQL's own input function reads them, which is exact for every type
 // whose JSON form is its text rendering (see pkg/codec's value mapping). Only what the envelope
 // does not carry as PostgreSQL's text is converted here:
 //
