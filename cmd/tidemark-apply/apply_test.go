@@ -64,10 +64,18 @@ func TestApplySemantics(t *testing.T) {
 			rec('r', `{"id":2}`, "", `{"id":2,"n":2,"body":"two","tags":null,"doc":null,"raw":null}`),
 		}, `1|1|70|{a,"b c"}|{"k": [1, 2]}|0102 ; 2|2|3|||`},
 		{"update without the TOAST column", 20, []step{
-			func() step { s := rec('u', `{"id":1}`, "", `{"id":1,"n":11,"tags":[],"doc":"s","raw":null}`); s.unchanged = true; return s }(),
+			func() step {
+				s := rec('u', `{"id":1}`, "", `{"id":1,"n":11,"tags":[],"doc":"s","raw":null}`)
+				s.unchanged = true
+				return s
+			}(),
 		}, `1|11|70|{}|"s"| ; 2|2|3|||`},
 		{"key change keeps the TOAST column", 30, []step{
-			func() step { s := rec('d', `{"id":1}`, `{"id":1}`, ""); s.newKey = json.RawMessage(`{"id":5}`); return s }(),
+			func() step {
+				s := rec('d', `{"id":1}`, `{"id":1}`, "")
+				s.newKey = json.RawMessage(`{"id":5}`)
+				return s
+			}(),
 			func() step { s := rec('c', `{"id":5}`, "", `{"id":5,"n":-11}`); s.unchanged = true; return s }(),
 		}, `2|2|3||| ; 5|-11|70|{}|"s"|`},
 		{"delete, insert", 40, []step{
