@@ -269,8 +269,10 @@ CREATE TABLE big (id int PRIMARY KEY, pad text NOT NULL);`,
 	if rs.samples < 10 {
 		t.Errorf("only %d samples of the replica", rs.samples)
 	}
+	// The check can fail: applying each topic as it arrives shows torn transactions (about 4%
+	// of the samples in the runs seen, 47 to 51 of some 1,150).
 	if ns.violations == 0 {
-		t.Logf("the naive consumer broke no invariant in this run (%d samples)", ns.samples)
+		t.Errorf("the naive per-topic consumer broke no invariant in %d samples: the check did not show it can fail", ns.samples)
 	}
 }
 

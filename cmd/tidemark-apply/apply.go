@@ -116,6 +116,10 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 		if err != nil {
 			return 0, err
 		}
+		if t == nil && a.createTables {
+			return 0, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
+				a.targetName(s.export).Sanitize(), errPermanent)
+		}
 		if t == nil {
 			return 0, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
 				a.targetName(s.export).Sanitize(), errPermanent)
