@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,9 @@ CREATE TABLE gone (id int PRIMARY KEY, v text)`
 	re.exec(`TRUNCATE types`, toast)
 
 	p := e.startCDC(e.baseVars())
+	httpAddr := freeAddr(t)
 	a := e.startBinary(applyBinary, map[string]string{
+		"APPLY_HTTP_ADDR":   httpAddr,
 		"APPLY_TARGET_URL":  replica,
 		"APPLY_TABLES":      "public.types,public.toasty,public.gone",
 		"CDC_KAFKA_BROKERS": strings.Join(e.brokers, ","),
@@ -104,6 +108,33 @@ CREATE TABLE gone (id int PRIMARY KEY, v text)`
 	}
 	if done, err := a.exited(); done {
 		t.Errorf("tidemark-apply exited: %v", err)
+	}
+	// Health and metrics.
+	for path, want := range map[string][]string{
+		"/healthz": {"ok"},
+		"/metrics": {"tidemark_apply_cut_lag_seconds_count", "tidemark_apply_rows_applied_total", "tidemark_apply_cuts_applied_total"},
+	} {
+		resp, err := http.Get("http://" + httpAddr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", path, resp.Status)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				t.Errorf("GET %s lacks %s", path, w)
+			}
+		}
+		if path == "/metrics" {
+			for _, line := range strings.Split(string(body), "\n") {
+				if strings.HasPrefix(line, "tidemark_apply_rows_applied_total ") && strings.HasSuffix(line, " 0") {
+					t.Errorf("no rows counted: %s", line)
+				}
+			}
+		}
 	}
 }
 

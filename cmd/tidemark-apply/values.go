@@ -51,6 +51,9 @@ func unquoted(raw json.RawMessage) (string, bool, error) {
 	if raw[0] != '"' {
 		return string(raw), true, nil
 	}
+	if plainString(raw) {
+		return string(raw[1 : len(raw)-1]), true, nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", false, fmt.Errorf("read string: %w", err)
@@ -66,6 +69,9 @@ func appendScalar(dst []byte, raw json.RawMessage, col *column) ([]byte, error) 
 	if raw[0] != '"' {
 		return append(dst, raw...), nil
 	}
+	if !col.isBytea && plainString(raw) {
+		return append(dst, raw[1:len(raw)-1]...), nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return dst, fmt.Errorf("read string: %w", err)
@@ -78,6 +84,20 @@ func appendScalar(dst []byte, raw json.RawMessage, col *column) ([]byte, error) 
 		return appendHexBytea(dst, b), nil
 	}
 	return append(dst, s...), nil
+}
+
+// plainString reports whether raw is a JSON string without escapes: its text is what lies
+// between the quotes (cdc escapes every control character, quote and backslash).
+func plainString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return false
+	}
+	for _, c := range raw[1 : len(raw)-1] {
+		if c == '\\' || c == '"' || c < 0x20 {
+			return false
+		}
+	}
+	return true
 }
 
 func appendHexBytea(dst, b []byte) []byte {

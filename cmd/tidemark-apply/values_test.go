@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestTextOf(t *testing.T) {
@@ -20,6 +21,7 @@ func TestTextOf(t *testing.T) {
 		{name: "number", raw: "-9223372036854775808", col: &column{typ: "bigint"}, want: "-9223372036854775808"},
 		{name: "float", raw: "1e+100", col: &column{typ: "double precision"}, want: "1e+100"},
 		{name: "string escapes", raw: `"a\"b\\c\n\u0001😀"`, col: text, want: "a\"b\\c\n\x01😀"},
+		{name: "plain string", raw: `"ünï€ode 😀 {a,b}"`, col: text, want: "ünï€ode 😀 {a,b}"},
 		{name: "numeric string", raw: `"NaN"`, col: &column{typ: "numeric"}, want: "NaN"},
 		{name: "bool", raw: "true", col: &column{typ: "boolean"}, want: "true"},
 		{name: "bytea", raw: `"AAH/"`, col: bytea, want: `\x0001ff`},
@@ -93,4 +95,20 @@ func TestCivilDays(t *testing.T) {
 			t.Errorf("day %d -> %d-%d-%d -> %d", d, y, m, dd, back)
 		}
 	}
+}
+
+// FuzzPlainString: the fast path for strings without escapes reads what encoding/json reads.
+func FuzzPlainString(f *testing.F) {
+	for _, s := range []string{`"a"`, `""`, `"\u0001"`, `"a\"b"`, `"😀"`, `"tab	"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var want string
+		if !plainString(raw) || json.Unmarshal(raw, &want) != nil {
+			return
+		}
+		if got, _, _ := unquoted(raw); got != want && utf8.ValidString(got) {
+			t.Errorf("unquoted(%q) = %q, encoding/json reads %q", raw, got, want)
+		}
+	})
 }
