@@ -9,7 +9,9 @@ import (
 
 // Cut is one consistent cut: every change of the joined tables with commit LSN in [Prev, LSN),
 // grouped into source transactions, and the lifecycle events that happened since the previous
-// cut. Apply Events first, then Txns in order, then store Position with the effects.
+// cut. Apply EventJoined and EventReset first (empty the table), then Txns in order, then store
+// Position with the effects. EventRemoved and EventFailed say that the cut holds the table's
+// last changes: it gets no more.
 type Cut struct {
 	// LSN is the cut's watermark: every change with a lower commit LSN of every joined table
 	// is in this cut or an earlier one; none with a commit LSN >= LSN is.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -22,79 +23,81 @@ var errEnvelope = errors.New("not a tidemark change envelope")
 // decodeChange reads one data record: the json envelope, or json-with-schema's payload. It
 // scans the JSON once and keeps before, after and the key as slices of the record (no copy);
 // only the source block's fields are parsed.
-func decodeChange(e change.ExportID, topic string, partition int32, offset int64, key, value []byte, headers []header) (Change, error) {
-	ch := Change{Export: e, Topic: topic, Partition: partition, Offset: offset}
+func decodeChange(ch *Change, e change.ExportID, topic string, partition int32, offset int64, key, value []byte, headers []header) error {
+	*ch = Change{Export: e, Topic: topic, Partition: partition, Offset: offset}
 	fail := func(msg string) error {
 		return fmt.Errorf("%s[%d] offset %d: %w: %s", topic, partition, offset, errEnvelope, msg)
 	}
-	fields, ok := objectFields(value)
-	if !ok {
-		return ch, fail("value is not a JSON object")
+	var env envelopeFields
+	if !env.scan(value) {
+		return fail("value is not a JSON object")
 	}
 	withSchema := false
-	if pl, ok := fields["payload"]; ok {
-		if _, hasSchema := fields["schema"]; hasSchema {
-			if fields, ok = objectFields(pl); !ok {
-				return ch, fail("payload is not a JSON object")
-			}
-			withSchema = true
+	if env.payload != nil && env.schema != nil {
+		payload := env.payload
+		env = envelopeFields{}
+		if !env.scan(payload) {
+			return fail("payload is not a JSON object")
 		}
+		withSchema = true
 	}
-	op, ok := fields["op"]
-	if !ok || len(op) != 3 || op[0] != '"' || op[2] != '"' {
-		return ch, fail("no op")
+	op := env.op
+	if len(op) != 3 || op[0] != '"' || op[2] != '"' {
+		return fail("no op")
 	}
 	ch.Op = change.Op(op[1])
 	switch ch.Op {
 	case change.OpRead, change.OpCreate, change.OpUpdate, change.OpDelete, change.OpTruncate:
 	default:
-		return ch, fail("unknown op " + string(op))
+		return fail("unknown op " + string(op))
 	}
-	ch.Before, ch.After = nullable(fields["before"]), nullable(fields["after"])
-	src, ok := objectFields(fields["source"])
-	if !ok {
-		return ch, fail("no source")
+	ch.Before, ch.After = nullable(env.before), nullable(env.after)
+	var src sourceFields
+	if !src.scan(env.source) {
+		return fail("no source")
 	}
-	lsn, err := strconv.ParseUint(string(src["lsn"]), 10, 64)
+	lsn, err := strconv.ParseUint(unsafeString(src.lsn), 10, 64)
 	if err != nil {
-		return ch, fail("source.lsn is not a number")
+		return fail("source.lsn is not a number")
 	}
 	ch.Source.LSN = change.LSN(lsn)
-	if v, ok := src["txId"]; ok {
-		x, err := strconv.ParseUint(string(v), 10, 32)
+	if v := src.txID; v != nil {
+		x, err := strconv.ParseUint(unsafeString(v), 10, 32)
 		if err != nil {
-			return ch, fail("source.txId is not a number")
+			return fail("source.txId is not a number")
 		}
 		ch.Source.TxID = uint32(x)
 	}
-	if v, ok := src["sequence"]; ok {
-		if ch.Source.Sequence, err = strconv.ParseInt(string(v), 10, 64); err != nil {
-			return ch, fail("source.sequence is not a number")
+	if v := src.sequence; v != nil {
+		if ch.Source.Sequence, err = strconv.ParseInt(unsafeString(v), 10, 64); err != nil {
+			return fail("source.sequence is not a number")
 		}
 	}
-	if v, ok := src["ts_ms"]; ok {
-		ch.Source.TsMs, _ = strconv.ParseInt(string(v), 10, 64)
+	if v := src.tsMs; v != nil {
+		ch.Source.TsMs, _ = strconv.ParseInt(unsafeString(v), 10, 64)
 	}
-	if v, ok := src["attempt"]; ok {
-		a, _ := strconv.Atoi(string(v))
-		ch.Source.Attempt = a
+	if v := src.attempt; v != nil {
+		ch.Source.Attempt, _ = strconv.Atoi(unsafeString(v))
 	}
-	snap := src["snapshot"]
+	snap := src.snapshot
 	ch.Source.Snapshot = string(snap) == "true" || string(snap) == `"true"` || ch.Op == change.OpRead
-	ch.Source.DB, ch.Source.Schema, ch.Source.Table = jsonString(src["db"]), jsonString(src["schema"]), jsonString(src["table"])
+	ch.Source.DB, ch.Source.Schema, ch.Source.Table = jsonString(src.db), jsonString(src.schema), jsonString(src.table)
 	ch.Key = key
 	if withSchema && key != nil {
-		if kf, ok := objectFields(key); ok {
-			if pl, ok := kf["payload"]; ok {
-				ch.Key = pl
+		var pl []byte
+		if eachField(key, func(name string, v []byte) {
+			if name == "payload" {
+				pl = v
 			}
+		}) && pl != nil {
+			ch.Key = pl
 		}
 	}
 	for _, h := range headers {
 		switch h.Key {
 		case codec.HeaderUnchanged:
 			if err := json.Unmarshal(h.Value, &ch.Unchanged); err != nil {
-				return ch, fail("header " + codec.HeaderUnchanged + " is not a JSON array of names")
+				return fail("header " + codec.HeaderUnchanged + " is not a JSON array of names")
 			}
 		case codec.HeaderOldKey:
 			ch.OldKey = h.Value
@@ -102,7 +105,61 @@ func decodeChange(e change.ExportID, topic string, partition int32, offset int64
 			ch.NewKey = h.Value
 		}
 	}
-	return ch, nil
+	return nil
+}
+
+// envelopeFields are the fields of an envelope (or of json-with-schema's outer object).
+type envelopeFields struct {
+	before, after, source, op, payload, schema []byte
+}
+
+func (f *envelopeFields) scan(b []byte) bool {
+	return eachField(b, func(name string, v []byte) {
+		switch name {
+		case "before":
+			f.before = v
+		case "after":
+			f.after = v
+		case "source":
+			f.source = v
+		case "op":
+			f.op = v
+		case "payload":
+			f.payload = v
+		case "schema":
+			f.schema = v
+		}
+	})
+}
+
+// sourceFields are the fields of the source block the reader uses.
+type sourceFields struct {
+	lsn, txID, sequence, tsMs, attempt, snapshot, db, schema, table []byte
+}
+
+func (f *sourceFields) scan(b []byte) bool {
+	return eachField(b, func(name string, v []byte) {
+		switch name {
+		case "lsn":
+			f.lsn = v
+		case "txId":
+			f.txID = v
+		case "sequence":
+			f.sequence = v
+		case "ts_ms":
+			f.tsMs = v
+		case "attempt":
+			f.attempt = v
+		case "snapshot":
+			f.snapshot = v
+		case "db":
+			f.db = v
+		case "schema":
+			f.schema = v
+		case "table":
+			f.table = v
+		}
+	})
 }
 
 // nullable returns nil for a JSON null.
@@ -126,50 +183,49 @@ func jsonString(b []byte) string {
 	return s
 }
 
-// objectFields splits a JSON object into its fields' raw values (slices of b). ok is false when
-// b is not one well-formed object.
-func objectFields(b []byte) (map[string][]byte, bool) {
+// eachField calls fn with each field of the JSON object b (names with escapes are skipped; the
+// name string is only valid during the call). ok is false when b is not one well-formed object.
+func eachField(b []byte, fn func(name string, v []byte)) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return nil, false
+		return false
 	}
-	out := make(map[string][]byte, 8)
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return out, skipSpace(b, i+1) == len(b)
+		return skipSpace(b, i+1) == len(b)
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return nil, false
+			return false
 		}
 		end, ok := skipString(b, i)
 		if !ok {
-			return nil, false
+			return false
 		}
 		name := b[i+1 : end-1]
 		i = skipSpace(b, end)
 		if i >= len(b) || b[i] != ':' {
-			return nil, false
+			return false
 		}
 		i = skipSpace(b, i+1)
 		vend, ok := skipValue(b, i)
 		if !ok {
-			return nil, false
+			return false
 		}
 		if bytes.IndexByte(name, '\\') < 0 {
-			out[string(name)] = b[i:vend]
+			fn(unsafeString(name), b[i:vend])
 		}
 		i = skipSpace(b, vend)
 		if i >= len(b) {
-			return nil, false
+			return false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case '}':
-			return out, skipSpace(b, i+1) == len(b)
+			return skipSpace(b, i+1) == len(b)
 		default:
-			return nil, false
+			return false
 		}
 	}
 }
@@ -230,3 +286,6 @@ func skipValue(b []byte, i int) (int, bool) {
 	}
 	return j, j > i
 }
+
+// unsafeString views b as a string for parsing or comparing (no copy; never kept).
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

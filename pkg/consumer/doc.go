@@ -20,7 +20,8 @@
 // (P-1, C-1]. Its changes are grouped into source transactions (Txn: commit LSN and txId), the
 // transactions in commit order (snapshot rows of a copy first at their LSN), and each
 // transaction's changes in source.sequence order. Events (joined, reset, removed, failed) come
-// with the cut: apply them before its transactions.
+// with the cut: empty a joined or reset table before applying the cut's transactions; a removed
+// or failed table's last changes are in the cut.
 //
 // # Guarantees
 //

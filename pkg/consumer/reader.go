@@ -138,6 +138,8 @@ func (r *Reader) sync(need map[*part]int64) {
 	assign, unassign := r.st.takeAssignments()
 	if len(unassign) > 0 {
 		r.client.RemoveConsumePartitions(unassign)
+		// The client keeps a partition's pause across removal: clear it, as r.paused does.
+		r.client.ResumeFetchPartitions(unassign)
 		for topic, ps := range unassign {
 			for _, p := range ps {
 				delete(r.paused[topic], p)

@@ -70,8 +70,8 @@ type step struct {
 type part struct {
 	t    *table
 	p    int32
-	next int64    // offset after the last record read
-	held []Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
+	next int64     // offset after the last record read
+	held []*Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
 }
 
 func newState(tables []change.ExportID, waitAll bool) *state {
@@ -346,8 +346,8 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 	if control || value == nil {
 		return nil
 	}
-	ch, err := decodeChange(pt.t.id, topic, partition, offset, key, value, headers)
-	if err != nil {
+	ch := new(Change)
+	if err := decodeChange(ch, pt.t.id, topic, partition, offset, key, value, headers); err != nil {
 		return err
 	}
 	if pt.t.phase == phaseJoined && ch.Source.LSN < s.lastC {
@@ -361,18 +361,7 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 func (s *state) build(p plan) *Cut {
 	cut := &Cut{LSN: p.c, Prev: s.lastC, Events: s.events}
 	s.events = nil
-	type dedupKey struct {
-		e         change.ExportID
-		lsn       change.LSN
-		xid       uint32
-		seq       int64
-		op        change.Op
-		snapshot  bool
-		partition int32
-		offset    int64
-	}
-	seen := map[dedupKey]bool{}
-	var changes []Change
+	var changes []*Change
 	var leaving []*table
 	for _, t := range s.members(p) {
 		joining := t.phase == phaseJoining
@@ -388,14 +377,7 @@ func (s *state) build(p plan) *Cut {
 					kept = append(kept, ch)
 					continue
 				}
-				k := dedupKey{e: t.id, lsn: ch.Source.LSN, xid: ch.Source.TxID, seq: ch.Source.Sequence, op: ch.Op}
-				if ch.Source.Snapshot || ch.Op == change.OpRead {
-					k.snapshot, k.partition, k.offset = true, ch.Partition, ch.Offset
-				}
-				if !seen[k] {
-					seen[k] = true
-					changes = append(changes, ch)
-				}
+				changes = append(changes, ch)
 			}
 			clear(pt.held[len(kept):])
 			pt.held = kept
@@ -444,22 +426,62 @@ func (s *state) position() Position {
 	return pos
 }
 
-// groupTxns groups changes into transactions in commit order, changes in sequence order.
-func groupTxns(changes []Change) []Txn {
-	slices.SortStableFunc(changes, func(a, b Change) int {
-		return cmp.Or(
-			cmp.Compare(a.Source.LSN, b.Source.LSN),
-			-cmpBool(a.Source.Snapshot, b.Source.Snapshot),
-			cmp.Compare(a.Source.TxID, b.Source.TxID),
-			cmp.Compare(a.Source.Sequence, b.Source.Sequence),
-			cmp.Compare(a.Export.Schema, b.Export.Schema),
-			cmp.Compare(a.Export.Table, b.Export.Table),
-			cmp.Compare(a.Partition, b.Partition),
-			cmp.Compare(a.Offset, b.Offset),
-		)
-	})
+// compareChanges orders changes: commit LSN, a copy's rows first, txId, sequence, then export,
+// partition and offset (a total order).
+func compareChanges(a, b *Change) int {
+	if c := cmp.Compare(a.Source.LSN, b.Source.LSN); c != 0 {
+		return c
+	}
+	if c := cmpBool(b.Source.Snapshot, a.Source.Snapshot); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Source.TxID, b.Source.TxID); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Source.Sequence, b.Source.Sequence); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Export.Schema, b.Export.Schema); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Export.Table, b.Export.Table); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Offset, b.Offset)
+}
+
+// sameChange reports whether b repeats a: a truncate written to every partition, or a record
+// an at-least-once restart published again (same export, transaction, sequence and op; a
+// copy's rows are never repeats).
+func sameChange(a, b *Change) bool {
+	return !a.Source.Snapshot && !b.Source.Snapshot && a.Export == b.Export && a.Source.LSN == b.Source.LSN &&
+		a.Source.TxID == b.Source.TxID && a.Source.Sequence == b.Source.Sequence && a.Op == b.Op
+}
+
+// groupTxns groups changes into transactions in commit order, changes in sequence order, each
+// change once.
+func groupTxns(ptrs []*Change) []Txn {
+	slices.SortFunc(ptrs, compareChanges)
 	var txns []Txn
-	for _, ch := range changes {
+	runStart := 0 // first change of the current (export, LSN, txId, sequence) run
+	for i, chp := range ptrs {
+		if i > 0 && !sameRun(ptrs[runStart], chp) {
+			runStart = i
+		}
+		dup := false
+		for _, prev := range ptrs[runStart:i] {
+			if sameChange(prev, chp) {
+				dup = true
+				break
+			}
+		}
+		if dup {
+			continue
+		}
+		ch := *chp
 		n := len(txns)
 		if n == 0 || txns[n-1].CommitLSN != ch.Source.LSN || txns[n-1].TxID != ch.Source.TxID || txns[n-1].Snapshot != ch.Source.Snapshot {
 			txns = append(txns, Txn{CommitLSN: ch.Source.LSN, TxID: ch.Source.TxID, Snapshot: ch.Source.Snapshot})
@@ -468,6 +490,12 @@ func groupTxns(changes []Change) []Txn {
 		txns[n-1].Changes = append(txns[n-1].Changes, ch)
 	}
 	return txns
+}
+
+// sameRun reports whether a and b share export, transaction and sequence.
+func sameRun(a, b *Change) bool {
+	return a.Export == b.Export && a.Source.LSN == b.Source.LSN && a.Source.TxID == b.Source.TxID &&
+		a.Source.Sequence == b.Source.Sequence && a.Source.Snapshot == b.Source.Snapshot
 }
 
 func cmpBool(a, b bool) int {

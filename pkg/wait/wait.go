@@ -10,7 +10,11 @@
 //	recs, err := w.Until(ctx, lsn, change.ExportID{Schema: "public", Table: "orders"})
 //	// every change of public.orders committed before lsn is now below recs[e].Offsets
 //
-// It reads the watermark topic read-committed from the beginning and keeps following it.
+// It reads the watermark topic read-committed from the beginning and keeps following it,
+// through watermark.View: the one implementation of the reading rules (own, quiet and
+// checkpoint records), which pkg/consumer's cuts rest on too. An export's watermark as a Waiter
+// reports it never moves backwards within a copy attempt. For changes in transaction-consistent
+// cuts across tables, use pkg/consumer.
 package wait
 
 import (

@@ -1,0 +1,185 @@
+package consumer
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// TestQuietRecords: a quiet record moves a quiet table's watermark; a later quiet record that
+// lists it as busy does not move it back, so the cuts do not either.
+func TestQuietRecords(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	a, q := f.table("a"), f.table("q")
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(q, hydrated, 100, 1, nil)
+	})
+	rd := f.reader(nil, false)
+	want(t, next(t, rd), "100 joined:a joined:q")
+	f.insert(a, 150, 7, 0, 1, "x")
+	f.step(func() {
+		f.mark(a, hydrated, 400, 1, nil)
+		f.quiet(300)
+		f.checkpoint(400)
+	})
+	want(t, next(t, rd), "300 150/7:a.c1")
+	// q turns busy: its own record still says 100; the cuts stay at 300, then go on.
+	f.insert(q, 350, 8, 0, 5, "y")
+	f.insert(a, 360, 9, 0, 2, "z")
+	f.step(func() {
+		f.mark(a, hydrated, 500, 1, nil)
+		f.quiet(500, q)
+	})
+	f.step(func() { f.mark(q, hydrated, 480, 1, nil) })
+	want(t, next(t, rd), "480 350/8:q.c5 360/9:a.c2")
+}
+
+// TestPieces: a transaction cdc published in pieces, across Kafka transactions, with other
+// tables' watermark records in between that do not pass it, comes whole in one cut.
+func TestPieces(t *testing.T) {
+	f := newFake(t, 3, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+	})
+	rd := f.reader([]change.ExportID{a, b}, false)
+	want(t, next(t, rd), "100 joined:a joined:b")
+	for i := range 6 {
+		f.insert(a, 200, 20, int64(2*i), 10+i, "p")
+		f.insert(b, 200, 20, int64(2*i+1), 10+i, "p")
+		// Each piece commits with a checkpoint (partial) and b's heartbeat below the transaction.
+		f.step(func() { f.mark(b, hydrated, 150, 1, nil) })
+	}
+	f.step(func() { f.mark(a, hydrated, 150, 1, nil) })
+	c := next(t, rd)
+	want(t, c, "150")
+	f.step(func() {
+		f.mark(a, hydrated, 250, 1, nil)
+		f.mark(b, hydrated, 250, 1, nil)
+	})
+	c = next(t, rd)
+	if len(c.Txns) != 1 || len(c.Txns[0].Changes) != 12 {
+		t.Fatalf("cut %s: want one transaction of 12 changes", describe(c))
+	}
+	for i, ch := range c.Txns[0].Changes {
+		if ch.Source.Sequence != int64(i) {
+			t.Fatalf("change %d has sequence %d: %s", i, ch.Source.Sequence, describe(c))
+		}
+	}
+}
+
+// TestRecopyRemovalFailure: a re-copy resets a table and delivers its new copy; a removed
+// table leaves at its final watermark; a failed one too, while the other goes on; a truncate is
+// delivered once although it is on every partition; an unchosen table being copied holds
+// nothing back.
+func TestRecopyRemovalFailure(t *testing.T) {
+	f := newFake(t, 3, codec.FormatJSON)
+	a, b, c, big := f.table("a"), f.table("b"), f.table("c"), f.table("big")
+	f.copyRows(a, 100, 1, 1)
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+		f.mark(c, hydrated, 100, 1, nil)
+		f.mark(big, hydrating, 0, 1, nil)
+	})
+	rd := f.reader([]change.ExportID{a, b, c}, false)
+	want(t, next(t, rd), "100 joined:a joined:b joined:c 99/0:a.r1")
+
+	// a is copied again (attempt 2, starting at the topic's current end).
+	f.insert(a, 150, 5, 0, 2, "old") // an old-attempt change nobody will see
+	f.insert(b, 150, 5, 1, 7, "b")
+	f.flushTracked()
+	start := f.offsets(a)
+	f.step(func() { f.mark(a, hydrating, 100, 2, start) })
+	f.copyRows(a, 180, 2, 1, 3)
+	f.truncate(b, 190, 6, 0)
+	f.step(func() {
+		f.mark(b, hydrated, 200, 1, nil)
+		f.mark(c, hydrated, 200, 1, nil)
+	})
+	// The reset comes as soon as it is read (a cut of events alone may repeat the LSN).
+	if c := next(t, rd); describe(c) == "100 reset:a" {
+		want(t, next(t, rd), "200 150/5:b.c7 190/6:b.t")
+	} else {
+		want(t, c, "200 reset:a 150/5:b.c7 190/6:b.t")
+	}
+	f.insert(a, 210, 8, 0, 4, "new")
+	f.step(func() {
+		f.mark(a, hydrated, 220, 2, start)
+		f.mark(b, hydrated, 220, 1, nil)
+		f.mark(c, hydrated, 220, 1, nil)
+	})
+	want(t, next(t, rd), "220 joined:a 179/0:a.r1,a.r3 210/8:a.c4")
+
+	// b is removed at 230 (its last change at 225); c fails at 240; big, unchosen, still copies.
+	f.insert(b, 225, 9, 0, 8, "last")
+	f.step(func() {
+		f.mark(b, watermark.StateRemoved, 230, 1, nil)
+		f.mark(a, hydrated, 260, 2, start)
+		f.mark(c, watermark.StateFailed, 240, 1, nil)
+	})
+	c1 := next(t, rd)
+	want(t, c1, "230 removed:b 225/9:b.c8")
+	c2 := next(t, rd)
+	want(t, c2, "240 failed:c")
+	if c2.Events[0].Error != "boom" {
+		t.Fatalf("failed event %+v", c2.Events[0])
+	}
+	want(t, next(t, rd), "260")
+}
+
+// TestResume: a reader resumed from a cut's stored position delivers exactly what a reader that
+// went on delivers: nothing twice, nothing skipped, also with records held back past the cut.
+func TestResume(t *testing.T) {
+	f := newFake(t, 3, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.copyRows(a, 100, 1, 1, 2, 3)
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+	})
+	for i := range 10 {
+		lsn := change.LSN(200 + 10*i)
+		f.update(a, lsn, uint32(i), 0, 1+i%3, "x")
+		f.insert(b, lsn, uint32(i), 1, i, "y")
+		f.flushTracked()
+	}
+	f.step(func() {
+		f.mark(a, hydrated, 300, 1, nil)
+		f.mark(b, hydrated, 245, 1, nil)
+	})
+	rd := f.reader(nil, false)
+	first := next(t, rd)
+	c := first
+	for c.LSN < 245 {
+		c = next(t, rd)
+	}
+	stored, err := json.Marshal(c.Position)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.step(func() { f.mark(b, hydrated, 300, 1, nil) })
+	rest := next(t, rd)
+
+	pos, err := ParsePosition(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd2 := f.reader(nil, false)
+	if err := rd2.Resume(pos); err != nil {
+		t.Fatal(err)
+	}
+	again := next(t, rd2)
+	if describe(again) != describe(rest) || again.Prev != 245 {
+		t.Fatalf("resumed cut\n got %s\nwant %s", describe(again), describe(rest))
+	}
+	want(t, again, "300 250/5:a.u3,b.c5 260/6:a.u1,b.c6 270/7:a.u2,b.c7 280/8:a.u3,b.c8 290/9:a.u1,b.c9")
+	if _, err := ParsePosition([]byte(`{"version":9}`)); err == nil {
+		t.Fatal("a position of an unknown version parsed")
+	}
+}
