@@ -7,13 +7,17 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // reader adapts pkg/consumer's Reader to the applier: each cut becomes a batch.
 type reader struct {
-	rd  *consumer.Reader
-	log *slog.Logger
+	rd      *consumer.Reader
+	schemas *schemas
+	log     *slog.Logger
 }
 
 // openConsumer opens the reader at position (the JSON of a consumer.Position, "" for the
@@ -46,7 +50,8 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 			return nil, fmt.Errorf("resume at %s: %w", pos.LSN, err)
 		}
 	}
-	return &reader{rd: rd, log: log}, nil
+	sch := &schemas{opts: append([]kgo.Opt{kgo.SeedBrokers(cfg.brokers...)}, opts...), byName: map[change.ExportID]*tableSchema{}}
+	return &reader{rd: rd, schemas: sch, log: log}, nil
 }
 
 func (r *reader) Close() { r.rd.Close() }
@@ -57,13 +62,13 @@ func (r *reader) Next(ctx context.Context) (*batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	return batchOf(cut, r.log)
+	return batchOf(ctx, cut, r.schemas, r.log)
 }
 
 // batchOf turns a cut into a batch. Events come first: a table that joins (its first copy, or
 // a new one after a reset) is cleared in the same transaction that writes its copy, so the
 // target never shows it empty or half copied. Removed and failed tables are left as they are.
-func batchOf(cut *consumer.Cut, log *slog.Logger) (*batch, error) {
+func batchOf(ctx context.Context, cut *consumer.Cut, sch *schemas, log *slog.Logger) (*batch, error) {
 	pos, err := json.Marshal(cut.Position)
 	if err != nil {
 		return nil, fmt.Errorf("position of cut %s: %w", cut.LSN, err)
@@ -93,9 +98,15 @@ func batchOf(cut *consumer.Cut, log *slog.Logger) (*batch, error) {
 			if !tx.Snapshot && ch.Source.TsMs > latest {
 				latest = ch.Source.TsMs
 			}
+			var schema json.RawMessage
+			if ch.Op != change.OpTruncate {
+				if schema, err = sch.of(ctx, ch); err != nil {
+					return nil, err
+				}
+			}
 			b.steps = append(b.steps, step{
 				kind: stepRecord, export: ch.Export, op: byte(ch.Op), key: ch.Key,
-				before: ch.Before, after: ch.After, schema: schemaOf(ch),
+				before: ch.Before, after: ch.After, schema: schema,
 				unchanged: len(ch.Unchanged) > 0, newKey: ch.NewKey,
 				lsn: ch.Source.LSN, sequence: ch.Source.Sequence,
 			})

@@ -439,9 +439,9 @@ func pgTypeOf(f *connectField) (string, error) {
 		return "integer", nil
 	case "int64":
 		return "bigint", nil
-	case "float32":
+	case "float", "float32":
 		return "real", nil
-	case "float64":
+	case "double", "float64":
 		return "double precision", nil
 	case "boolean":
 		return "boolean", nil
