@@ -157,6 +157,12 @@ func TestConsumerCuts(t *testing.T) {
 		}
 		for id, b := range balances {
 			if want[id] != b {
+				t.Logf("failing cut: events %v prev %s tables %v txns %d", cut.Events, cut.Prev, cut.Tables, len(cut.Txns))
+				for _, tx := range cut.Txns {
+					if len(tx.Changes) > 0 && !tx.Snapshot {
+						t.Logf("failing cut: tx %s/%d %d changes", tx.CommitLSN, tx.TxID, len(tx.Changes))
+					}
+				}
 				t.Fatalf("cut %s: account %d has %d, its ledger says %d", cut.LSN, id, b, want[id])
 			}
 		}

@@ -35,9 +35,14 @@
 //   - No change is delivered twice: a record is delivered at most once per reader, a change
 //     with a commit LSN below the previous cut is dropped (at-least-once re-sends), and a
 //     truncate, which cdc writes to every partition, is delivered once.
-//   - Lifecycle. A table joins when its watermark record says hydrated: the cut it joins in
-//     carries EventJoined and its whole current copy attempt (the rows of the copy, op r, and
-//     every change since), read from the attempt's start offsets; start the table from empty.
+//   - Lifecycle. A table joins when its watermark record says hydrated, at the first cut whose
+//     LSN reaches the watermark it was hydrated at: the cut carries EventJoined and its whole
+//     current copy attempt (the rows of the copy, op r, and every change since), read from the
+//     attempt's start offsets; start the table from empty. Joining no lower than that watermark
+//     matters for chunked copies, whose rows carry their chunks' positions rather than commit
+//     LSNs: below it a copy row can show the effect of a transaction whose changes in another
+//     table the cut does not hold yet; at or above it, every row of the table is its state at
+//     the cut.
 //     A new copy attempt of a joined table gives EventReset: the table leaves the cuts at once
 //     (its old rows are stale), and joins again, with the new copy, when that is hydrated. A
 //     removed or failed table holds the cuts up to its final watermark, then leaves with
@@ -52,13 +57,16 @@
 //
 // # Memory
 //
-// A cut is built in memory, whole. Past the cut nothing is read far: for a target C, each
-// partition of a joined table is fetched only up to the offsets of that table's first watermark
-// record whose watermark reaches C (the reader keeps, per table, the watermark and offsets of
-// each record since the last cut: a few bytes per record); a partition that has reached its
-// target is paused (kgo PauseFetchPartitions), so data held back by a slow table stays in Kafka.
-// What is buffered past a cut is then at most what one watermark step of each table covers plus
-// one fetch per partition (kgo.FetchMaxPartitionBytes).
+// A cut is built in memory, whole, and covers one watermark step: its LSN is the lowest
+// watermark, past the previous cut, of any joined table's records, so a reader that is behind
+// catches up in cuts of one step each (at most what a table's watermark record covers), not
+// in one cut of everything behind. Past the cut little is read: for a target C, each partition
+// of a joined table must be read up to the offsets of that table's first watermark record whose
+// watermark reaches C (the reader keeps, per table, the watermark and offsets of each record
+// since the last cut: a few bytes per record). A partition that has reached its target is read
+// on only while it holds less than Config.HeldBytes (4 MiB) of records past the cut, then paused
+// (kgo PauseFetchPartitions), so data held back by a slow table stays in Kafka. What is buffered
+// past a cut is at most HeldBytes plus one fetch per partition (kgo.FetchMaxPartitionBytes).
 //
 // # Limits
 //

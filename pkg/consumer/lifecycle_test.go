@@ -1,8 +1,14 @@
 package consumer
 
 import (
+	"context"
+	"encoding/hex"
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
@@ -27,15 +33,17 @@ func TestQuietRecords(t *testing.T) {
 		f.checkpoint(400)
 	})
 	want(t, next(t, rd), "300 150/7:a.c1")
-	// q turns busy: its own record still says 100; the cuts stay at 300, then go on.
-	f.insert(q, 350, 8, 0, 5, "y")
-	f.insert(a, 360, 9, 0, 2, "z")
+	// q turns busy: its own record still says 100; the cuts stay at 300, then go on, one
+	// watermark step at a time (a's 400, then q's 480).
+	f.insert(q, 450, 8, 0, 5, "y")
+	f.insert(a, 460, 9, 0, 2, "z")
 	f.step(func() {
 		f.mark(a, hydrated, 500, 1, nil)
 		f.quiet(500, q)
 	})
 	f.step(func() { f.mark(q, hydrated, 480, 1, nil) })
-	want(t, next(t, rd), "480 350/8:q.c5 360/9:a.c2")
+	want(t, next(t, rd), "400")
+	want(t, next(t, rd), "480 450/8:q.c5 460/9:a.c2")
 }
 
 // TestPieces: a transaction cdc published in pieces, across Kafka transactions, with other
@@ -181,5 +189,86 @@ func TestResume(t *testing.T) {
 	want(t, again, "300 250/5:a.u3,b.c5 260/6:a.u1,b.c6 270/7:a.u2,b.c7 280/8:a.u3,b.c8 290/9:a.u1,b.c9")
 	if _, err := ParsePosition([]byte(`{"version":9}`)); err == nil {
 		t.Fatal("a position of an unknown version parsed")
+	}
+}
+
+// TestJoinAtHydratedWatermark: a table joins at a cut no lower than the watermark it was
+// hydrated at, even when the other tables' watermarks step below it: a chunked copy's rows
+// carry their chunk's position, so a lower cut could show them without the other tables'
+// changes they reflect.
+func TestJoinAtHydratedWatermark(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+	rd := f.reader(nil, false)
+	want(t, next(t, rd), "100 joined:a")
+	f.insert(a, 120, 3, 0, 1, "x")
+	f.copyRows(b, 180, 1, 7) // a chunk's row at 179 that reflects the transaction at 120
+	f.step(func() {
+		f.mark(a, hydrated, 150, 1, nil)
+		f.mark(b, hydrated, 200, 1, nil)
+	})
+	want(t, next(t, rd), "150 120/3:a.c1")
+	f.insert(a, 210, 4, 0, 2, "y")
+	f.step(func() { f.mark(a, hydrated, 250, 1, nil) })
+	want(t, next(t, rd), "200 joined:b 179/0:b.r7")
+	f.step(func() { f.mark(b, hydrated, 250, 1, nil) })
+	want(t, next(t, rd), "250 210/4:a.c2")
+}
+
+// TestMemoryBounded: while a slow table holds the cuts back, a busy table's records past the
+// cut are read only up to Config.HeldBytes per partition (plus a fetch); the rest stays in
+// Kafka, and comes once the slow table moves.
+func TestMemoryBounded(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	busy, slow := f.table("busy"), f.table("slow")
+	f.step(func() {
+		f.mark(busy, hydrated, 100, 1, nil)
+		f.mark(slow, hydrated, 100, 1, nil)
+	})
+	const held, fetch = 32 << 10, 16 << 10
+	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, HeldBytes: held,
+		Opts: []kgo.Opt{kgo.FetchMaxPartitionBytes(fetch), kgo.FetchMaxBytes(fetch)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	want(t, next(t, rd), "100 joined:busy joined:slow")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		pad := make([]byte, 250) // incompressible: fetch sizes count compressed batches
+		for j := range pad {
+			pad[j] = byte(rng.IntN(256))
+		}
+		f.insert(busy, change.LSN(200+i), uint32(i), 0, i, hex.EncodeToString(pad))
+		if i%20 == 19 {
+			f.flushTracked() // batches of ~10 KiB per partition: a fetch returns whole batches
+		}
+		if i%200 == 199 {
+			f.step(func() { f.mark(busy, hydrated, change.LSN(201+i), 1, nil) })
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if c, err := rd.Next(ctx); err == nil {
+		t.Fatalf("a cut while slow holds at 100: %s", describe(c))
+	}
+	total := 0
+	for _, pt := range rd.st.tables[busy].parts {
+		if pt.heldBytes > held+2*fetch+16<<10 {
+			t.Fatalf("partition %d holds %d bytes, want at most about %d (plus a fetch)", pt.p, pt.heldBytes, held)
+		}
+		total += len(pt.held)
+	}
+	if total == 0 || total >= 2000 {
+		t.Fatalf("%d records held of 2000 written: want some, not all", total)
+	}
+	f.step(func() { f.mark(slow, hydrated, 3000, 1, nil) })
+	n := 0
+	for n < 2000 {
+		n += next(t, rd).Changes()
+	}
+	if n != 2000 {
+		t.Fatalf("%d changes delivered, want 2000", n)
 	}
 }

@@ -25,6 +25,11 @@ type Config struct {
 	// no cut shows one chosen table without another. Later re-copies still let the others go
 	// on.
 	WaitAll bool
+	// HeldBytes bounds, per partition, what the reader reads ahead of the cut it is building
+	// (records past that cut, held for later ones): a partition that has reached its target
+	// keeps being fetched until it holds this much, then is paused. 0 means 4 MiB; negative
+	// pauses a partition as soon as it reaches its target.
+	HeldBytes int
 	// Opts are extra franz-go options: TLS, SASL, fetch sizes (see SecurityOpts).
 	Opts []kgo.Opt
 	// Logger, nil for slog.Default().
@@ -41,6 +46,8 @@ type Reader struct {
 	client *kgo.Client
 	st     *state
 	paused map[string]map[int32]bool
+	// heldBytes is Config.HeldBytes resolved.
+	heldBytes int
 }
 
 // New returns a reader that starts at the beginning of every chosen table's current copy (or
@@ -75,6 +82,12 @@ func New(cfg Config) (*Reader, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	r := &Reader{cfg: cfg, log: log.With("stage", "consumer"), client: cl, st: newState(cfg.Tables, cfg.WaitAll), paused: map[string]map[int32]bool{}}
+	switch {
+	case cfg.HeldBytes == 0:
+		r.heldBytes = 4 << 20
+	case cfg.HeldBytes > 0:
+		r.heldBytes = cfg.HeldBytes
+	}
 	return r, nil
 }
 
@@ -133,7 +146,8 @@ func (r *Reader) Next(ctx context.Context) (*Cut, error) {
 }
 
 // sync starts and stops reading partitions as the state asks, and pauses every data partition
-// that has no target to reach (need), so that what lies past a cut stays in Kafka.
+// that has no target to reach (need) and holds HeldBytes already, so that what lies past a cut
+// stays in Kafka.
 func (r *Reader) sync(need map[*part]int64) {
 	assign, unassign := r.st.takeAssignments()
 	if len(unassign) > 0 {
@@ -164,6 +178,7 @@ func (r *Reader) sync(need map[*part]int64) {
 	for topic, ps := range r.st.parts {
 		for p, pt := range ps {
 			_, want := need[pt]
+			want = want || pt.heldBytes < r.heldBytes
 			paused := r.paused[topic][p]
 			switch {
 			case want && paused:

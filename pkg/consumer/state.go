@@ -56,6 +56,9 @@ type table struct {
 	// final is a removed or failed record of a member: it leaves once the cuts reach its
 	// watermark.
 	final *Event
+	// hydW is the watermark of the record that said hydrated: the table joins at a cut at or
+	// above it.
+	hydW change.LSN
 	// start is where a joining table's partitions are read from (its attempt's start offsets).
 	start map[int32]int64
 	parts map[int32]*part
@@ -72,7 +75,13 @@ type part struct {
 	p    int32
 	next int64     // offset after the last record read
 	held []*Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
+	// heldBytes estimates the memory of held.
+	heldBytes int
 }
+
+// changeBytes estimates the memory a held change keeps: its images, key and source (slices of
+// the record) and the struct.
+func changeBytes(ch *Change) int { return len(ch.Before) + len(ch.After) + len(ch.Key) + 384 }
 
 func newState(tables []change.ExportID, waitAll bool) *state {
 	s := &state{
@@ -153,6 +162,7 @@ func (s *state) update(rec watermark.Record) {
 		if t.phase == phaseOut || t.phase == phaseJoining && a != t.attempt {
 			s.dropParts(t)
 			t.phase, t.attempt, t.steps, t.final = phaseJoining, a, nil, nil
+			t.hydW = *rec.Watermark
 			t.topic = rec.Topic
 			t.start = nil
 			if rec.Snapshot != nil {
@@ -251,6 +261,7 @@ func (s *state) plan() (plan, bool) {
 	if len(s.resumed) > 0 {
 		return plan{}, false // a resumed member's first record is not read yet
 	}
+	// c is at most the watermark of every joined table.
 	var joining []*table
 	c, any := change.LSN(0), false
 	for _, t := range s.sortedTables() {
@@ -259,19 +270,39 @@ func (s *state) plan() (plan, bool) {
 		case t.phase == phaseJoined && !ok:
 			return plan{}, false
 		case t.phase == phaseJoined:
-		case t.phase == phaseJoining && ok && w >= s.lastC:
+			if !any || w < c {
+				c, any = w, true
+			}
+		case t.phase == phaseJoining && ok && w >= max(s.lastC, t.hydW):
 			joining = append(joining, t)
-		default:
-			continue
 		}
-		if !any || w < c {
-			c, any = w, true
+	}
+	// A joining table joins at a cut at or above the watermark it was hydrated at: its copy's
+	// rows (a chunked copy's rows carry the positions of their chunks, not commit LSNs) all lie
+	// below it, so the table's rows in the cut are its state at the cut, like the others'.
+	for {
+		cj, anyJ := c, any
+		for _, t := range joining {
+			if w, _ := t.lastW(); !anyJ || w < cj {
+				cj, anyJ = w, true
+			}
 		}
+		kept := joining[:0]
+		for _, t := range joining {
+			if t.hydW <= cj {
+				kept = append(kept, t)
+			}
+		}
+		if len(kept) == len(joining) {
+			c, any = cj, anyJ
+			break
+		}
+		joining = kept
 	}
 	if s.waitAll && !s.waited {
 		for e := range s.chosen {
 			t := s.tables[e]
-			if t == nil || t.phase == phaseOut || t.phase == phaseJoining && !slices.Contains(joining, t) {
+			if t == nil || t.phase != phaseJoined && !slices.Contains(joining, t) {
 				return plan{}, false
 			}
 		}
@@ -281,6 +312,22 @@ func (s *state) plan() (plan, bool) {
 		c = s.lastC
 	}
 	c = max(c, s.lastC)
+	// One watermark step at a time: the lowest first step of a joined table past the last cut
+	// (not below what the joining tables need), so that a reader catching up builds cuts of
+	// one step each, not one cut of everything behind.
+	floor := s.lastC
+	for _, t := range joining {
+		floor = max(floor, t.hydW)
+	}
+	for _, t := range s.tables {
+		if t.phase != phaseJoined {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(t.steps, s.lastC+1, func(s step, c change.LSN) int { return cmp.Compare(s.w, c) })
+		if i < len(t.steps) && t.steps[i].w < c {
+			c = max(t.steps[i].w, floor)
+		}
+	}
 	leaving := false
 	for _, t := range s.tables {
 		if w, _ := t.lastW(); t.phase == phaseJoined && t.final != nil && w <= c {
@@ -298,7 +345,7 @@ func (s *state) members(p plan) []*table {
 	var out []*table
 	for _, t := range s.sortedTables() {
 		w, ok := t.lastW()
-		if t.phase == phaseJoined || t.phase == phaseJoining && ok && w >= p.c && slices.Contains(p.joining, t) {
+		if t.phase == phaseJoined || t.phase == phaseJoining && ok && w >= p.c && t.hydW <= p.c && slices.Contains(p.joining, t) {
 			out = append(out, t)
 		}
 	}
@@ -354,6 +401,7 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 		return nil
 	}
 	pt.held = append(pt.held, ch)
+	pt.heldBytes += changeBytes(ch)
 	return nil
 }
 
@@ -381,6 +429,10 @@ func (s *state) build(p plan) *Cut {
 			}
 			clear(pt.held[len(kept):])
 			pt.held = kept
+			pt.heldBytes = 0
+			for _, ch := range kept {
+				pt.heldBytes += changeBytes(ch)
+			}
 		}
 		// Steps below the cut are no longer needed.
 		i, _ := slices.BinarySearchFunc(t.steps, p.c, func(s step, c change.LSN) int { return cmp.Compare(s.w, c) })
