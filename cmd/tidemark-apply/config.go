@@ -89,7 +89,9 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 
 // loadConfig reads and checks the environment through getenv; on any problem it returns a
 // *configError naming every one. No problem quotes a secret: the target URL is shown redacted.
-func loadConfig(getenv func(string) string) (config, error) {
+// An APPLY_* variable in environ that Env does not declare is a problem too: a misspelt
+// APPLY_TABLES silently ignored would apply every table.
+func loadConfig(getenv func(string) string, environ []string) (config, error) {
 	var problems []error
 	add := func(name, value, format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
@@ -97,6 +99,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 			problems = append(problems, fmt.Errorf("%s: %s", name, msg))
 		} else {
 			problems = append(problems, fmt.Errorf("%s=%q: %s", name, value, msg))
+		}
+	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "APPLY_") && !slices.ContainsFunc(envVars(), func(v envVar) bool { return v.Name == name }) {
+			add(name, "", "unknown variable (see tidemark-apply help)")
 		}
 	}
 	vars := make(map[string]string)
@@ -263,4 +271,5 @@ func writeHelp(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "\nKafka TLS and SASL: %s, as cdc reads them (see cdc help).\n", strings.Join(securityVars, ", "))
+	fmt.Fprintln(w, "Unknown APPLY_* variables are an error.")
 }

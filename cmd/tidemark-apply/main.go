@@ -48,7 +48,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr)
 	stop()
 	if ce, ok := errors.AsType[*configError](err); ok {
 		fmt.Fprintf(os.Stderr, "tidemark-apply: configuration:\n")
@@ -77,7 +77,8 @@ type cutSource interface {
 // openSource opens the reader at a position saved in the progress table ("" for the start).
 type openSource func(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error)
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// run is the command; environ (os.Environ()) is read only to find unknown APPLY_* variables.
+func run(ctx context.Context, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) error {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -91,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		writeHelp(stderr)
 		return errUsage
 	}
-	cfg, err := loadConfig(getenv)
+	cfg, err := loadConfig(getenv, environ)
 	if err != nil {
 		return err
 	}

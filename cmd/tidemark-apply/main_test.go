@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 func TestHelpListsEveryVariable(t *testing.T) {
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &out, &out); err != nil {
+	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, nil, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range envVars() {
@@ -42,20 +42,20 @@ func TestConfigEveryProblemNoSecret(t *testing.T) {
 		"CDC_KAFKA_SASL_MECHANISM": "PLAIN",
 		"CDC_KAFKA_SASL_PASSWORD":  "saslsecret",
 	}
-	_, err := loadConfig(func(k string) string { return vars[k] })
+	_, err := loadConfig(func(k string) string { return vars[k] }, []string{"APPLY_TABLE=public.a", "PATH=/bin"})
 	ce, ok := errors.AsType[*configError](err)
 	if !ok {
 		t.Fatalf("loadConfig: %v, want a *configError", err)
 	}
 	text := err.Error()
 	for _, name := range []string{"APPLY_TARGET_URL", "APPLY_TABLES", "APPLY_CREATE_TABLES", "APPLY_PROGRESS_TABLE",
-		"APPLY_LOG_LEVEL", "APPLY_HTTP_ADDR", "CDC_KAFKA_BROKERS", "CDC_KAFKA_SASL_USERNAME"} {
+		"APPLY_LOG_LEVEL", "APPLY_HTTP_ADDR", "CDC_KAFKA_BROKERS", "CDC_KAFKA_SASL_USERNAME", "APPLY_TABLE:"} {
 		if !strings.Contains(text, name) {
 			t.Errorf("problems lack %s:\n%s", name, text)
 		}
 	}
-	if len(ce.problems) < 8 {
-		t.Errorf("%d problems, want at least 8:\n%s", len(ce.problems), text)
+	if len(ce.problems) < 9 {
+		t.Errorf("%d problems, want at least 9:\n%s", len(ce.problems), text)
 	}
 	for _, secret := range []string{"hunter2secret", "saslsecret"} {
 		if strings.Contains(text, secret) {
@@ -66,7 +66,7 @@ func TestConfigEveryProblemNoSecret(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	vars := map[string]string{"APPLY_TARGET_URL": "postgres://x@db/y", "CDC_KAFKA_BROKERS": "k:9092", "CDC_TOPIC_PREFIX": "demo"}
-	c, err := loadConfig(func(k string) string { return vars[k] })
+	c, err := loadConfig(func(k string) string { return vars[k] }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
