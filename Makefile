@@ -44,7 +44,7 @@ test-integration:
 FUZZTIME ?= 60s
 FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/codec/:FuzzAppendValue \
 	./pkg/codec/:FuzzSplitCopyText ./pkg/watermark/:FuzzDecode ./pkg/watermark/:FuzzTrackerHistory \
-	./pkg/secret/:FuzzRedact ./cmd/tidemark-apply/:FuzzPlainString
+	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./cmd/tidemark-apply/:FuzzPlainString
 fuzz:
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
 

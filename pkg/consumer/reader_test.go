@@ -1,9 +1,14 @@
 package consumer
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
@@ -69,5 +74,31 @@ func TestCutsAcrossTablesAndPartitions(t *testing.T) {
 				t.Fatalf("key %s: %v", ch.Key, err)
 			}
 		})
+	}
+}
+
+// TestBadInput: a data record that is not an envelope, and a watermark value this build cannot
+// read, stop Next with an error naming where; New lists every missing setting.
+func TestBadInput(t *testing.T) {
+	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "brokers") || !strings.Contains(err.Error(), "watermark topic") {
+		t.Fatalf("New(Config{}): %v, want both problems", err)
+	}
+	f := newFake(t, 1, codec.FormatJSON)
+	a := f.table("a")
+	f.batch = append(f.batch, &kgo.Record{Topic: f.topic(a), Partition: 0, Key: []byte(`{"id":1}`), Value: []byte(`{"hello":"world"}`)})
+	f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+	rd := f.reader(nil, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := rd.Next(ctx); !errors.Is(err, errEnvelope) || !strings.Contains(err.Error(), f.topic(a)+"[0] offset 0") {
+		t.Fatalf("Next over a record that is not an envelope: %v", err)
+	}
+
+	g := newFake(t, 1, codec.FormatJSON)
+	g.batch = append(g.batch, &kgo.Record{Topic: g.wmTopic, Key: []byte("public.x"), Value: []byte(`{"version":99,"export":"public.x","state":"hydrated"}`)})
+	g.flushTracked()
+	rd2 := g.reader(nil, false)
+	if _, err := rd2.Next(ctx); !errors.Is(err, watermark.ErrUnsupportedVersion) {
+		t.Fatalf("Next over a watermark record of version 99: %v", err)
 	}
 }

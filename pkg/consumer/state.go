@@ -149,8 +149,8 @@ func (s *state) update(rec watermark.Record) {
 	}
 	t.rec = rec
 	a := attemptOf(rec)
-	if t.phase == phaseJoined && a != t.attempt {
-		// A new copy attempt: the rows so far are stale.
+	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating) {
+		// A new copy (attempt): the rows so far are stale.
 		s.leave(t)
 		s.events = append(s.events, Event{Kind: EventReset, Export: t.id, Attempt: a, Record: rec})
 	}
@@ -185,10 +185,15 @@ func (s *state) update(rec watermark.Record) {
 			if rec.State == watermark.StateFailed {
 				kind = EventFailed
 			}
-			t.final = &Event{Kind: kind, Export: t.id, Attempt: a, Error: rec.Error, Record: rec}
-			if rec.Watermark != nil {
-				t.addStep(*rec.Watermark, rec.Offsets)
+			ev := Event{Kind: kind, Export: t.id, Attempt: a, Error: rec.Error, Record: rec}
+			if rec.Watermark == nil {
+				// Nothing more to deliver: it leaves with the next cut.
+				s.leave(t)
+				s.events = append(s.events, ev)
+				return
 			}
+			t.final = &ev
+			t.addStep(*rec.Watermark, rec.Offsets)
 		}
 	}
 }
