@@ -19,6 +19,7 @@ BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
+	$(GO) build -o $(dir $(BIN))tidemark-apply ./cmd/tidemark-apply
 
 test: test-unit test-integration
 
@@ -43,7 +44,7 @@ test-integration:
 FUZZTIME ?= 60s
 FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/codec/:FuzzAppendValue \
 	./pkg/codec/:FuzzSplitCopyText ./pkg/watermark/:FuzzDecode ./pkg/watermark/:FuzzTrackerHistory \
-	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader
+	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./cmd/tidemark-apply/:FuzzPlainString
 fuzz:
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
 

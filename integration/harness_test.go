@@ -24,8 +24,8 @@ import (
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// cdcBinary is built once by TestMain.
-var cdcBinary string
+// cdcBinary and applyBinary (tidemark-apply) are built once by TestMain.
+var cdcBinary, applyBinary string
 
 func buildCDC() (string, func(), error) {
 	dir, err := os.MkdirTemp("", "tidemark-it-")
@@ -42,6 +42,14 @@ func buildCDC() (string, func(), error) {
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", nil, fmt.Errorf("build cdc: %w", err)
+	}
+	applyBinary = filepath.Join(dir, "tidemark-apply")
+	applyArgs := append([]string{"build", "-o", applyBinary}, args[3:]...) // args[3:]: -race, if asked
+	cmd = exec.Command("go", append(applyArgs, "./cmd/tidemark-apply")...)
+	cmd.Dir = ".."
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", nil, fmt.Errorf("build tidemark-apply: %w", err)
 	}
 	return bin, func() { os.RemoveAll(dir) }, nil
 }
@@ -134,7 +142,14 @@ type proc struct {
 // startCDC runs cdc with vars and stops it (SIGTERM) at cleanup if still running.
 func (e *env) startCDC(vars map[string]string) *proc {
 	e.t.Helper()
-	cmd := exec.Command(cdcBinary)
+	return e.startBinary(cdcBinary, vars)
+}
+
+// startBinary runs one of the built binaries with vars and stops it (SIGTERM) at cleanup if
+// still running.
+func (e *env) startBinary(binary string, vars map[string]string) *proc {
+	e.t.Helper()
+	cmd := exec.Command(binary)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + e.t.TempDir()}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
@@ -142,13 +157,13 @@ func (e *env) startCDC(vars map[string]string) *proc {
 	p := &proc{t: e.t, cmd: cmd, log: &testenv.LogBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start cdc: %v", err)
+		e.t.Fatalf("start %s: %v", filepath.Base(binary), err)
 	}
 	go func() { p.done <- cmd.Wait() }()
 	e.t.Cleanup(func() {
 		p.stop(syscall.SIGTERM)
 		if e.t.Failed() {
-			e.t.Logf("cdc log:\n%s", tail(p.log.String(), 12000))
+			e.t.Logf("%s log:\n%s", filepath.Base(binary), tail(p.log.String(), 12000))
 		}
 	})
 	return p

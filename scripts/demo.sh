@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tidemark demo: real PostgreSQL and Kafka (scripts/services.sh, own state in .demo/), two demo
-# tables, the cdc service running against them, a few changes, and every record of the demo
-# topics printed by cmd/tidemark-tail. cdc keeps running until Ctrl-C.
+# tables, the cdc service running against them, a few changes, every record of the demo topics
+# printed by cmd/tidemark-tail, and tidemark-apply keeping a replica database in step (counts and
+# sums of source and replica printed side by side). cdc and the applier keep running until Ctrl-C.
 #
 # Ports (override with the same variables as services.sh): PostgreSQL 55442, Kafka 59102/59103,
 # so the demo never touches the servers of `make up`.
@@ -19,9 +20,15 @@ PREFIX=demo
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 CDC_PID=""
+APPLY_PID=""
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	if [ -n "$APPLY_PID" ] && kill -0 "$APPLY_PID" 2>/dev/null; then
+		say "stopping tidemark-apply"
+		kill -TERM "$APPLY_PID" 2>/dev/null || true
+		wait "$APPLY_PID" 2>/dev/null || true
+	fi
 	if [ -n "$CDC_PID" ] && kill -0 "$CDC_PID" 2>/dev/null; then
 		say "stopping cdc"
 		kill -TERM "$CDC_PID" 2>/dev/null || true
@@ -59,9 +66,10 @@ say "creating demo tables in database tidemark"
 sql -f scripts/demo-schema.sql
 sql -c 'SELECT * FROM demo_customers ORDER BY id' -c 'SELECT * FROM demo_orders ORDER BY id'
 
-say "building bin/cdc and bin/tidemark-tail"
+say "building bin/cdc, bin/tidemark-tail and bin/tidemark-apply"
 go build -o bin/cdc ./cmd/cdc
 go build -o bin/tidemark-tail ./cmd/tidemark-tail
+go build -o bin/tidemark-apply ./cmd/tidemark-apply
 
 tail_records() { bin/tidemark-tail -brokers "$BROKERS" -prefix "$PREFIX" -timeout 20s "$@"; }
 count_records() {
@@ -127,11 +135,67 @@ say "watermarks: how far each table's topic is complete (cdc watermarks)"
 CDC_PG_URL="$PG_URL" CDC_KAFKA_BROKERS="$BROKERS" CDC_PUBLICATION=tidemark_demo CDC_SLOT=tidemark_demo \
 	CDC_TOPIC_PREFIX="$PREFIX" CDC_LOG_FORMAT=text bin/cdc watermarks
 
-say "cdc keeps running: change rows with"
+say "tidemark-apply: a replica in database tidemark_replica (log: $DEMO/apply.log)"
+REPLICA_URL="${PG_URL/\/tidemark\?//tidemark_replica?}"
+sql -c 'CREATE DATABASE tidemark_replica'
+# The replica's tables: the demo schema without its rows.
+"$PSQL" -X -q -v ON_ERROR_STOP=1 "$REPLICA_URL" -f scripts/demo-schema.sql \
+	-c 'TRUNCATE demo_customers, demo_orders'
+APPLY_TARGET_URL="$REPLICA_URL" \
+	APPLY_TABLES=public.demo_customers,public.demo_orders \
+	CDC_KAFKA_BROKERS="$BROKERS" \
+	CDC_TOPIC_PREFIX="$PREFIX" \
+	APPLY_LOG_FORMAT=text \
+	bin/tidemark-apply >"$DEMO/apply.log" 2>&1 &
+APPLY_PID=$!
+
+# summary URL: one line of counts and sums of the demo tables.
+summary() {
+	"$PSQL" -X -q -At "$1" -c "SELECT (SELECT count(*) FROM demo_customers) || ' customers, ' ||
+		(SELECT count(*) FROM demo_orders) || ' orders, amounts ' || (SELECT coalesce(sum(amount), 0) FROM demo_orders) ||
+		', emails ' || (SELECT md5(string_agg(email, ',' ORDER BY id)) FROM demo_customers)"
+}
+# in_step waits until the replica's summary equals the source's.
+in_step() {
+	local i
+	for i in $(seq 1 60); do
+		[ "$(summary "$PG_URL")" = "$(summary "$REPLICA_URL")" ] && return 0
+		kill -0 "$APPLY_PID" 2>/dev/null || {
+			echo "demo: tidemark-apply exited; last lines of $DEMO/apply.log:" >&2
+			tail -n 30 "$DEMO/apply.log" >&2 || true
+			APPLY_PID=""
+			exit 1
+		}
+		sleep 1
+	done
+	echo "demo: the replica is not in step after 60s; last lines of $DEMO/apply.log:" >&2
+	tail -n 30 "$DEMO/apply.log" >&2 || true
+	exit 1
+}
+in_step
+echo "source:  $(summary "$PG_URL")"
+echo "replica: $(summary "$REPLICA_URL")"
+
+say "one more transaction, in both tables: the replica shows it whole or not at all"
+sql <<'EOF'
+BEGIN;
+INSERT INTO demo_customers (name, email) VALUES ('Alan Turing', 'alan@example.com');
+INSERT INTO demo_orders (customer_id, amount) VALUES (5, 100.00);
+UPDATE demo_orders SET amount = amount - 10 WHERE id = 1;
+COMMIT;
+EOF
+in_step
+echo "source:  $(summary "$PG_URL")"
+echo "replica: $(summary "$REPLICA_URL")"
+"$PSQL" -X -q "$REPLICA_URL" -c 'SELECT name, lsn, txns AS transactions_applied, applied_at FROM tidemark_apply_progress'
+
+say "cdc and tidemark-apply keep running: change rows with"
 echo "  $PSQL '$PG_URL'"
-echo "and print the topics again with"
+echo "print the topics again with"
 echo "  bin/tidemark-tail -brokers $BROKERS -prefix $PREFIX"
-echo "Ctrl-C stops cdc, PostgreSQL and Kafka."
+echo "and look at the replica with"
+echo "  $PSQL '$REPLICA_URL'"
+echo "Ctrl-C stops cdc, tidemark-apply, PostgreSQL and Kafka."
 set +e
 wait "$CDC_PID"
 rc=$?

@@ -1,0 +1,406 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// applier applies batches to the target, each in one transaction with its progress row.
+type applier struct {
+	conn         *pgx.Conn
+	progress     pgx.Identifier
+	name         string
+	targetSchema string // "" keeps each table's source schema
+	createTables bool
+	log          *slog.Logger
+	tables       map[change.ExportID]*target
+	// chunk is how many statements go to the server in one round trip.
+	chunk int
+}
+
+// pending is a queued statement and what its result must be.
+type pending struct {
+	want   int64 // rows it must affect; -1 for any
+	export change.ExportID
+	what   string
+}
+
+// targetName is the target table of an export.
+func (a *applier) targetName(e change.ExportID) pgx.Identifier {
+	if a.targetSchema != "" {
+		return pgx.Identifier{a.targetSchema, e.Table}
+	}
+	return pgx.Identifier{e.Schema, e.Table}
+}
+
+// apply applies b in one transaction, together with its position and transaction count in the
+// progress table; it returns the row changes applied. On error nothing of b is applied.
+func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
+	tx, err := a.conn.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			a.tables = nil // a created table may have been rolled back
+		}
+	}()
+	if a.tables == nil {
+		a.tables = make(map[change.ExportID]*target)
+	}
+	var pb pgx.Batch
+	var want []pending
+	flush := func() error {
+		if pb.Len() == 0 {
+			return nil
+		}
+		res := tx.SendBatch(ctx, &pb)
+		for _, p := range want {
+			tag, err := res.Exec()
+			if err != nil {
+				res.Close()
+				return fmt.Errorf("%s %s: %w", p.what, p.export, err)
+			}
+			if p.want >= 0 && tag.RowsAffected() != p.want {
+				res.Close()
+				return fmt.Errorf("%s %s: %d rows affected, want %d: the target is not in step with the source (changed by someone else?): %w",
+					p.what, p.export, tag.RowsAffected(), p.want, errPermanent)
+			}
+		}
+		pb, want = pgx.Batch{}, want[:0]
+		return res.Close()
+	}
+	type truncation struct {
+		export   change.ExportID
+		lsn      change.LSN
+		sequence int64
+	}
+	var lastTruncate truncation
+	for i := range b.steps {
+		s := &b.steps[i]
+		if s.kind == stepReset {
+			t, err := a.resolve(ctx, tx, s.export, nil)
+			if err != nil {
+				return 0, err
+			}
+			if t != nil {
+				pb.Queue("DELETE FROM " + t.name.Sanitize())
+				want = append(want, pending{want: -1, export: s.export, what: "reset"})
+			}
+			continue
+		}
+		r, err := decodeRecord(s)
+		if err != nil {
+			return 0, fmt.Errorf("record of %s: %w", s.export, err)
+		}
+		if r.env.Op == "t" {
+			// A truncate is published on every partition: one is enough.
+			tr := truncation{s.export, s.lsn, s.sequence}
+			if tr == lastTruncate {
+				continue
+			}
+			lastTruncate = tr
+		}
+		t, err := a.resolve(ctx, tx, s.export, r)
+		if err != nil {
+			return 0, err
+		}
+		if t == nil && a.createTables {
+			return 0, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
+				a.targetName(s.export).Sanitize(), errPermanent)
+		}
+		if t == nil {
+			return 0, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
+				a.targetName(s.export).Sanitize(), errPermanent)
+		}
+		n, err := a.queue(&pb, &want, t, s, r)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", s.export, err)
+		}
+		rows += n
+		if pb.Len() >= a.chunk {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	pb.Queue(fmt.Sprintf(`INSERT INTO %s (name, lsn, position, txns, applied_at) VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (name) DO UPDATE SET lsn = EXCLUDED.lsn, position = EXCLUDED.position,
+  txns = %[1]s.txns + EXCLUDED.txns, applied_at = EXCLUDED.applied_at`, a.progress.Sanitize()),
+		a.name, b.lsn.String(), b.position, b.txns)
+	want = append(want, pending{want: 1, what: "record progress"})
+	if err := flush(); err != nil {
+		return 0, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("commit cut %s: %w", b.lsn, err)
+	}
+	return rows, nil
+}
+
+// resolve returns the export's target table, created from r's schema when missing and asked
+// to; nil when it does not exist.
+func (a *applier) resolve(ctx context.Context, tx pgx.Tx, e change.ExportID, r *record) (*target, error) {
+	if t := a.tables[e]; t != nil {
+		return t, nil
+	}
+	name := a.targetName(e)
+	t, ok, err := loadTarget(ctx, tx, name)
+	if err != nil {
+		return nil, err
+	}
+	if !ok && a.createTables && r != nil && r.schema != nil {
+		var key []string
+		for k := range r.key {
+			key = append(key, k)
+		}
+		// Key columns in the table's column order.
+		var ordered []string
+		for _, f := range r.schema {
+			if slices.Contains(key, f.Field) {
+				ordered = append(ordered, f.Field)
+			}
+		}
+		sql, err := createSQL(name, r.schema, ordered)
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %v: %w", name.Sanitize(), err, errPermanent)
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			return nil, fmt.Errorf("create %s: %w", name.Sanitize(), err)
+		}
+		a.log.Info("created target table", "table", name.Sanitize(), "export", e.String())
+		if t, ok, err = loadTarget(ctx, tx, name); err != nil {
+			return nil, err
+		}
+	}
+	if !ok {
+		return nil, nil
+	}
+	a.tables[e] = t
+	return t, nil
+}
+
+// queue queues the statements of one record and returns the row changes it counts as.
+func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *record) (int, error) {
+	row := r.env.After
+	if r.env.Op == "d" {
+		row = r.env.Before
+	}
+	if !t.checked && r.env.Op != "t" {
+		var cols, key []string
+		for c := range row {
+			cols = append(cols, c)
+		}
+		for k := range r.key {
+			key = append(key, k)
+		}
+		if err := t.check(s.export, cols, key); err != nil {
+			return 0, err
+		}
+		t.checked = true
+	}
+	conv := func(name string, raw json.RawMessage) (any, error) {
+		col := t.cols[name]
+		if col == nil {
+			return nil, fmt.Errorf("target %s has no column %s: %w", t.name.Sanitize(), name, errPermanent)
+		}
+		var s string
+		var ok bool
+		var err error
+		if f := r.fields[name]; f != nil {
+			s, ok, err = connectText(raw, f)
+		} else {
+			s, ok, err = textOf(raw, col)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", name, err)
+		}
+		if !ok {
+			return nil, nil
+		}
+		return s, nil
+	}
+	switch r.env.Op {
+	case "t":
+		pb.Queue("TRUNCATE " + t.name.Sanitize())
+		*want = append(*want, pending{want: -1, export: s.export, what: "truncate"})
+		return 1, nil
+	case "d":
+		if len(s.newKey) > 0 {
+			// The first half of a key change: move the row to the new key, so that the
+			// create that follows can merge into it (it may leave unchanged TOAST out).
+			var newKey map[string]json.RawMessage
+			if err := unmarshalKey(s.newKey, &newKey); err != nil {
+				return 0, fmt.Errorf("read %s header: %w", "tidemark.new_key", err)
+			}
+			set, args, err := a.assignments(t, newKey, conv, 0)
+			if err != nil {
+				return 0, err
+			}
+			where, wargs, err := a.keyMatch(t, r.key, conv, len(args))
+			if err != nil {
+				return 0, err
+			}
+			pb.Queue("UPDATE "+t.name.Sanitize()+" SET "+set+" WHERE "+where, append(args, wargs...)...)
+			*want = append(*want, pending{want: 1, export: s.export, what: "move row"})
+			return 1, nil
+		}
+		where, args, err := a.keyMatch(t, r.key, conv, 0)
+		if err != nil {
+			return 0, err
+		}
+		pb.Queue("DELETE FROM "+t.name.Sanitize()+" WHERE "+where, args...)
+		*want = append(*want, pending{want: -1, export: s.export, what: "delete"})
+		return 1, nil
+	case "r", "c", "u":
+		if row == nil {
+			return 0, fmt.Errorf("op %s without after", r.env.Op)
+		}
+		if s.unchanged {
+			// Unchanged TOAST columns are left out: set only the columns carried.
+			set, args, err := a.assignments(t, row, conv, 0)
+			if err != nil {
+				return 0, err
+			}
+			where, wargs, err := a.keyMatch(t, r.key, conv, len(args))
+			if err != nil {
+				return 0, err
+			}
+			pb.Queue("UPDATE "+t.name.Sanitize()+" SET "+set+" WHERE "+where, append(args, wargs...)...)
+			*want = append(*want, pending{want: 1, export: s.export, what: "update"})
+			return 1, nil
+		}
+		names := sortedNames(t, row)
+		args := make([]any, len(names))
+		for i, n := range names {
+			v, err := conv(n, row[n])
+			if err != nil {
+				return 0, err
+			}
+			args[i] = v
+		}
+		pb.Queue(t.upsertSQL(names), args...)
+		*want = append(*want, pending{want: -1, export: s.export, what: "upsert"})
+		return 1, nil
+	}
+	return 0, fmt.Errorf("unknown op %q", r.env.Op)
+}
+
+// sortedNames lists row's columns in the target's column order.
+func sortedNames(t *target, row map[string]json.RawMessage) []string {
+	names := make([]string, 0, len(row))
+	for _, c := range t.order {
+		if _, ok := row[c]; ok {
+			names = append(names, c)
+		}
+	}
+	return names
+}
+
+// upsertSQL is INSERT ... ON CONFLICT (key) DO UPDATE of the columns named, cached per set.
+func (t *target) upsertSQL(names []string) string {
+	k := "u\x00" + strings.Join(names, "\x00")
+	if s, ok := t.sql[k]; ok {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + t.name.Sanitize() + " (")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgx.Identifier{n}.Sanitize())
+	}
+	b.WriteString(") VALUES (")
+	for i, n := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(param(i+1, t.cols[n]))
+	}
+	b.WriteString(") ON CONFLICT (")
+	for i, k := range t.key {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgx.Identifier{k}.Sanitize())
+	}
+	b.WriteString(") DO ")
+	var set []string
+	for _, n := range names {
+		if !slices.Contains(t.key, n) {
+			q := pgx.Identifier{n}.Sanitize()
+			set = append(set, q+" = EXCLUDED."+q)
+		}
+	}
+	if len(set) == 0 {
+		b.WriteString("NOTHING")
+	} else {
+		b.WriteString("UPDATE SET " + strings.Join(set, ", "))
+	}
+	t.sql[k] = b.String()
+	return t.sql[k]
+}
+
+// param is $n of the column's type. The value is a Go string, which pgx sends in text format,
+// so PostgreSQL's input function of the type reads it. (A cast from text would not do: text to
+// regclass, for one, is a function that refuses the '-' that regclass's output writes.)
+func param(n int, c *column) string {
+	return "$" + strconv.Itoa(n) + "::" + c.typ
+}
+
+// assignments is "c1 = $n::..., c2 = ..." of row's columns, parameters numbered after base.
+func (a *applier) assignments(t *target, row map[string]json.RawMessage, conv func(string, json.RawMessage) (any, error), base int) (string, []any, error) {
+	var parts []string
+	var args []any
+	for _, n := range sortedNames(t, row) {
+		v, err := conv(n, row[n])
+		if err != nil {
+			return "", nil, err
+		}
+		args = append(args, v)
+		parts = append(parts, pgx.Identifier{n}.Sanitize()+" = "+param(base+len(args), t.cols[n]))
+	}
+	if len(parts) == 0 {
+		return "", nil, fmt.Errorf("no columns to set")
+	}
+	return strings.Join(parts, ", "), args, nil
+}
+
+// keyMatch is "k1 = $n::... AND ..." of the key's columns, parameters numbered after base.
+func (a *applier) keyMatch(t *target, key map[string]json.RawMessage, conv func(string, json.RawMessage) (any, error), base int) (string, []any, error) {
+	var parts []string
+	var args []any
+	for _, k := range t.key {
+		raw, ok := key[k]
+		if !ok {
+			return "", nil, fmt.Errorf("record key without %s", k)
+		}
+		v, err := conv(k, raw)
+		if err != nil {
+			return "", nil, err
+		}
+		args = append(args, v)
+		parts = append(parts, pgx.Identifier{k}.Sanitize()+" = "+param(base+len(args), t.cols[k]))
+	}
+	return strings.Join(parts, " AND "), args, nil
+}
+
+// lagOf is the cut's lag: from its latest source commit to now.
+func lagOf(b *batch, now time.Time) (time.Duration, bool) {
+	if b.commitTime.IsZero() {
+		return 0, false
+	}
+	return now.Sub(b.commitTime), true
+}

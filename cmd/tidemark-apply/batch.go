@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// batch is one cut as the applier applies it: the reader's cut turned into an ordered list of
+// steps (reader.go makes it from pkg/consumer's cut).
+type batch struct {
+	lsn change.LSN
+	// position is the reader's position after the cut, as text; stored in the progress table
+	// and handed back to the reader on start.
+	position string
+	steps    []step
+	// txns counts the source transactions in the cut (snapshot copies not counted); the
+	// progress table keeps the running total, so a test can see that none was applied twice.
+	txns int
+	// commitTime is the latest source commit time of the cut's transactions (zero if none):
+	// the cut's lag is measured from it.
+	commitTime time.Time
+}
+
+type stepKind uint8
+
+const (
+	stepRecord stepKind = iota // a Kafka record of a table: one row change
+	stepReset                  // a new copy of the table follows: clear it
+)
+
+// step is one thing to do in a cut's transaction, in order.
+type step struct {
+	kind   stepKind
+	export change.ExportID
+	op     byte            // c, u, d, r or t
+	key    json.RawMessage // the key columns as a JSON object
+	// before and after are the envelope's images (nil when null).
+	before, after json.RawMessage
+	// schema is a json-with-schema record's Connect schema (nil for json).
+	schema json.RawMessage
+	// unchanged: the update leaves unchanged TOAST columns out of after.
+	unchanged bool
+	// newKey is set on the delete of a key change: the row moves there.
+	newKey json.RawMessage
+	// truncate dedup: cdc writes a truncate to every partition; the reader may pass them all.
+	lsn      change.LSN
+	sequence int64
+}
+
+// envelope is the part of a record's value the applier reads.
+type envelope struct {
+	Before map[string]json.RawMessage
+	After  map[string]json.RawMessage
+	Op     string
+}
+
+// record is a decoded record: the envelope and, for json-with-schema, the fields of its
+// value struct and the key's column names.
+type record struct {
+	env    envelope
+	fields map[string]*connectField // nil for json
+	schema []connectField           // the value's fields in order (json-with-schema)
+	key    map[string]json.RawMessage
+}
+
+// decodeRecord parses a step's key, images and schema.
+func decodeRecord(s *step) (*record, error) {
+	r := &record{}
+	r.env.Op = string(s.op)
+	if err := unmarshalKey(s.key, &r.key); err != nil {
+		return nil, fmt.Errorf("read key: %w", err)
+	}
+	for _, img := range []struct {
+		raw json.RawMessage
+		dst *map[string]json.RawMessage
+	}{{s.before, &r.env.Before}, {s.after, &r.env.After}} {
+		if len(img.raw) == 0 || string(bytes.TrimSpace(img.raw)) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(img.raw, img.dst); err != nil {
+			return nil, fmt.Errorf("read value: %w", err)
+		}
+	}
+	if len(s.schema) > 0 {
+		var schema connectField
+		if err := json.Unmarshal(s.schema, &schema); err != nil {
+			return nil, fmt.Errorf("read schema: %w", err)
+		}
+		for _, f := range schema.Fields {
+			if f.Field == "after" || f.Field == "before" && r.fields == nil {
+				r.schema = f.Fields
+				r.fields = make(map[string]*connectField, len(f.Fields))
+				for i := range f.Fields {
+					r.fields[f.Fields[i].Field] = &f.Fields[i]
+				}
+			}
+		}
+	}
+	return r, nil
+}
+
+// unmarshalKey reads a key object, plain ({"id":1}) or json-with-schema ({"schema":..,"payload":{"id":1}}).
+func unmarshalKey(key []byte, dst *map[string]json.RawMessage) error {
+	if len(key) == 0 {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(key, &m); err != nil {
+		return err
+	}
+	if p, ok := m["payload"]; ok && len(m) == 2 && m["schema"] != nil {
+		return json.Unmarshal(p, dst)
+	}
+	*dst = m
+	return nil
+}

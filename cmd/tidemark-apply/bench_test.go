@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// BenchmarkApplyVsUpsert applies the same rows (json envelopes' after images, as cdc publishes
+// them) twice per iteration into a real PostgreSQL (CDC_TEST_PG_URL): through the applier (cuts
+// of 500 rows, each one transaction with its progress row) and through a plain loop of pgx
+// batches of INSERT ... ON CONFLICT DO UPDATE with typed parameters, one transaction per 500
+// rows. It reports both rates and their ratio (applier / plain). Skipped under -short.
+func BenchmarkApplyVsUpsert(b *testing.B) {
+	url := testenv.NewDB(b)
+	ctx := context.Background()
+	const schema = `CREATE TABLE bench (id bigint PRIMARY KEY, n int NOT NULL, s text NOT NULL, amount numeric(12,2) NOT NULL, at timestamptz NOT NULL)`
+	testenv.Exec(b, url, schema, `CREATE TABLE plain (LIKE bench INCLUDING ALL)`)
+	const rows, per = 20_000, 500
+	exportID := change.ExportID{Schema: "public", Table: "bench"}
+	type row struct {
+		ID     int64  `json:"id"`
+		N      int32  `json:"n"`
+		S      string `json:"s"`
+		Amount string `json:"amount"`
+		At     string `json:"at"`
+	}
+	var afters []json.RawMessage
+	var keys []json.RawMessage
+	for i := range rows {
+		r := row{ID: int64(i), N: int32(i * 7), S: fmt.Sprintf("row %d with some text", i), Amount: fmt.Sprintf("%d.%02d", i, i%100),
+			At: time.Unix(1_700_000_000+int64(i), 123456000).UTC().Format("2006-01-02T15:04:05.000000Z")}
+		a, _ := json.Marshal(r)
+		afters = append(afters, a)
+		keys = append(keys, json.RawMessage(fmt.Sprintf(`{"id":%d}`, i)))
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	progress := pgx.Identifier{"public", "tidemark_apply_progress"}
+	if err := ensureProgress(ctx, conn, progress); err != nil {
+		b.Fatal(err)
+	}
+	a := &applier{conn: conn, progress: progress, name: "bench", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		tables: map[change.ExportID]*target{}, chunk: 512}
+	var applyTime, plainTime time.Duration
+	for b.Loop() {
+		start := time.Now()
+		for lo := 0; lo < rows; lo += per {
+			bt := &batch{lsn: change.LSN(lo + 1), position: "{}", txns: 1}
+			for i := lo; i < lo+per; i++ {
+				bt.steps = append(bt.steps, step{kind: stepRecord, export: exportID, op: 'c', key: keys[i], after: afters[i]})
+			}
+			if _, err := a.apply(ctx, bt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		applyTime += time.Since(start)
+
+		start = time.Now()
+		for lo := 0; lo < rows; lo += per {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var pb pgx.Batch
+			for i := lo; i < lo+per; i++ {
+				var r row
+				if err := json.Unmarshal(afters[i], &r); err != nil {
+					b.Fatal(err)
+				}
+				at, err := time.Parse(time.RFC3339Nano, r.At)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pb.Queue(`INSERT INTO plain (id, n, s, amount, at) VALUES ($1, $2, $3, $4::numeric, $5)
+ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n, s = EXCLUDED.s, amount = EXCLUDED.amount, at = EXCLUDED.at`, r.ID, r.N, r.S, r.Amount, at)
+			}
+			if err := tx.SendBatch(ctx, &pb).Close(); err != nil {
+				b.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		plainTime += time.Since(start)
+	}
+	n := float64(b.N * rows)
+	applyRate, plainRate := n/applyTime.Seconds(), n/plainTime.Seconds()
+	b.ReportMetric(applyRate, "apply-rows/s")
+	b.ReportMetric(plainRate, "upsert-rows/s")
+	b.ReportMetric(applyRate/plainRate, "ratio")
+	b.Logf("applier %.0f rows/s, plain batched upsert %.0f rows/s: ratio %.2f", applyRate, plainRate, applyRate/plainRate)
+	var same bool
+	if err := conn.QueryRow(ctx, `SELECT NOT EXISTS (SELECT * FROM bench EXCEPT SELECT * FROM plain) AND (SELECT count(*) FROM bench) = (SELECT count(*) FROM plain)`).Scan(&same); err != nil || !same {
+		b.Errorf("the applier and the plain loop wrote different rows (%v)", err)
+	}
+}

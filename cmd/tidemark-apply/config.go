@@ -1,0 +1,275 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/caarlos0/env/v11"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/secret"
+	"github.com/tidemark/cdc/pkg/sink"
+)
+
+// Env is the applier's configuration surface: one field per environment variable (tags as in
+// cdc's Env: env, envDefault, helpDefault, desc). The Kafka variables are cdc's own names, so one
+// environment file serves both; TLS and SASL are read by sink.ReadSecurityEnv, as cdc and
+// tidemark-tail read them.
+type Env struct {
+	TargetURL      string `env:"APPLY_TARGET_URL,required" helpDefault:"(required)" desc:"the target PostgreSQL: URL (postgres://user:pass@host:5432/db) or key=value DSN; the password is never printed"`
+	Tables         string `env:"APPLY_TABLES" helpDefault:"(every table in the watermark topic)" desc:"comma-separated schema.table list of the tables to keep in step"`
+	CreateTables   string `env:"APPLY_CREATE_TABLES" envDefault:"false" desc:"true: create a missing target table from the record schemas (needs CDC_VALUE_FORMAT=json-with-schema on cdc); false: a missing table or column is an error"`
+	TargetSchema   string `env:"APPLY_TARGET_SCHEMA" helpDefault:"(the source's schema)" desc:"schema of the target tables; by default each table keeps its source schema"`
+	ProgressTable  string `env:"APPLY_PROGRESS_TABLE" envDefault:"public.tidemark_apply_progress" desc:"schema.table of the progress table (created if missing): the last applied cut's position, written in the cut's transaction"`
+	Name           string `env:"APPLY_NAME" envDefault:"tidemark-apply" desc:"this applier's row in the progress table; two appliers into one target need different names"`
+	KafkaBrokers   string `env:"CDC_KAFKA_BROKERS,required" helpDefault:"(required)" desc:"Kafka bootstrap brokers, comma-separated host:port (as cdc's)"`
+	TopicPrefix    string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"cdc's topic prefix"`
+	WatermarkTopic string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"cdc's watermark topic"`
+	HTTPAddr       string `env:"APPLY_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of /healthz and /metrics (Prometheus), e.g. 127.0.0.1:9188"`
+	LogLevel       string `env:"APPLY_LOG_LEVEL" envDefault:"info" desc:"debug, info, warn or error"`
+	LogFormat      string `env:"APPLY_LOG_FORMAT" envDefault:"json" desc:"json or text"`
+}
+
+// securityVars are cdc's Kafka TLS and SASL variables, read by sink.ReadSecurityEnv; help lists
+// them and refers to cdc help for their meaning.
+var securityVars = []string{"CDC_KAFKA_TLS", "CDC_KAFKA_TLS_CA_FILE", "CDC_KAFKA_TLS_CERT_FILE",
+	"CDC_KAFKA_TLS_KEY_FILE", "CDC_KAFKA_TLS_SERVER_NAME", "CDC_KAFKA_SASL_MECHANISM",
+	"CDC_KAFKA_SASL_USERNAME", "CDC_KAFKA_SASL_PASSWORD", "CDC_KAFKA_SASL_OAUTH_TOKEN",
+	"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE"}
+
+// config is the validated configuration.
+type config struct {
+	targetURL      string
+	tables         []change.ExportID
+	createTables   bool
+	targetSchema   string
+	progress       pgx.Identifier
+	name           string
+	brokers        []string
+	topicPrefix    string
+	watermarkTopic string
+	security       sink.Security
+	httpAddr       string
+	logLevel       slog.Level
+	logFormat      string
+}
+
+// LogValue logs the configuration with the target's password redacted.
+func (c config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("target_url", secret.Redact(c.targetURL)),
+		slog.Any("tables", c.tables),
+		slog.Bool("create_tables", c.createTables),
+		slog.String("progress_table", c.progress.Sanitize()),
+		slog.String("name", c.name),
+		slog.Any("brokers", c.brokers),
+		slog.String("watermark_topic", c.watermarkTopic),
+		slog.Bool("kafka_tls", c.security.TLS),
+		slog.String("kafka_sasl_mechanism", c.security.SASLMechanism),
+		slog.String("http_addr", c.httpAddr),
+	)
+}
+
+// configError lists every configuration problem; main exits with code 2 on it.
+type configError struct{ problems []error }
+
+func (e *configError) Error() string   { return errors.Join(e.problems...).Error() }
+func (e *configError) Unwrap() []error { return e.problems }
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
+
+// loadConfig reads and checks the environment through getenv; on any problem it returns a
+// *configError naming every one. No problem quotes a secret: the target URL is shown redacted.
+// An APPLY_* variable in environ that Env does not declare is a problem too: a misspelt
+// APPLY_TABLES silently ignored would apply every table.
+func loadConfig(getenv func(string) string, environ []string) (config, error) {
+	var problems []error
+	add := func(name, value, format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if value == "" {
+			problems = append(problems, fmt.Errorf("%s: %s", name, msg))
+		} else {
+			problems = append(problems, fmt.Errorf("%s=%q: %s", name, value, msg))
+		}
+	}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "APPLY_") && !slices.ContainsFunc(envVars(), func(v envVar) bool { return v.Name == name }) {
+			add(name, "", "unknown variable (see tidemark-apply help)")
+		}
+	}
+	vars := make(map[string]string)
+	for _, v := range envVars() {
+		if val := strings.TrimSpace(getenv(v.Name)); val != "" {
+			vars[v.Name] = val
+		}
+	}
+	var e Env
+	if err := env.ParseWithOptions(&e, env.Options{Environment: vars}); err != nil {
+		for _, err := range unwrapAll(err) {
+			if notSet, ok := errors.AsType[env.VarIsNotSetError](err); ok {
+				add(notSet.Key, "", "required but not set; want %s", describe(notSet.Key))
+				continue
+			}
+			problems = append(problems, fmt.Errorf("read environment: %w", err))
+		}
+	}
+	c := config{name: e.Name, topicPrefix: e.TopicPrefix, watermarkTopic: e.WatermarkTopic, httpAddr: e.HTTPAddr}
+	if e.TargetURL != "" {
+		if _, err := pgx.ParseConfig(e.TargetURL); err != nil {
+			add("APPLY_TARGET_URL", secret.Redact(e.TargetURL), "not a PostgreSQL connection string: %s", secret.Scrub(err.Error(), e.TargetURL))
+		} else {
+			c.targetURL = e.TargetURL
+		}
+	}
+	for t := range strings.SplitSeq(e.Tables, ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		schema, table, ok := strings.Cut(t, ".")
+		if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
+			add("APPLY_TABLES", t, "want schema.table")
+			continue
+		}
+		id := change.ExportID{Schema: schema, Table: table}
+		if !slices.Contains(c.tables, id) {
+			c.tables = append(c.tables, id)
+		}
+	}
+	switch strings.ToLower(e.CreateTables) {
+	case "true", "1", "yes":
+		c.createTables = true
+	case "false", "0", "no":
+	default:
+		add("APPLY_CREATE_TABLES", e.CreateTables, "want true or false")
+	}
+	if e.TargetSchema != "" {
+		if !identRE.MatchString(e.TargetSchema) {
+			add("APPLY_TARGET_SCHEMA", e.TargetSchema, "want a plain identifier (letters, digits, _; at most 63)")
+		}
+		c.targetSchema = e.TargetSchema
+	}
+	if schema, table, ok := strings.Cut(e.ProgressTable, "."); !ok || !identRE.MatchString(schema) || !identRE.MatchString(table) {
+		add("APPLY_PROGRESS_TABLE", e.ProgressTable, "want schema.table of plain identifiers (letters, digits, _)")
+	} else {
+		c.progress = pgx.Identifier{schema, table}
+	}
+	if len(c.name) > 200 {
+		add("APPLY_NAME", c.name[:40]+"…", "at most 200 bytes")
+	}
+	for b := range strings.SplitSeq(e.KafkaBrokers, ",") {
+		if b = strings.TrimSpace(b); b == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			add("CDC_KAFKA_BROKERS", b, "want host:port")
+			continue
+		}
+		c.brokers = append(c.brokers, b)
+	}
+	if c.watermarkTopic == "" {
+		c.watermarkTopic = c.topicPrefix + ".__watermarks"
+	}
+	if c.httpAddr != "" {
+		if _, _, err := net.SplitHostPort(c.httpAddr); err != nil {
+			add("APPLY_HTTP_ADDR", c.httpAddr, "want host:port")
+		}
+	}
+	switch strings.ToLower(e.LogLevel) {
+	case "debug":
+		c.logLevel = slog.LevelDebug
+	case "info":
+	case "warn":
+		c.logLevel = slog.LevelWarn
+	case "error":
+		c.logLevel = slog.LevelError
+	default:
+		add("APPLY_LOG_LEVEL", e.LogLevel, "want debug, info, warn or error")
+	}
+	switch c.logFormat = strings.ToLower(e.LogFormat); c.logFormat {
+	case "json", "text":
+	default:
+		add("APPLY_LOG_FORMAT", e.LogFormat, "want json or text")
+	}
+	sec, secProblems := sink.ReadSecurityEnv(getenv).Security()
+	for _, p := range secProblems {
+		problems = append(problems, p)
+	}
+	c.security = sec
+	if len(problems) > 0 {
+		return config{}, &configError{problems: problems}
+	}
+	return c, nil
+}
+
+func unwrapAll(err error) []error {
+	if multi, ok := err.(interface{ Unwrap() []error }); ok {
+		return multi.Unwrap()
+	}
+	return []error{err}
+}
+
+// envVar describes one variable of Env, read from its struct tags.
+type envVar struct {
+	Name, Default, Shown, Desc string
+}
+
+// envVars lists the variables of Env in declaration order.
+func envVars() []envVar {
+	var vars []envVar
+	for f := range reflect.TypeFor[Env]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		v := envVar{Name: name, Default: f.Tag.Get("envDefault"), Shown: f.Tag.Get("helpDefault"), Desc: f.Tag.Get("desc")}
+		if v.Shown == "" {
+			v.Shown = v.Default
+		}
+		vars = append(vars, v)
+	}
+	return vars
+}
+
+func describe(name string) string {
+	for _, v := range envVars() {
+		if v.Name == name {
+			return v.Desc
+		}
+	}
+	return "see `tidemark-apply help`"
+}
+
+const usage = `Usage: tidemark-apply [run|help]
+
+tidemark-apply keeps a target PostgreSQL in step with tables that cdc publishes to Kafka. It
+applies each consistent cut of the chosen tables in one target transaction that also records the
+cut's position in a progress table, so the target never shows part of a source transaction and a
+restart neither applies a change twice nor skips one.
+
+Commands:
+  run    apply cuts until stopped (the default)
+  help   print this text
+
+Configuration is read from environment variables only:
+`
+
+// writeHelp writes the text of `tidemark-apply help`.
+func writeHelp(w io.Writer) {
+	fmt.Fprint(w, usage)
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
+	for _, v := range envVars() {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, v.Shown, v.Desc)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nKafka TLS and SASL: %s, as cdc reads them (see cdc help).\n", strings.Join(securityVars, ", "))
+	fmt.Fprintln(w, "Unknown APPLY_* variables are an error.")
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The progress table holds one row per applier (APPLY_NAME): the last applied cut's LSN and the
+// reader's position after it, and the running count of source transactions applied. The row is
+// written in the cut's own transaction, so it always describes exactly what the target holds.
+//
+//	CREATE TABLE public.tidemark_apply_progress (
+//	    name text PRIMARY KEY, lsn text NOT NULL, position text NOT NULL,
+//	    txns bigint NOT NULL, applied_at timestamptz NOT NULL)
+
+// ensureProgress creates the progress table when missing.
+func ensureProgress(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) error {
+	if len(table) == 2 {
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{table[0]}.Sanitize()); err != nil {
+			return fmt.Errorf("create schema of the progress table: %w", err)
+		}
+	}
+	_, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table.Sanitize()+` (
+  name text PRIMARY KEY,
+  lsn text NOT NULL,
+  position text NOT NULL,
+  txns bigint NOT NULL,
+  applied_at timestamptz NOT NULL)`)
+	if err != nil {
+		return fmt.Errorf("create progress table %s: %w", table.Sanitize(), err)
+	}
+	return nil
+}
+
+// progress is an applier's row of the progress table.
+type progress struct {
+	lsn      string
+	position string
+	txns     int64
+}
+
+// readProgress returns the applier's row; found is false before its first cut.
+func readProgress(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, name string) (p progress, found bool, err error) {
+	err = conn.QueryRow(ctx, "SELECT lsn, position, txns FROM "+table.Sanitize()+" WHERE name = $1", name).
+		Scan(&p.lsn, &p.position, &p.txns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return progress{}, false, nil
+	}
+	if err != nil {
+		return progress{}, false, fmt.Errorf("read progress: %w", err)
+	}
+	return p, true, nil
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestTextOf(t *testing.T) {
+	text := &column{typ: "text"}
+	bytea := &column{typ: "bytea", isBytea: true}
+	jsonb := &column{typ: "jsonb", isJSON: true}
+	tests := []struct {
+		name string
+		raw  string
+		col  *column
+		want string
+		null bool
+	}{
+		{name: "null", raw: "null", col: text, null: true},
+		{name: "number", raw: "-9223372036854775808", col: &column{typ: "bigint"}, want: "-9223372036854775808"},
+		{name: "float", raw: "1e+100", col: &column{typ: "double precision"}, want: "1e+100"},
+		{name: "string escapes", raw: `"a\"b\\c\n\u0001😀"`, col: text, want: "a\"b\\c\n\x01😀"},
+		{name: "plain string", raw: `"ünï€ode 😀 {a,b}"`, col: text, want: "ünï€ode 😀 {a,b}"},
+		{name: "numeric string", raw: `"NaN"`, col: &column{typ: "numeric"}, want: "NaN"},
+		{name: "bool", raw: "true", col: &column{typ: "boolean"}, want: "true"},
+		{name: "bytea", raw: `"AAH/"`, col: bytea, want: `\x0001ff`},
+		{name: "jsonb object kept", raw: `{"b": 1, "a": [1, 2.50]}`, col: jsonb, want: `{"b": 1, "a": [1, 2.50]}`},
+		{name: "jsonb string kept quoted", raw: `"just a string"`, col: jsonb, want: `"just a string"`},
+		{name: "int array", raw: `[1,null,-3]`, col: &column{typ: "integer[]", elem: &column{typ: "integer"}}, want: `{"1",NULL,"-3"}`},
+		{name: "2-d array", raw: `[[1,2],[3,4]]`, col: &column{typ: "integer[]", elem: &column{typ: "integer"}}, want: `{{"1","2"},{"3","4"}}`},
+		{name: "text array quoting", raw: `["quote \"","back\\slash","NULL",null,"","a,b"]`, col: &column{typ: "text[]", elem: text},
+			want: `{"quote \"","back\\slash","NULL",NULL,"","a,b"}`},
+		{name: "bytea array", raw: `["AQ=="]`, col: &column{typ: "bytea[]", elem: bytea}, want: `{"\\x01"}`},
+		{name: "jsonb array", raw: `[{"a":1},[1,"x\"y"],null]`, col: &column{typ: "jsonb[]", elem: jsonb}, want: `{"{\"a\":1}","[1,\"x\\\"y\"]",NULL}`},
+		{name: "array of another type as one string", raw: `"{a,b}"`, col: &column{typ: "mood[]", elem: &column{typ: "mood"}}, want: "{a,b}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok, err := textOf(json.RawMessage(tt.raw), tt.col)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok == tt.null || got != tt.want {
+				t.Errorf("textOf(%s) = %q, %v; want %q, null %v", tt.raw, got, ok, tt.want, tt.null)
+			}
+		})
+	}
+}
+
+func TestConnectText(t *testing.T) {
+	dec := func(scale string) *connectField {
+		return &connectField{Type: "bytes", Name: "org.apache.kafka.connect.data.Decimal", Parameters: map[string]string{"scale": scale}}
+	}
+	tests := []struct {
+		name string
+		raw  string
+		f    *connectField
+		want string
+	}{
+		{name: "decimal", raw: `"AJY="`, f: dec("2"), want: "1.50"},           // 150
+		{name: "negative decimal", raw: `"/2o="`, f: dec("2"), want: "-1.50"}, // -150
+		{name: "small decimal", raw: `"BQ=="`, f: dec("5"), want: "0.00005"},  // 5
+		{name: "variable scale", raw: `{"scale":1,"value":"Dw=="}`, f: &connectField{Type: "struct", Name: "io.debezium.data.VariableScaleDecimal"}, want: "1.5"},
+		{name: "date", raw: "19753", f: &connectField{Type: "int32", Name: "io.debezium.time.Date"}, want: "2024-01-31"},
+		{name: "year 1", raw: "-719162", f: &connectField{Type: "int32", Name: "io.debezium.time.Date"}, want: "0001-01-01"},
+		{name: "date BC", raw: "-719163", f: &connectField{Type: "int32", Name: "io.debezium.time.Date"}, want: "0001-12-31 BC"},
+		{name: "date infinity", raw: "-2147483648", f: &connectField{Type: "int32", Name: "io.debezium.time.Date"}, want: ""},
+		{name: "micro timestamp", raw: "1706704496123456", f: &connectField{Type: "int64", Name: "io.debezium.time.MicroTimestamp"}, want: "2024-01-31 12:34:56.123456"},
+		{name: "before 1970", raw: "-1", f: &connectField{Type: "int64", Name: "io.debezium.time.MicroTimestamp"}, want: "1969-12-31 23:59:59.999999"},
+		{name: "timestamp infinity", raw: "9223372036825200000", f: &connectField{Type: "int64", Name: "io.debezium.time.MicroTimestamp"}, want: "infinity"},
+		{name: "milli timestamp", raw: "1706704496123", f: &connectField{Type: "int64", Name: "io.debezium.time.Timestamp"}, want: "2024-01-31 12:34:56.123000"},
+		{name: "micro time", raw: "45296500000", f: &connectField{Type: "int64", Name: "io.debezium.time.MicroTime"}, want: "12:34:56.500000"},
+		{name: "zoned", raw: `"2024-01-31T12:34:56.123Z"`, f: &connectField{Type: "string", Name: "io.debezium.time.ZonedTimestamp"}, want: "2024-01-31T12:34:56.123Z"},
+		{name: "bytes", raw: `"AAH/"`, f: &connectField{Type: "bytes"}, want: `\x0001ff`},
+		{name: "array", raw: `[1,null,2]`, f: &connectField{Type: "array", Items: &connectField{Type: "int32"}}, want: `{"1",NULL,"2"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _, err := connectText(json.RawMessage(tt.raw), tt.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want != "" && got != tt.want {
+				t.Errorf("connectText(%s) = %q, want %q", tt.raw, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCivilDays(t *testing.T) {
+	for _, d := range []int64{-800000, -719468, -1, 0, 1, 19753, 2932896} {
+		y, m, dd := civilFromDays(d)
+		if back := daysFromCivil(y, m, dd); back != d {
+			t.Errorf("day %d -> %d-%d-%d -> %d", d, y, m, dd, back)
+		}
+	}
+}
+
+// FuzzPlainString: the fast path for strings without escapes reads what encoding/json reads.
+func FuzzPlainString(f *testing.F) {
+	for _, s := range []string{`"a"`, `""`, `"\u0001"`, `"a\"b"`, `"😀"`, `"tab	"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var want string
+		if !plainString(raw) || json.Unmarshal(raw, &want) != nil {
+			return
+		}
+		if got, _, _ := unquoted(raw); got != want && utf8.ValidString(got) {
+			t.Errorf("unquoted(%q) = %q, encoding/json reads %q", raw, got, want)
+		}
+	})
+}
