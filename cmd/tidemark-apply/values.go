@@ -9,6 +9,8 @@ import (
 	"math/big"
 	"strconv"
 	"strings"
+
+	"github.com/tidemark/cdc/pkg/codec"
 )
 
 // Values reach PostgreSQL as text parameters of the target column's type ($n::<type>, sent in
@@ -160,17 +162,7 @@ type connectField struct {
 	Fields     []connectField    `json:"fields,omitempty"`
 }
 
-// Debezium's sentinels for infinite dates and timestamps (see pkg/codec/connecttime.go).
-const (
-	timestampPosInfinity int64 = 9223372036825200000
-	timestampNegInfinity int64 = -9223372036832400000
-	microsPerDay               = 86_400_000_000
-)
-
-var (
-	datePosInfinity = daysFromCivil(-5877611, 6, 21)
-	dateNegInfinity = daysFromCivil(-5877611, 6, 22)
-)
+const microsPerDay = 86_400_000_000
 
 // connectText converts one column's value (json-with-schema payload) under its Connect field
 // schema to PostgreSQL's text; ok is false for SQL NULL.
@@ -216,9 +208,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 			return dst, fmt.Errorf("read date: %w", err)
 		}
 		switch d {
-		case datePosInfinity:
+		case codec.DatePosInfinity:
 			return append(dst, "infinity"...), nil
-		case dateNegInfinity:
+		case codec.DateNegInfinity:
 			return append(dst, "-infinity"...), nil
 		}
 		return appendDate(dst, d, nil), nil
@@ -232,9 +224,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 			unit = 1000
 		}
 		switch v {
-		case timestampPosInfinity / unit:
+		case codec.TimestampPosInfinity / unit:
 			return append(dst, "infinity"...), nil
-		case timestampNegInfinity / unit:
+		case codec.TimestampNegInfinity / unit:
 			return append(dst, "-infinity"...), nil
 		}
 		micros := v * unit
@@ -340,7 +332,7 @@ func appendDecimal(dst []byte, b64 string, scale int) ([]byte, error) {
 // appendDate appends the proleptic Gregorian date of days since 1970-01-01 (with clock, if
 // any, after a space), years before 1 as PostgreSQL writes them: "0044-03-15 BC".
 func appendDate(dst []byte, days int64, clock []byte) []byte {
-	y, m, d := civilFromDays(days)
+	y, m, d := codec.CivilFromDays(days)
 	bc := y <= 0
 	if bc {
 		y = 1 - y
@@ -359,49 +351,6 @@ func appendDate(dst []byte, days int64, clock []byte) []byte {
 func appendClock(dst []byte, micros int64) []byte {
 	s := micros / 1_000_000
 	return fmt.Appendf(dst, "%02d:%02d:%02d.%06d", s/3600, s/60%60, s%60, micros%1_000_000)
-}
-
-// civilFromDays and daysFromCivil are Howard Hinnant's algorithms (proleptic Gregorian).
-func civilFromDays(z int64) (y, m, d int64) {
-	z += 719468
-	era := z
-	if era < 0 {
-		era -= 146096
-	}
-	era /= 146097
-	doe := z - era*146097
-	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
-	y = yoe + era*400
-	doy := doe - (365*yoe + yoe/4 - yoe/100)
-	mp := (5*doy + 2) / 153
-	d = doy - (153*mp+2)/5 + 1
-	m = mp + 3
-	if m > 12 {
-		m -= 12
-	}
-	if m <= 2 {
-		y++
-	}
-	return y, m, d
-}
-
-func daysFromCivil(y, m, d int64) int64 {
-	if m <= 2 {
-		y--
-	}
-	era := y
-	if era < 0 {
-		era -= 399
-	}
-	era /= 400
-	yoe := y - era*400
-	mm := m + 9
-	if m > 2 {
-		mm = m - 3
-	}
-	doy := (153*mm+2)/5 + d - 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy
-	return era*146097 + doe - 719468
 }
 
 // pgTypeOf is the PostgreSQL type a created target column gets for a Connect field.

@@ -88,15 +88,6 @@ func TestConnectText(t *testing.T) {
 	}
 }
 
-func TestCivilDays(t *testing.T) {
-	for _, d := range []int64{-800000, -719468, -1, 0, 1, 19753, 2932896} {
-		y, m, dd := civilFromDays(d)
-		if back := daysFromCivil(y, m, dd); back != d {
-			t.Errorf("day %d -> %d-%d-%d -> %d", d, y, m, dd, back)
-		}
-	}
-}
-
 // FuzzPlainString: the fast path for strings without escapes reads what encoding/json reads.
 func FuzzPlainString(f *testing.F) {
 	for _, s := range []string{`"a"`, `""`, `"\u0001"`, `"a\"b"`, `"😀"`, `"tab	"`} {

@@ -280,7 +280,7 @@ func TestConnectValues(t *testing.T) {
 		{name: "date before epoch", oid: pgtype.DateOID, mod: -1, text: "1969-12-31", want: "-1"},
 		{name: "date leap", oid: pgtype.DateOID, mod: -1, text: "2000-03-01", want: "11017"},
 		{name: "date BC", oid: pgtype.DateOID, mod: -1, text: "0001-12-31 BC", want: "-719163"},
-		{name: "date infinity", oid: pgtype.DateOID, mod: -1, text: "infinity", want: fmt.Sprint(datePosInfinity)},
+		{name: "date infinity", oid: pgtype.DateOID, mod: -1, text: "infinity", want: fmt.Sprint(DatePosInfinity)},
 		{name: "time micro", oid: pgtype.TimeOID, mod: -1, text: "00:00:01.000001", want: "1000001"},
 		{name: "time end of day", oid: pgtype.TimeOID, mod: 6, text: "24:00:00", want: "86400000000"},
 		{name: "time milli", oid: pgtype.TimeOID, mod: 2, text: "00:00:01.25", want: "1250"},
@@ -382,8 +382,8 @@ func TestConnectUnknownTypeRefused(t *testing.T) {
 // TestConnectDateRoundTrip checks the calendar arithmetic against the standard library.
 func TestConnectDateRoundTrip(t *testing.T) {
 	for days := int64(-800_000); days < 3_000_000; days += 997 {
-		y, m, d := civilFromDays(days)
-		if got := daysFromCivil(y, m, d); got != days {
+		y, m, d := CivilFromDays(days)
+		if got := DaysFromCivil(y, m, d); got != days {
 			t.Fatalf("days %d -> %d-%d-%d -> %d", days, y, m, d, got)
 		}
 		if y >= 1 && y <= 9999 {

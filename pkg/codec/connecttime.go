@@ -10,22 +10,22 @@ import (
 // Debezium's sentinels for PostgreSQL's infinite timestamps (PGStatement.DATE_POSITIVE_INFINITY
 // and DATE_NEGATIVE_INFINITY of the PostgreSQL JDBC driver), written for timestamp columns.
 const (
-	timestampPosInfinity int64 = 9223372036825200000
-	timestampNegInfinity int64 = -9223372036832400000
+	TimestampPosInfinity int64 = 9223372036825200000
+	TimestampNegInfinity int64 = -9223372036832400000
 )
 
 // Debezium's dates for 'infinity' and '-infinity' (LocalDate -5877611-06-21 and -5877611-06-22),
 // as days since the epoch.
 var (
-	datePosInfinity = daysFromCivil(-5877611, 6, 21)
-	dateNegInfinity = daysFromCivil(-5877611, 6, 22)
+	DatePosInfinity = DaysFromCivil(-5877611, 6, 21)
+	DateNegInfinity = DaysFromCivil(-5877611, 6, 22)
 )
 
 const microsPerDay = 86_400_000_000
 
-// daysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian date with an
+// DaysFromCivil returns the days since 1970-01-01 of a proleptic Gregorian date with an
 // astronomical year (1 BC is year 0).
-func daysFromCivil(y, m, d int64) int64 {
+func DaysFromCivil(y, m, d int64) int64 {
 	if m <= 2 {
 		y--
 	}
@@ -40,8 +40,8 @@ func daysFromCivil(y, m, d int64) int64 {
 	return era*146097 + doe - 719468
 }
 
-// civilFromDays is the inverse of daysFromCivil.
-func civilFromDays(z int64) (y, m, d int64) {
+// CivilFromDays is the inverse of DaysFromCivil.
+func CivilFromDays(z int64) (y, m, d int64) {
 	z += 719468
 	era := z / 146097
 	if z < 0 && z%146097 != 0 {
@@ -91,7 +91,7 @@ func parseDate(b []byte, bc bool) (days int64, rest []byte, ok bool) {
 	if bc {
 		y = 1 - y
 	}
-	return daysFromCivil(y, m, d), b[i:], true
+	return DaysFromCivil(y, m, d), b[i:], true
 }
 
 // parseClock parses "HH:MM:SS[.ffffff]" into microseconds; it returns the rest of b.
@@ -166,9 +166,9 @@ func cutBC(b []byte) ([]byte, bool) {
 func appendDate(dst []byte, text []byte) ([]byte, error) {
 	switch string(text) {
 	case "infinity":
-		return strconv.AppendInt(dst, datePosInfinity, 10), nil
+		return strconv.AppendInt(dst, DatePosInfinity, 10), nil
 	case "-infinity":
-		return strconv.AppendInt(dst, dateNegInfinity, 10), nil
+		return strconv.AppendInt(dst, DateNegInfinity, 10), nil
 	}
 	b, bc := cutBC(text)
 	days, rest, ok := parseDate(b, bc)
@@ -234,9 +234,9 @@ func appendEpochTimestamp(dst []byte, text []byte, milli bool) ([]byte, error) {
 	}
 	switch string(text) {
 	case "infinity":
-		return strconv.AppendInt(dst, timestampPosInfinity/div, 10), nil
+		return strconv.AppendInt(dst, TimestampPosInfinity/div, 10), nil
 	case "-infinity":
-		return strconv.AppendInt(dst, timestampNegInfinity/div, 10), nil
+		return strconv.AppendInt(dst, TimestampNegInfinity/div, 10), nil
 	}
 	us, err := parseTimestamp(text, false)
 	if err != nil {
@@ -309,7 +309,7 @@ func appendZonedTimestamp(dst []byte, text []byte) ([]byte, error) {
 		days--
 		clock += microsPerDay
 	}
-	y, m, d := civilFromDays(days)
+	y, m, d := CivilFromDays(days)
 	dst = append(dst, '"')
 	dst = appendISOYear(dst, y)
 	dst = append(dst, '-')
