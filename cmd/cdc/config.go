@@ -65,7 +65,7 @@ type Env struct {
 	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
 	SnapshotMaxRows   string `env:"CDC_SNAPSHOT_MAX_ROWS_PER_SECOND" envDefault:"0" desc:"cap on the rows all copies read per second together, to spare the primary (0 = unlimited)"`
-	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 2 MiB of the table each, 1,000 to 20,000 rows; at most 1,000,000)"`
+	SnapshotChunkRows string `env:"CDC_SNAPSHOT_CHUNK_ROWS" envDefault:"0" desc:"rows per chunk of a chunked copy (0 = about 1 MiB of the table each, 1,000 to 10,000 rows; at most 1,000,000)"`
 
 	UnchangedToast       string `env:"CDC_UNCHANGED_TOAST" envDefault:"omit" desc:"an update that leaves a large out-of-line (TOASTed) value unchanged does not carry it unless the table has REPLICA IDENTITY FULL: omit leaves the column out of after and names it in the tidemark.unchanged header; placeholder writes CDC_UNCHANGED_TOAST_PLACEHOLDER instead, as Debezium does"`
 	UnchangedPlaceholder string `env:"CDC_UNCHANGED_TOAST_PLACEHOLDER" envDefault:"__debezium_unavailable_value" desc:"the string written for an unchanged TOASTed value with CDC_UNCHANGED_TOAST=placeholder"`

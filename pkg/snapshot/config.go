@@ -60,8 +60,8 @@ type Config struct {
 	// (CDC_SNAPSHOT_MAX_ROWS_PER_SECOND, see NewLimiter); nil is unlimited. Give the stage and
 	// the chunker the same one.
 	Limiter *rate.Limiter
-	// ChunkRows is the rows of one chunk of a chunked copy; 0 sizes chunks at about 2 MiB of
-	// the table's heap each, between 1,000 and 20,000 rows.
+	// ChunkRows is the rows of one chunk of a chunked copy; 0 sizes chunks at about 1 MiB of
+	// the table's heap each, between 1,000 and 10,000 rows.
 	ChunkRows int
 	// Logger receives the stage's logs; default slog.Default().
 	Logger *slog.Logger

@@ -5,7 +5,7 @@
 // # Chunked (Chunker)
 //
 // A table is cut into ranges of its key (the replica identity columns, in the order of their
-// index) of about 2 MiB each: a boundary query reads the key ChunkRows keys past the last
+// index) of about 1 MiB each: a boundary query reads the key ChunkRows keys past the last
 // boundary. Config.Workers workers read chunks of every table being copied, largest first (a
 // table just added is set up first), each on its own connection:
 //
