@@ -47,7 +47,7 @@ type Env struct {
 	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
 	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
-	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"lz4" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see README, Performance, for what each costs and saves)"`
+	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"lz4" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see docs/performance.md for what each costs and saves)"`
 	TransactionTimeout string `env:"CDC_KAFKA_TRANSACTION_TIMEOUT" envDefault:"60s" desc:"Kafka transaction timeout (exactly-once; 1s to 15m, at most the broker's transaction.max.timeout.ms): a transaction open longer, e.g. while Kafka is unreachable, is aborted by the broker and redone"`
 
 	KafkaTLS           string `env:"CDC_KAFKA_TLS" envDefault:"false" desc:"true: connect to the brokers over TLS, verifying their certificates (verification cannot be turned off); implied by the other CDC_KAFKA_TLS_* variables (an explicit false with any of them is an error)"`
@@ -60,7 +60,7 @@ type Env struct {
 	KafkaSASLPassword  string `env:"CDC_KAFKA_SASL_PASSWORD" helpDefault:"(none)" desc:"SASL password (PLAIN, SCRAM); never logged"`
 	KafkaOAuthToken    string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN" helpDefault:"(none)" desc:"OAUTHBEARER token; never logged"`
 	KafkaOAuthFile     string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE" helpDefault:"(none)" desc:"file holding the OAUTHBEARER token, read again whenever it changes (a rotated token)"`
-	RequireTLS         string `env:"CDC_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless every connection is encrypted and its server verified: PostgreSQL with sslmode=verify-full (or a local Unix socket), Kafka with CDC_KAFKA_TLS; false only warns (see README, TLS posture)"`
+	RequireTLS         string `env:"CDC_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless every connection is encrypted and its server verified: PostgreSQL with sslmode=verify-full (or a local Unix socket), Kafka with CDC_KAFKA_TLS; false only warns (see docs/production.md, TLS posture)"`
 
 	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
@@ -83,7 +83,7 @@ type Env struct {
 	ReceiveTimeout  string `env:"CDC_RECEIVE_TIMEOUT" envDefault:"60s" desc:"a PostgreSQL connection that hears nothing for this long while it waits for an answer (the replication stream: no change and no keepalive) is taken as dead, dropped and reopened, like PostgreSQL's wal_receiver_timeout (1s to 1h)"`
 	ShutdownTimeout string `env:"CDC_SHUTDOWN_TIMEOUT" envDefault:"20s" desc:"bound of an orderly stop after SIGTERM or SIGINT: draining to Kafka and confirming the slot; past it cdc exits anyway, and what was not confirmed is sent again at the next start (2s to 10m; keep it below the orchestrator's grace period, 30s in Kubernetes)"`
 
-	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see README, HTTP endpoints)"`
+	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see docs/production.md, HTTP endpoints)"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
 
 	HTTPToken       string `env:"CDC_HTTP_TOKEN" helpDefault:"(none: admin endpoints off)" desc:"bearer token of the admin HTTP endpoints (re-copy, pprof, full error texts on /exports and /readyz), sent as Authorization: Bearer <token>; at least 16 printable ASCII characters, no spaces; never logged. cdc resnapshot sends it too"`

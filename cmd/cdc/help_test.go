@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"reflect"
 	"regexp"
@@ -105,16 +103,13 @@ func TestHelpMarkdown(t *testing.T) {
 	}
 }
 
-// TestREADMEConfigTable keeps the README's configuration table equal to the help.
-func TestREADMEConfigTable(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Skip("README.md does not exist yet")
-	}
+// TestDocsConfigTable keeps the configuration table of docs/configuration.md equal to the help.
+func TestDocsConfigTable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), helpMarkdown()) {
-		t.Errorf("README.md does not contain the configuration table; paste this in:\n%s", helpMarkdown())
+	if !strings.Contains(string(doc), helpMarkdown()) {
+		t.Errorf("docs/configuration.md does not contain the configuration table; paste this in:\n%s", helpMarkdown())
 	}
 }
