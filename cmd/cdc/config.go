@@ -29,7 +29,7 @@ import (
 
 // Env is the service's whole configuration surface: one field per environment variable. Tags:
 // env (name, and ",required"), envDefault (applied by caarlos0/env), desc (the meaning shown by
-// `cdc help` and in the README) and helpDefault (what help shows as the default when envDefault
+// `cdc help` and in docs/configuration.md) and helpDefault (what help shows as the default when envDefault
 // does not say it, e.g. a computed default).
 //
 // Every field is a string on purpose: LoadConfig parses and range-checks each one itself so that a

@@ -49,7 +49,7 @@ func writeHelp(w io.Writer) {
 	fmt.Fprint(w, pgNote)
 }
 
-// helpMarkdown is the variable table of writeHelp in Markdown, as the README shows it.
+// helpMarkdown is the variable table of writeHelp in Markdown, as docs/configuration.md shows it.
 func helpMarkdown() string {
 	var b strings.Builder
 	b.WriteString("| Variable | Default | Meaning |\n")

@@ -95,7 +95,7 @@
 // with schemas.enable=true: {"schema":<Connect schema>,"payload":<the same envelope>}, with the field
 // types and semantic names of Debezium's PostgreSQL connector under its defaults
 // (decimal.handling.mode=precise, time.precision.mode=adaptive, binary.handling.mode=bytes,
-// interval.handling.mode=numeric, hstore.handling.mode=json). The README has the mapping table.
+// interval.handling.mode=numeric, hstore.handling.mode=json). docs/value-mapping.md has the mapping table.
 // Decisions:
 //
 //   - The envelope schema (<topic>.Envelope with before/after <topic>.Value, source

@@ -38,8 +38,8 @@ const (
 	DefaultTick               = 200 * time.Millisecond
 	DefaultTransactionTimeout = 60 * time.Second
 	DefaultDialTimeout        = 10 * time.Second
-	// DefaultCompression is the batch codec when Config.Compression is empty (see README,
-	// Performance, for the measurement that chose it).
+	// DefaultCompression is the batch codec when Config.Compression is empty (see docs/performance.md
+	// for the measurement that chose it).
 	DefaultCompression = "lz4"
 
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
