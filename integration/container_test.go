@@ -1,9 +1,11 @@
 package integration
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -279,7 +281,63 @@ func buildImage(t *testing.T, root string) string {
 	if user != "65532:65532" {
 		t.Errorf("image user %q, want 65532:65532", user)
 	}
+	checkImageFiles(t, tag)
 	return tag
+}
+
+// checkImageFiles reads the image's file system (podman export of a container never started)
+// and checks what cdc needs on an empty base: itself, the user, CA certificates, a writable /tmp.
+func checkImageFiles(t *testing.T, image string) {
+	t.Helper()
+	c := strings.TrimSpace(podman(t, "create", image))
+	defer podman(t, "rm", c)
+	cmd := exec.Command("podman", "export", c)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*tar.Header{}
+	var passwd []byte
+	tr := tar.NewReader(out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("podman export: %v", err)
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
+		files[name] = h
+		if name == "etc/passwd" {
+			passwd, _ = io.ReadAll(tr)
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("podman export: %v", err)
+	}
+	want := []struct {
+		path string
+		ok   func(h *tar.Header) bool
+		what string
+	}{
+		{"cdc", func(h *tar.Header) bool { return h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 }, "an executable"},
+		{"etc/ssl/certs/ca-certificates.crt", func(h *tar.Header) bool { return h.Size > 0 }, "a CA bundle"},
+		{"etc/group", func(h *tar.Header) bool { return h.Size > 0 }, "a file"},
+		{"tmp", func(h *tar.Header) bool { return h.Typeflag == tar.TypeDir && h.Mode&0o7777 == 0o1777 }, "a directory with mode 1777"},
+		{"home/nonroot", func(h *tar.Header) bool { return h.Typeflag == tar.TypeDir && h.Uid == 65532 }, "a directory owned by 65532"},
+	}
+	for _, w := range want {
+		if h, ok := files[w.path]; !ok || !w.ok(h) {
+			t.Errorf("image /%s: want %s (%+v)", w.path, w.what, h)
+		}
+	}
+	if !bytes.Contains(passwd, []byte("\nnonroot:x:65532:65532:")) {
+		t.Errorf("image /etc/passwd has no nonroot user 65532:\n%s", passwd)
+	}
 }
 
 // runContainer starts the image detached with vars and removes the container at cleanup,
