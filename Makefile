@@ -6,6 +6,9 @@ SHELL := bash
 GO       ?= go
 BIN      ?= bin/cdc
 IMAGE    ?= tidemark/cdc
+# oci or docker: the OCI image format drops the Containerfile's HEALTHCHECK, docker format keeps it.
+IMAGE_FORMAT ?= oci
+VERSION  ?= $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Packages whose concurrency the race detector checks in test-unit (their dependencies are cheap
 # to build with -race; the whole tree with -race costs minutes on a cold cache). `make test-race`
 # runs every unit package with -race.
@@ -15,11 +18,20 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build test test-unit test-race test-integration fuzz bench bench-debezium lint fmt up down demo docker clean
+.PHONY: build static image test test-unit test-race test-integration fuzz bench bench-debezium lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
 	$(GO) build -o $(dir $(BIN))tidemark-apply ./cmd/tidemark-apply
+
+# The static cdc for the container image: no cgo, so it runs on an empty base.
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags="-s -w -X main.version=$(VERSION)" -o bin/static/cdc ./cmd/cdc
+
+# The image FROM scratch (container/Containerfile), built by buildah without a Docker engine:
+# the static cdc, CA certificates, the non-root user 65532 and a writable /tmp (docs/container.md).
+image: static
+	IMAGE='$(IMAGE)' IMAGE_FORMAT='$(IMAGE_FORMAT)' scripts/image.sh bin/static/cdc
 
 test: test-unit test-integration
 
