@@ -61,6 +61,9 @@ func TestPrometheusScrapesCDC(t *testing.T) {
 	prom.waitValue(t, `count(tidemark_export_watermark_lag_seconds >= 0)`, 2)
 	prom.waitValue(t, `up{job="tidemark"}`, 1)
 
+	// promtool finds nothing to say about the names, types and help of a real scrape.
+	checkMetrics(t, "http://"+vars["CDC_HTTP_ADDR"]+"/metrics")
+
 	// Every metric the rules and the dashboard use is in a scrape of cdc, and in Prometheus.
 	scraped := scrapeNames(t, "http://"+vars["CDC_HTTP_ADDR"]+"/metrics")
 	limited := slotWALLimited(t, e.pgURL)
@@ -210,6 +213,27 @@ func usedMetricNames(t *testing.T) []string {
 		exprs = append(exprs, q.Expr)
 	}
 	return deploy.MetricNames(exprs...)
+}
+
+// checkMetrics runs `promtool check metrics` (Prometheus' naming and help lint) on one scrape of
+// url and fails on anything it reports.
+func checkMetrics(t *testing.T, url string) {
+	t.Helper()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool (Debian package prometheus, like prometheus itself): %v", err)
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = resp.Body
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics on cdc's scrape: %v\n%s", err, out)
+	}
 }
 
 // scrapeNames returns the series names of one scrape of url (a histogram's _bucket, _sum and
