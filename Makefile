@@ -49,6 +49,7 @@ test-race:
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run).
 test-integration:
 	scripts/services.sh install
+	scripts/services.sh install-tools
 	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/
 
 # Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and

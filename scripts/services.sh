@@ -2,11 +2,14 @@
 # Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
 #
-# Usage: scripts/services.sh install|install-connect|install-debezium|up|down|clean|env|status|pg-crash
+# Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|up|down|clean|env|status|pg-crash
 #
 #   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
 #            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the Kafka Connect jars
 #            (install-connect). Idempotent.
+#   install-tools
+#            buildah, podman, runc, chromium and prometheus (promtool) from Debian's packages when
+#            missing (root only): the container, status page and Prometheus tests use them.
 #   install-connect
 #            only the jars of a Kafka Connect standalone worker with JsonConverter and
 #            FileStreamSink (Maven Central, cached in $TIDEMARK_CACHE/connect-<version>/lib), for
@@ -137,6 +140,32 @@ install_postgres() {
 	fi
 	PG_BIN="$(pg_bindir || true)"
 	[ -n "$PG_BIN" ] || die "PostgreSQL 15 server binaries not found after install"
+}
+
+# install_tools installs what the operator tests use, from Debian's packages, when missing:
+# buildah, podman and runc (integration/container_test.go builds and runs the image), chromium
+# (the status page's browser test) and prometheus with promtool (deploy/ and
+# integration/prometheus_test.go). With their recommended packages: podman needs some of them.
+install_tools() {
+	local pkgs=()
+	local tool
+	for tool in buildah podman runc chromium; do
+		command -v "$tool" >/dev/null 2>&1 || pkgs+=("$tool")
+	done
+	command -v promtool >/dev/null 2>&1 || pkgs+=(prometheus)
+	[ -r /etc/ssl/certs/ca-certificates.crt ] || pkgs+=(ca-certificates)
+	[ "${#pkgs[@]}" -gt 0 ] || return 0
+	if ! is_root; then
+		log "not root: cannot install ${pkgs[*]}; the tests that need them fail in CI"
+		return 0
+	fi
+	if [ "$apt_updated" -eq 0 ]; then
+		log "apt-get update"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+		apt_updated=1
+	fi
+	log "apt-get install ${pkgs[*]}"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >&2
 }
 
 install_java() {
@@ -545,6 +574,9 @@ main() {
 	install)
 		cmd_install
 		install_connect
+		;;
+	install-tools)
+		install_tools
 		;;
 	install-connect)
 		install_java

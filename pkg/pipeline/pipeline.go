@@ -44,13 +44,17 @@ const (
 type Pipeline struct {
 	cfg  Config
 	life *lifeRegistry
+	mon  *monitor
 }
 
 // New returns a pipeline for cfg; nothing is connected until Run.
 func New(cfg Config) *Pipeline {
 	life := &lifeRegistry{base: prometheus.NewRegistry()}
 	life.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Pipeline{cfg: cfg.withDefaults(), life: life}
+	p := &Pipeline{cfg: cfg.withDefaults(), life: life}
+	p.mon = newMonitor(p)
+	life.base.MustRegister(p.mon)
+	return p
 }
 
 // Metrics gathers the process's metrics and those of the pipeline's current life.
@@ -109,6 +113,7 @@ func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) 
 func (p *Pipeline) Run(ctx context.Context) error {
 	cfg, reg := p.cfg, p.life
 	log := cfg.Logger
+	defer p.mon.start(ctx)()
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {
 		started := time.Now()
@@ -261,7 +266,8 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		MaxBatchBytes:      sinkBatchBytes,
 		MaxBulkBatchBytes:  sinkBulkBatchBytes,
 		Logger:             log,
-		Registerer:         reg,
+		// Process-wide: the sink's counters survive the restart that its errors cause.
+		Registerer: life.base,
 	})
 	if err != nil {
 		return fatal(err)

@@ -14,6 +14,7 @@ type metrics struct {
 	batches       prometheus.Counter
 	batchDuration prometheus.Histogram
 	errors        prometheus.Counter
+	aborts        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,6 +40,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tidemark_sink_errors_total",
 			Help: "Produce, flush and transaction errors.",
 		}),
+		aborts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_sink_transaction_aborts_total",
+			Help: "Kafka transactions aborted in exactly-once mode (an error, or a stop in the middle of a batch).",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -49,6 +54,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.batches = register(reg, m.batches, &errs)
 	m.batchDuration = register(reg, m.batchDuration, &errs)
 	m.errors = register(reg, m.errors, &errs)
+	m.aborts = register(reg, m.aborts, &errs)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

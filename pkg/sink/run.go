@@ -218,6 +218,7 @@ func (s *Sink) flush(ctx context.Context) error {
 func (s *Sink) abort(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	s.metrics.aborts.Inc()
 	err := s.prod.AbortBufferedRecords(actx)
 	if err == nil {
 		err = s.prod.EndTransaction(actx, kgo.TryAbort)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -576,11 +578,14 @@ func mapsEqual(a, b map[int32]int64) bool {
 }
 
 // TestCancelAbortsOpenTransaction cancels Run while a batch is open in exactly-once mode: Run
-// returns the context's error and the batch's records, although written, never become visible.
+// returns the context's error and the batch's records, although written, never become visible;
+// the abort is counted.
 func TestCancelAbortsOpenTransaction(t *testing.T) {
 	env := newFakeEnv(t)
 	cfg := env.config(t, ExactlyOnce)
 	cfg.Linger = time.Minute
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
 	s := env.newSink(t, cfg)
 	topic := env.topic("data")
 	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
@@ -607,6 +612,9 @@ func TestCancelAbortsOpenTransaction(t *testing.T) {
 	}
 	if got := env.consume(t, topic, true); len(got) != 0 {
 		t.Errorf("read-committed consumer sees %q of a cancelled batch", strs(values(got)))
+	}
+	if got := gather(t, reg)["tidemark_sink_transaction_aborts_total"]; got != 1 {
+		t.Errorf("tidemark_sink_transaction_aborts_total = %v, want 1", got)
 	}
 }
 

@@ -154,9 +154,10 @@ func TestMetrics(t *testing.T) {
 	got := gather(t, reg)
 	wantBytes := float64(u1.Records[0].Size() + u1.Records[1].Size() + u2.Records[0].Size())
 	for name, want := range map[string]float64{
-		"tidemark_sink_records_total": 3,
-		"tidemark_sink_bytes_total":   wantBytes,
-		"tidemark_sink_errors_total":  0,
+		"tidemark_sink_records_total":            3,
+		"tidemark_sink_bytes_total":              wantBytes,
+		"tidemark_sink_errors_total":             0,
+		"tidemark_sink_transaction_aborts_total": 0,
 	} {
 		if got[name] != want {
 			t.Errorf("%s = %v, want %v", name, got[name], want)
