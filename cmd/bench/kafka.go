@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -57,31 +58,6 @@ func (k *kafkaClient) endOffsets(ctx context.Context, topics ...string) (map[str
 		out[o.Topic][o.Partition] = o.Offset
 	})
 	return out, errors.Join(errs...)
-}
-
-// deletePrefix deletes every topic whose name starts with prefix.
-func (k *kafkaClient) deletePrefix(ctx context.Context, prefix string) error {
-	topics, err := k.adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var names []string
-	for _, n := range topics.Names() {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	resps, err := k.adm.DeleteTopics(ctx, names...)
-	if err == nil {
-		err = resps.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("delete topics %s*: %w", prefix, err)
-	}
-	return nil
 }
 
 // cleanupPolicy returns a topic's cleanup.policy.
@@ -304,7 +280,7 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 		mode = fmt.Sprintf("idempotent, acks=all, batch %d kB, linger %s, buffer %d MiB", producerTunedBatch/1000, producerTunedLinger, producerTunedBuffered>>20)
 	}
 	if transactional {
-		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+randomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
+		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+testsvc.RandomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
 		mode = fmt.Sprintf("transactional, %d records/txn, acks=all", perTxn)
 	}
 	cl, err := kgo.NewClient(opts...)

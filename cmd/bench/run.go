@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 )
 
@@ -36,7 +37,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	root, err := repoRoot()
+	root, err := testsvc.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	svc, err := acquireServices(ctx, root, filepath.Join(work, "services"), o, getenv, logf)
+	svc, err := acquireServices(ctx, filepath.Join(work, "services"), o, getenv, logf)
 	if err != nil {
 		return err
 	}
@@ -218,7 +219,7 @@ func (b *bench) newScenario(ctx context.Context, name string) (*scenario, error)
 	if err != nil {
 		return nil, err
 	}
-	id := randomHex(3)
+	id := testsvc.RandomHex(3)
 	tmp := filepath.Join(b.work, name+"-"+id)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
@@ -242,7 +243,7 @@ func (s *scenario) cleanup() {
 	if err := s.db.drop(ctx); err != nil {
 		s.b.logf("cleanup: %v", err)
 	}
-	if err := s.b.k.deletePrefix(ctx, s.prefix+"."); err != nil {
+	if err := testsvc.DeleteTopics(ctx, s.b.k.adm, s.prefix+"."); err != nil {
 		s.b.logf("cleanup: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -406,7 +407,7 @@ func pgScalar(ctx context.Context, dbURL, sql string, dst any, args ...any) erro
 	}
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(ctx, sql, args...).Scan(dst); err != nil {
-		return fmt.Errorf("%s: %w", abbreviate(sql, 80), err)
+		return fmt.Errorf("%s: %w", testsvc.Abbreviate(sql, 80), err)
 	}
 	return nil
 }

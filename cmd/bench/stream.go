@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -468,7 +469,7 @@ func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LS
 	cmd.Stderr = &stderr
 	began := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("%s: %w: %s", bin, err, lastLines(stderr.String(), 5))
+		return 0, fmt.Errorf("%s: %w: %s", bin, err, testsvc.Tail(stderr.String(), 5))
 	}
 	return time.Since(began), nil
 }
@@ -493,7 +494,7 @@ func runPgbench(ctx context.Context, bin, dbURL string, args ...string) (string,
 	cmd := exec.CommandContext(ctx, bin, append(args, dbURL)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("pgbench %s: %w\n%s", strings.Join(args, " "), err, lastLines(string(out), 20))
+		return string(out), fmt.Errorf("pgbench %s: %w\n%s", strings.Join(args, " "), err, testsvc.Tail(string(out), 20))
 	}
 	return string(out), nil
 }
@@ -504,7 +505,7 @@ var processedRE = regexp.MustCompile(`number of transactions actually processed:
 func pgbenchProcessed(out string) (int64, error) {
 	m := processedRE.FindStringSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", lastLines(out, 20))
+		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", testsvc.Tail(out, 20))
 	}
 	return strconv.ParseInt(m[1], 10, 64)
 }

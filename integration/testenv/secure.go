@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/cdc/internal/testsvc"
 )
 
 // SecureKafka is a Kafka broker of one test with secured listeners, started from the jars that
@@ -59,7 +61,7 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 	if testing.Short() {
 		t.Skip("testenv: integration test skipped in -short mode")
 	}
-	root, err := repoRoot()
+	root, err := testsvc.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 		t.Fatalf("testenv: Kafka jars: %v", err)
 	}
 	dir := t.TempDir()
-	ports, err := freePorts(4)
+	ports, err := testsvc.FreePorts(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,9 +79,9 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 		SASLSSL:       fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		SASLPlaintext: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		MTLS:          fmt.Sprintf("127.0.0.1:%d", ports[2]),
-		ScramUser:     "tidemark-scram", ScramPassword: "scram-" + randHex(8),
-		PlainUser: "tidemark-plain", PlainPassword: "plain-" + randHex(8),
-		RestrictedUser: "tidemark-restricted", RestrictedPassword: "restricted-" + randHex(8),
+		ScramUser:     "tidemark-scram", ScramPassword: "scram-" + testsvc.RandomHex(8),
+		PlainUser: "tidemark-plain", PlainPassword: "plain-" + testsvc.RandomHex(8),
+		RestrictedUser: "tidemark-restricted", RestrictedPassword: "restricted-" + testsvc.RandomHex(8),
 	}
 	if err := k.writeCerts(); err != nil {
 		t.Fatal(err)
@@ -179,11 +181,11 @@ rootLogger.appenderRef.file.ref = file
 		select {
 		case <-done:
 			o, _ := os.ReadFile(filepath.Join(dir, "kafka.out"))
-			t.Fatalf("testenv: secure Kafka exited during start-up:\n%s\n%s", tail(string(b), 3000), tail(string(o), 2000))
+			t.Fatalf("testenv: secure Kafka exited during start-up:\n%s\n%s", testsvc.Tail(string(b), 3000), testsvc.Tail(string(o), 2000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: secure Kafka did not start within 90s:\n%s", tail(string(b), 3000))
+			t.Fatalf("testenv: secure Kafka did not start within 90s:\n%s", testsvc.Tail(string(b), 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -193,11 +195,7 @@ rootLogger.appenderRef.file.ref = file
 // kafkaLib finds the Kafka jars scripts/services.sh installed (`scripts/services.sh install`,
 // which make test runs first).
 func kafkaLib(string) (string, error) {
-	cache := os.Getenv("TIDEMARK_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tidemark")
-	}
+	cache := testsvc.CacheDir()
 	matches, _ := filepath.Glob(filepath.Join(cache, "kafka-*", "lib"))
 	if len(matches) == 0 {
 		return "", fmt.Errorf("no Kafka jars under %s: run scripts/services.sh install", cache)
@@ -288,10 +286,4 @@ func newLeaf(caKey *ecdsa.PrivateKey, ca *x509.Certificate, cn string, usage []x
 
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%x", b)
 }
