@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -37,42 +38,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	root, err := testsvc.RepoRoot()
+	b, release, err := newBench(ctx, o, getenv, logf)
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "tidemark-bench-")
-	if err != nil {
-		return fmt.Errorf("create work folder: %w", err)
-	}
-	if err := os.Chmod(work, 0o755); err != nil {
-		return fmt.Errorf("chmod work folder: %w", err)
-	}
-	logf("work folder (cdc logs) %s", work)
-
-	logf("building bin/cdc")
-	bin, err := buildCDC(ctx, root, work)
-	if err != nil {
-		return err
-	}
-	svc, err := acquireServices(ctx, filepath.Join(work, "services"), o, getenv, logf)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := svc.stop(sctx); err != nil {
-			logf("stop services: %v", err)
-		}
-	}()
-	k, err := newKafkaClient(svc.brokers)
-	if err != nil {
-		return err
-	}
-	defer k.close()
-
-	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	defer release()
 	res := &results{
 		StartedAt: started.UTC(),
 		Command:   commandLine(args),
@@ -80,110 +50,144 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version(),
 			"os": runtime.GOOS + "/" + runtime.GOARCH, "pg_server": b.serverVersion(ctx),
 		},
-		Services: svc.source,
-		Broker:   svc.broker,
-		WorkDir:  work,
+		Services:  b.svc.source,
+		Broker:    b.svc.broker,
+		WorkDir:   b.work,
+		HostSteal: make(map[string]float64),
 	}
 	runCPU := readHostCPU()
-	res.HostSteal = make(map[string]float64)
-	steal := func(name string, before hostCPU) {
-		if p, ok := readHostCPU().stealPercent(before); ok {
-			res.HostSteal[name] = math.Round(p*10) / 10
-			logf("%s: host CPU steal %.1f%% (time the hypervisor gave other guests)", name, p)
+	for _, sc := range b.scenarios() {
+		if !o.wants(sc.name) || ctx.Err() != nil {
+			continue
 		}
-	}
-	fail := func(scenario string, err error) {
-		logf("%s: %v", scenario, err)
-		res.Errors = append(res.Errors, scenario+": "+err.Error())
-	}
-	if o.wants(scenarioSnapshot) && ctx.Err() == nil {
 		h := readHostCPU()
-		s, err := b.snapshot(ctx)
-		if err != nil {
-			fail(scenarioSnapshot, err)
+		if err := sc.run(ctx, res); err != nil {
+			logf("%s: %v", sc.name, err)
+			res.Errors = append(res.Errors, sc.name+": "+err.Error())
 		}
-		res.Snapshot = s
-		steal(scenarioSnapshot, h)
-	}
-	if o.wants(scenarioStream) && ctx.Err() == nil {
-		h := readHostCPU()
-		s, err := b.stream(ctx)
-		if err != nil {
-			fail(scenarioStream, err)
-		}
-		res.Stream = s
-		steal(scenarioStream, h)
-	}
-	if o.wants(scenarioLag) && ctx.Err() == nil {
-		h := readHostCPU()
-		res.Lag = make(map[string]lagResult)
-		rows := o.lagRows
-		if rows < 2_000_000 {
-			logf("lag: %s rows may copy in under 10s here; 2-3M rows give a long enough window", thousands(rows))
-		}
-		for _, mode := range []string{"independent", "global"} {
-			if ctx.Err() != nil {
-				break
-			}
-			l, err := b.lag(ctx, mode, rows)
-			if err != nil {
-				fail(scenarioLag+" "+mode, err)
-				continue
-			}
-			res.Lag[mode] = *l
-		}
-		steal(scenarioLag, h)
-	}
-	if o.wants(scenarioCompression) && ctx.Err() == nil {
-		h := readHostCPU()
-		c, err := b.compression(ctx)
-		if err != nil {
-			fail(scenarioCompression, err)
-		}
-		res.Compression = c
-		steal(scenarioCompression, h)
-	}
-	if o.wants(scenarioTables) && ctx.Err() == nil {
-		h := readHostCPU()
-		tb, err := b.tables(ctx)
-		if err != nil {
-			fail(scenarioTables, err)
-		}
-		res.Tables = tb
-		steal(scenarioTables, h)
-	}
-	if o.wants(scenarioMemory) && ctx.Err() == nil {
-		h := readHostCPU()
-		m, err := b.memory(ctx)
-		if err != nil {
-			fail(scenarioMemory, err)
-		}
-		res.Memory = m
-		steal(scenarioMemory, h)
-	}
-	if o.wants(scenarioDebezium) && ctx.Err() == nil {
-		h := readHostCPU()
-		d, err := b.debezium(ctx)
-		if err != nil {
-			fail(scenarioDebezium, err)
-		}
-		res.Debezium = d
-		steal(scenarioDebezium, h)
+		b.steal(res, sc.name, h)
 	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}
-	steal("run", runCPU)
+	b.steal(res, "run", runCPU)
 	res.WallSeconds = time.Since(started).Seconds()
 	res.print(stdout)
 	if err := res.writeJSON(o.out); err != nil {
 		return err
 	}
-	logf("results written to %s; cdc logs in %s", o.out, work)
+	logf("results written to %s; cdc logs in %s", o.out, b.work)
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("%d scenario(s) failed", len(res.Errors))
 	}
 	return nil
+}
+
+// newBench makes the work folder, builds cdc, acquires the services and connects to Kafka;
+// release stops what it started.
+func newBench(ctx context.Context, o options, getenv func(string) string, logf func(string, ...any)) (*bench, func(), error) {
+	root, err := testsvc.RepoRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	work, err := os.MkdirTemp("", "tidemark-bench-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("create work folder: %w", err)
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("chmod work folder: %w", err)
+	}
+	logf("work folder (cdc logs) %s", work)
+	logf("building bin/cdc")
+	bin, err := buildCDC(ctx, root, work)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := acquireServices(ctx, filepath.Join(work, "services"), o, getenv, logf)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := svc.stop(sctx); err != nil {
+			logf("stop services: %v", err)
+		}
+	}
+	k, err := newKafkaClient(svc.brokers)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	return b, func() { k.close(); stop() }, nil
+}
+
+// scenarioRun is one scenario of a run: run stores its result in res, partial results included.
+type scenarioRun struct {
+	name string
+	run  func(ctx context.Context, res *results) error
+}
+
+// scenarios are every scenario in the order a run takes them.
+func (b *bench) scenarios() []scenarioRun {
+	return []scenarioRun{
+		{scenarioSnapshot, func(ctx context.Context, res *results) (err error) {
+			res.Snapshot, err = b.snapshot(ctx)
+			return err
+		}},
+		{scenarioStream, func(ctx context.Context, res *results) (err error) {
+			res.Stream, err = b.stream(ctx)
+			return err
+		}},
+		{scenarioLag, b.lagModes},
+		{scenarioCompression, func(ctx context.Context, res *results) (err error) {
+			res.Compression, err = b.compression(ctx)
+			return err
+		}},
+		{scenarioTables, func(ctx context.Context, res *results) (err error) {
+			res.Tables, err = b.tables(ctx)
+			return err
+		}},
+		{scenarioMemory, func(ctx context.Context, res *results) (err error) {
+			res.Memory, err = b.memory(ctx)
+			return err
+		}},
+		{scenarioDebezium, func(ctx context.Context, res *results) (err error) {
+			res.Debezium, err = b.debezium(ctx)
+			return err
+		}},
+	}
+}
+
+// lagModes runs the lag scenario in both watermark modes; a failed mode does not stop the other.
+func (b *bench) lagModes(ctx context.Context, res *results) error {
+	res.Lag = make(map[string]lagResult)
+	if b.o.lagRows < 2_000_000 {
+		b.logf("lag: %s rows may copy in under 10s here; 2-3M rows give a long enough window", thousands(b.o.lagRows))
+	}
+	var errs []error
+	for _, mode := range []string{"independent", "global"} {
+		if ctx.Err() != nil {
+			break
+		}
+		l, err := b.lag(ctx, mode, b.o.lagRows)
+		if err != nil {
+			b.logf("%s %s: %v", scenarioLag, mode, err)
+			errs = append(errs, fmt.Errorf("%s: %w", mode, err))
+			continue
+		}
+		res.Lag[mode] = *l
+	}
+	return errors.Join(errs...)
+}
+
+// steal records the host CPU steal since before under name.
+func (b *bench) steal(res *results, name string, before hostCPU) {
+	if p, ok := readHostCPU().stealPercent(before); ok {
+		res.HostSteal[name] = math.Round(p*10) / 10
+		b.logf("%s: host CPU steal %.1f%% (time the hypervisor gave other guests)", name, p)
+	}
 }
 
 func commandLine(args []string) string {
