@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,7 +81,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 		return nil, err
 	}
 	res.CPUSeconds, res.PeakRSSMiB = p.usage()
-	res.WriterTxns = load.txns.Load()
+	res.WriterTxns = load.writer.txns.Load()
 	res.CopySeconds = doneAt.Sub(copyStart).Seconds()
 	if res.CopySeconds < 10 {
 		b.logf("%s: WARNING: the copy took only %.1fs; raise -lag-rows for a longer window", name, res.CopySeconds)
@@ -133,56 +132,39 @@ func (s *scenario) addAndCopy(ctx context.Context, wt *watcher, p *cdcProc, big 
 // lagLoad is the lag scenario's steady writer on the small tables and its once-a-second sampler
 // of the WAL position and their watermarks.
 type lagLoad struct {
+	writer  *steadyWriter
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	conns   []*pgx.Conn
-	txns    atomic.Int64
+	done    chan struct{}
+	conn    *pgx.Conn // the sampler's
 	mu      sync.Mutex
 	samples []lagSample
-	errs    [2]error // the writer's, the sampler's
+	err     error // the sampler's, valid once done is closed
 	stopped bool
 }
 
-// startLagLoad connects the writer and the sampler to dbURL and starts both; the writer runs
-// rate transactions a second.
+// startLagLoad starts the writer, rate transactions a second on the small tables in turn, and
+// the sampler.
 func startLagLoad(ctx context.Context, dbURL string, wt *watcher, small []change.ExportID, rate int) (*lagLoad, error) {
-	l := &lagLoad{}
-	for _, who := range []string{"writer", "sampler"} {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			l.closeConns()
-			return nil, fmt.Errorf("connect %s: %w", who, err)
-		}
-		l.conns = append(l.conns, conn)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect sampler: %w", err)
+	}
+	writer, err := startSteadyWriter(ctx, dbURL, time.Second/time.Duration(rate), func(i int) (string, []any) {
+		e := small[i%len(small)]
+		return fmt.Sprintf("UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()),
+			[]any{1 + (i/2)%1000}
+	})
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	l.cancel = cancel
-	l.wg.Go(func() { l.errs[0] = l.write(runCtx, small, rate) })
-	l.wg.Go(func() { l.errs[1] = l.sample(runCtx, wt, small) })
+	l := &lagLoad{writer: writer, cancel: cancel, done: make(chan struct{}), conn: conn}
+	go func() {
+		defer close(l.done)
+		l.err = l.sample(runCtx, wt, small)
+	}()
 	return l, nil
-}
-
-// write updates the small tables in turn, rate times a second, until ctx ends.
-func (l *lagLoad) write(ctx context.Context, small []change.ExportID, rate int) error {
-	t := time.NewTicker(time.Second / time.Duration(rate))
-	defer t.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		e := small[i%len(small)]
-		_, err := l.conns[0].Exec(ctx, fmt.Sprintf(
-			"UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()), 1+(i/2)%1000)
-		if err != nil {
-			if ctx.Err() == nil {
-				return fmt.Errorf("writer: %w", err)
-			}
-			return nil
-		}
-		l.txns.Add(1)
-	}
 }
 
 // sample records the WAL position and the small tables' latest watermarks once a second.
@@ -195,7 +177,7 @@ func (l *lagLoad) sample(ctx context.Context, wt *watcher, small []change.Export
 			return nil
 		case <-t.C:
 		}
-		wal, err := currentLSN(ctx, l.conns[1])
+		wal, err := currentLSN(ctx, l.conn)
 		if err != nil {
 			if ctx.Err() == nil {
 				return fmt.Errorf("sampler: %w", err)
@@ -223,18 +205,13 @@ func (l *lagLoad) stop() ([]lagSample, error) {
 	}
 	l.stopped = true
 	l.cancel()
-	l.wg.Wait()
-	l.closeConns()
-	if err := errors.Join(l.errs[:]...); err != nil {
+	werr := l.writer.stop()
+	<-l.done
+	l.conn.Close(context.Background())
+	if err := errors.Join(werr, l.err); err != nil {
 		return nil, err
 	}
 	return l.samples, nil
-}
-
-func (l *lagLoad) closeConns() {
-	for _, c := range l.conns {
-		c.Close(context.Background())
-	}
 }
 
 // summariseLag fills res from the samples: the copy window [from, to] and the baseline window
