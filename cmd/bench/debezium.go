@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/tidemark/cdc/internal/testsvc"
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
@@ -143,36 +144,19 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	for _, t := range pgbenchTables {
-		var n int64
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
-			return res, fmt.Errorf("count %s: %w", t, err)
-		}
-		res.Rows += n
+	if res.Rows, err = countRows(ctx, conn, pgbenchTables); err != nil {
+		return res, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
 
-	// Snapshots: Tidemark, then Debezium with each producer profile, each on its own slot.
-	// The first run after the broker's start is slower, whatever the tool: one unmeasured
-	// Tidemark copy warms it (its slot is dropped, its topics stay until cleanup).
-	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
-	b.logf("debezium: unmeasured warm-up copy")
-	err = warm.hydrate(wctx, conn)
-	warm.close()
+	tm, tmRes, err := s.tidemarkSnapshot(wctx, conn, exports, res.Rows)
+	if tm != nil {
+		defer tm.close()
+	}
 	if err != nil {
-		return res, fmt.Errorf("warm-up: %w", err)
+		return res, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", warm.vars["CDC_SLOT"]); err != nil {
-		return res, fmt.Errorf("drop warm-up slot: %w", err)
-	}
-	tm := s.newLane(deliveryExactlyOnce, "", exports)
-	defer tm.close()
-	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
-	if tmRes.Snapshot, err = tm.timedHydrate(wctx, conn, res.Rows); err != nil {
-		return res, fmt.Errorf("tidemark snapshot: %w", err)
-	}
-	b.logf("debezium: Tidemark snapshot %.0f rows/s from process start", tmRes.Snapshot.PerSecond)
 	workers := []*connectWorker{
 		s.newConnectWorker(lib, plugins, profileDefault, nil),
 		s.newConnectWorker(lib, plugins, profileMatched, debeziumMatchedProducer),
@@ -190,50 +174,10 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		b.logf("debezium: Debezium (%s producer) snapshot %.0f rows/s from process start", w.profile, dzRes[i].Snapshot.PerSecond)
 	}
 
-	// The READ limits' slots, before the backlog.
-	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
-	readStart, err := createReadSlots(ctx, conn, readSlot, recvSlot)
+	target, err := s.debeziumBacklog(wctx, conn, pgbench, res)
 	if err != nil {
 		return res, err
 	}
-
-	// The backlog, written while every tool is stopped.
-	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.debeziumTxns); err != nil {
-		return res, err
-	}
-	// tpcb-like: three updates and one insert per transaction.
-	res.Changes = 4 * res.BacklogTxns
-	// The backlog's dirty pages and dead rows would otherwise be the first catch-up's burden.
-	if err := s.db.exec(ctx, "VACUUM ANALYZE", "CHECKPOINT"); err != nil {
-		return res, err
-	}
-	target, err := currentLSN(ctx, conn)
-	if err != nil {
-		return res, err
-	}
-
-	// The READ limits: the backlog read by the Go reader and by pg_recvlogical, nothing else
-	// running. 10x Debezium's catch-up is out of reach wherever it is above both.
-	rd, err := readStream(wctx, s.db.url, readSlot, s.pub, readStart, res.BacklogTxns)
-	if err != nil {
-		return res, fmt.Errorf("read limit: %w", err)
-	}
-	if rd.elapsed > 0 {
-		res.ReadGo = float64(rd.changes) / rd.elapsed.Seconds()
-	}
-	elapsed, err := readRecvlogical(wctx, s.db.url, recvSlot, s.pub, rd.lastEnd)
-	if err != nil {
-		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
-	}
-	if elapsed > 0 {
-		res.ReadRecvlogical = float64(rd.changes) / elapsed.Seconds()
-	}
-	for _, slot := range []string{readSlot, recvSlot} {
-		if err := dropSlot(ctx, conn, slot); err != nil {
-			return res, err
-		}
-	}
-	b.logf("debezium: READ limit %.0f changes/s (Go reader), %.0f (pg_recvlogical)", res.ReadGo, res.ReadRecvlogical)
 
 	// Catch-ups, each tool alone.
 	cu, _, err := tm.catchUp(wctx, target, res.Changes)
@@ -256,6 +200,89 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		res.CatchUpRatio[d.Profile] = over(tmRes.CatchUp.PerSecond, d.CatchUp.PerSecond)
 	}
 	return res, nil
+}
+
+// countRows is the number of rows of tables.
+func countRows(ctx context.Context, conn *pgx.Conn, tables []string) (int64, error) {
+	var total int64
+	for _, t := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+			return total, fmt.Errorf("count %s: %w", t, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// tidemarkSnapshot runs Tidemark's snapshot: first one unmeasured copy that warms the broker
+// (the first run after its start is slower, whatever the tool; its slot is dropped, its topics
+// stay until cleanup), then the measured copy on a slot of its own. It returns the measured
+// lane, which the catch-up runs again, and its figures.
+func (s *scenario) tidemarkSnapshot(ctx context.Context, conn *pgx.Conn, exports []change.ExportID, rows int64) (*lane, debeziumTool, error) {
+	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
+	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
+	s.b.logf("debezium: unmeasured warm-up copy")
+	err := warm.hydrate(ctx, conn)
+	warm.close()
+	if err != nil {
+		return nil, tmRes, fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", warm.vars["CDC_SLOT"]); err != nil {
+		return nil, tmRes, fmt.Errorf("drop warm-up slot: %w", err)
+	}
+	tm := s.newLane(deliveryExactlyOnce, "", exports)
+	if tmRes.Snapshot, err = tm.timedHydrate(ctx, conn, rows); err != nil {
+		return tm, tmRes, fmt.Errorf("tidemark snapshot: %w", err)
+	}
+	s.b.logf("debezium: Tidemark snapshot %.0f rows/s from process start", tmRes.Snapshot.PerSecond)
+	return tm, tmRes, nil
+}
+
+// debeziumBacklog writes the pgbench backlog while every tool is stopped (each slot holds all of
+// it), then measures the READ limits on slots of their own made before it: the backlog read by
+// the Go reader and by pg_recvlogical, nothing else running. 10x Debezium's catch-up is out of
+// reach wherever it is above both. It returns the WAL position after the backlog.
+func (s *scenario) debeziumBacklog(ctx context.Context, conn *pgx.Conn, pgbench string, res *debeziumResult) (change.LSN, error) {
+	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
+	readStart, err := createReadSlots(ctx, conn, readSlot, recvSlot)
+	if err != nil {
+		return 0, err
+	}
+	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, s.b.o.debeziumTxns); err != nil {
+		return 0, err
+	}
+	// tpcb-like: three updates and one insert per transaction.
+	res.Changes = 4 * res.BacklogTxns
+	// The backlog's dirty pages and dead rows would otherwise be the first catch-up's burden.
+	if err := s.db.exec(ctx, "VACUUM ANALYZE", "CHECKPOINT"); err != nil {
+		return 0, err
+	}
+	target, err := currentLSN(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	rd, err := readStream(ctx, s.db.url, readSlot, s.pub, readStart, res.BacklogTxns)
+	if err != nil {
+		return 0, fmt.Errorf("read limit: %w", err)
+	}
+	if rd.elapsed > 0 {
+		res.ReadGo = float64(rd.changes) / rd.elapsed.Seconds()
+	}
+	elapsed, err := readRecvlogical(ctx, s.db.url, recvSlot, s.pub, rd.lastEnd)
+	if err != nil {
+		return 0, fmt.Errorf("pg_recvlogical read limit: %w", err)
+	}
+	if elapsed > 0 {
+		res.ReadRecvlogical = float64(rd.changes) / elapsed.Seconds()
+	}
+	for _, slot := range []string{readSlot, recvSlot} {
+		if err := dropSlot(ctx, conn, slot); err != nil {
+			return 0, err
+		}
+	}
+	s.b.logf("debezium: READ limit %.0f changes/s (Go reader), %.0f (pg_recvlogical)", res.ReadGo, res.ReadRecvlogical)
+	return target, nil
 }
 
 // timedHydrate is lane.hydrate timed from cdc's start: the time until every table is hydrated.
