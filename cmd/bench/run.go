@@ -132,31 +132,23 @@ type scenarioRun struct {
 // scenarios are every scenario in the order a run takes them.
 func (b *bench) scenarios() []scenarioRun {
 	return []scenarioRun{
-		{scenarioSnapshot, func(ctx context.Context, res *results) (err error) {
-			res.Snapshot, err = b.snapshot(ctx)
-			return err
-		}},
-		{scenarioStream, func(ctx context.Context, res *results) (err error) {
-			res.Stream, err = b.stream(ctx)
-			return err
-		}},
+		{scenarioSnapshot, into(b.snapshot, func(r *results) **snapshotResult { return &r.Snapshot })},
+		{scenarioStream, into(b.stream, func(r *results) **streamResult { return &r.Stream })},
 		{scenarioLag, b.lagModes},
-		{scenarioCompression, func(ctx context.Context, res *results) (err error) {
-			res.Compression, err = b.compression(ctx)
-			return err
-		}},
-		{scenarioTables, func(ctx context.Context, res *results) (err error) {
-			res.Tables, err = b.tables(ctx)
-			return err
-		}},
-		{scenarioMemory, func(ctx context.Context, res *results) (err error) {
-			res.Memory, err = b.memory(ctx)
-			return err
-		}},
-		{scenarioDebezium, func(ctx context.Context, res *results) (err error) {
-			res.Debezium, err = b.debezium(ctx)
-			return err
-		}},
+		{scenarioCompression, into(b.compression, func(r *results) *[]compressionResult { return &r.Compression })},
+		{scenarioTables, into(b.tables, func(r *results) **tablesResult { return &r.Tables })},
+		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
+		{scenarioDebezium, into(b.debezium, func(r *results) **debeziumResult { return &r.Debezium })},
+	}
+}
+
+// into runs a scenario and stores its result, partial or not, in the field of results that
+// field points to.
+func into[T any](scenario func(context.Context) (T, error), field func(*results) *T) func(context.Context, *results) error {
+	return func(ctx context.Context, res *results) error {
+		v, err := scenario(ctx)
+		*field(res) = v
+		return err
 	}
 }
 
