@@ -105,19 +105,12 @@ log.dirs=%[7]s
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
-num.partitions=1
-default.replication.factor=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.cleaner.dedupe.buffer.size=33554432
 `, ports[0], ports[1], ports[2], ports[3], filepath.Join(dir, "keystore.pem"), k.CAFile, filepath.Join(dir, "data"))
+	singleNode, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	props += string(singleNode)
 	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
 		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
 		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
