@@ -323,54 +323,74 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 		return readResult{}, fmt.Errorf("connect: %w", err)
 	}
 	defer exporter.Close(context.Background())
-	if _, err := exporter.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+	snapID, blocks, cols, err := exportTable(ctx, exporter, e)
+	if err != nil {
 		return readResult{}, err
 	}
-	var snapID string
-	var blocks int64
-	var cols []string
-	if err := exporter.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapID); err != nil {
-		return readResult{}, fmt.Errorf("export snapshot: %w", err)
-	}
-	if err := exporter.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
-		e.Quoted()).Scan(&blocks); err != nil {
-		return readResult{}, fmt.Errorf("size of %s: %w", e, err)
-	}
-	rows, err := exporter.Query(ctx, `SELECT attname FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
-	if err != nil {
-		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
-	}
-	cols, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
-	}
-
 	ranges := snapshot.SplitRanges(blocks, snapshot.DefaultRangeBlocks)
-	n := min(workers, len(ranges))
-	conns := make([]*pgx.Conn, 0, n)
+	conns, err := importSnapshot(ctx, cfg, snapID, min(workers, len(ranges)))
 	defer func() {
 		for _, c := range conns {
 			c.Close(context.Background())
 		}
 	}()
-	for range n {
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return readResult{}, fmt.Errorf("connect worker: %w", err)
-		}
-		conns = append(conns, c)
-		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-			return readResult{}, err
-		}
-		if _, err := c.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapID)); err != nil {
-			return readResult{}, fmt.Errorf("import snapshot: %w", err)
-		}
+	if err != nil {
+		return readResult{}, err
 	}
 	if _, err := exporter.Exec(ctx, "COMMIT"); err != nil {
 		return readResult{}, err
 	}
+	tp, err := copyRanges(ctx, conns, e, cols, ranges)
+	return readResult{tp: tp, ranges: len(ranges)}, err
+}
 
+// exportTable begins a REPEATABLE READ transaction on conn, exports its snapshot and returns the
+// snapshot's id with the table's size in blocks and its columns.
+func exportTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (snapID string, blocks int64, cols []string, err error) {
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return "", 0, nil, err
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapID); err != nil {
+		return "", 0, nil, fmt.Errorf("export snapshot: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
+		e.Quoted()).Scan(&blocks); err != nil {
+		return "", 0, nil, fmt.Errorf("size of %s: %w", e, err)
+	}
+	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("columns of %s: %w", e, err)
+	}
+	if cols, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return "", 0, nil, fmt.Errorf("columns of %s: %w", e, err)
+	}
+	return snapID, blocks, cols, nil
+}
+
+// importSnapshot opens n connections, each in a REPEATABLE READ transaction on the exported
+// snapshot snapID. It returns the connections it opened, also on error: the caller closes them.
+func importSnapshot(ctx context.Context, cfg *pgx.ConnConfig, snapID string, n int) ([]*pgx.Conn, error) {
+	conns := make([]*pgx.Conn, 0, n)
+	for range n {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return conns, fmt.Errorf("connect worker: %w", err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return conns, err
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapID)); err != nil {
+			return conns, fmt.Errorf("import snapshot: %w", err)
+		}
+	}
+	return conns, nil
+}
+
+// copyRanges reads ranges of table e with a text COPY each, one connection of conns a worker,
+// discarding the output; the clock runs from the first COPY to the last.
+func copyRanges(ctx context.Context, conns []*pgx.Conn, e change.ExportID, cols []string, ranges []snapshot.Range) (throughput, error) {
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
 		quoted[i] = pgx.Identifier{c}.Sanitize()
@@ -382,7 +402,7 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	close(queue)
 	var total, bytes atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, n)
+	errs := make([]error, len(conns))
 	start := time.Now()
 	for i, c := range conns {
 		wg.Go(func() {
@@ -406,9 +426,9 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	wg.Wait()
 	d := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
-		return readResult{}, err
+		return throughput{}, err
 	}
-	return readResult{tp: newThroughput(total.Load(), bytes.Load(), d, ""), ranges: len(ranges)}, nil
+	return newThroughput(total.Load(), bytes.Load(), d, ""), nil
 }
 
 // countingWriter discards what it is given and counts the bytes.
