@@ -86,36 +86,9 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 	if err := k.writeCerts(); err != nil {
 		t.Fatal(err)
 	}
-	props := fmt.Sprintf(`process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:%[4]d
-listeners=SASL_SSL://127.0.0.1:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
-advertised.listeners=SASL_SSL://localhost:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://localhost:%[3]d
-listener.security.protocol.map=SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=MTLS
-controller.listener.names=CONTROLLER
-sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
-ssl.keystore.type=PEM
-ssl.keystore.location=%[5]s
-ssl.truststore.type=PEM
-ssl.truststore.location=%[6]s
-ssl.endpoint.identification.algorithm=
-listener.name.mtls.ssl.client.auth=required
-log.dirs=%[7]s
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
-`, ports[0], ports[1], ports[2], ports[3], filepath.Join(dir, "keystore.pem"), k.CAFile, filepath.Join(dir, "data"))
-	singleNode, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	props, err := k.serverProperties(root, ports)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
-	}
-	props += string(singleNode)
-	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
-		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
-		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
-		props += fmt.Sprintf("listener.name.%s.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
-		props += fmt.Sprintf("listener.name.%s.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\";\n", l)
 	}
 	cfgPath := filepath.Join(dir, "server.properties")
 	if err := os.WriteFile(cfgPath, []byte(props), 0o600); err != nil {
@@ -165,6 +138,52 @@ rootLogger.appenderRef.file.ref = file
 			<-done
 		}
 	})
+	waitKafkaStarted(t, dir, logFile, done)
+	return k
+}
+
+// serverProperties is the broker's server.properties: its listeners on ports (SASL_SSL,
+// SASL_PLAINTEXT, MTLS, CONTROLLER), the single-node settings of scripts/services.sh and the
+// JAAS lines of each SASL listener.
+func (k *SecureKafka) serverProperties(root string, ports []int) (string, error) {
+	props := fmt.Sprintf(`process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:%[4]d
+listeners=SASL_SSL://127.0.0.1:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
+advertised.listeners=SASL_SSL://localhost:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://localhost:%[3]d
+listener.security.protocol.map=SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=MTLS
+controller.listener.names=CONTROLLER
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
+ssl.keystore.type=PEM
+ssl.keystore.location=%[5]s
+ssl.truststore.type=PEM
+ssl.truststore.location=%[6]s
+ssl.endpoint.identification.algorithm=
+listener.name.mtls.ssl.client.auth=required
+log.dirs=%[7]s
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
+`, ports[0], ports[1], ports[2], ports[3], filepath.Join(k.Dir, "keystore.pem"), k.CAFile, filepath.Join(k.Dir, "data"))
+	singleNode, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	if err != nil {
+		return "", err
+	}
+	props += string(singleNode)
+	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
+		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
+		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
+		props += fmt.Sprintf("listener.name.%s.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
+		props += fmt.Sprintf("listener.name.%s.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\";\n", l)
+	}
+	return props, nil
+}
+
+// waitKafkaStarted waits until the broker's log (logFile, in dir) says it started; it fails the
+// test when the broker exits first (done closed) or takes over 90s.
+func waitKafkaStarted(t testing.TB, dir, logFile string, done <-chan struct{}) {
+	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		b, _ := os.ReadFile(logFile)
@@ -182,7 +201,6 @@ rootLogger.appenderRef.file.ref = file
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return k
 }
 
 // kafkaLib finds the Kafka jars scripts/services.sh installed (`scripts/services.sh install`,
