@@ -386,19 +386,8 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$KAFKA_DIR/data
-num.partitions=1
-default.replication.factor=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.cleaner.dedupe.buffer.size=33554432
 EOF
+	grep -v '^#' "$REPO/scripts/kafka/single-node.properties" >>"$KAFKA_DIR/server.properties"
 	cat >"$KAFKA_DIR/log4j2.properties" <<EOF
 # Written by scripts/services.sh: the broker logs to $KAFKA_LOG (emptied before each start).
 status = warn

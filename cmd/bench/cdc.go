@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidemark/cdc/internal/testsvc"
 )
 
 // buildCDC builds bin/cdc in the repository, as `make build` does, and copies it into the work
@@ -205,5 +207,5 @@ func tailFile(path string, n int) string {
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
 	}
-	return lastLines(string(b), n)
+	return testsvc.Tail(string(b), n)
 }

@@ -91,3 +91,14 @@ func brokerSettings(stateDir, heap string) string {
 	}
 	return "JVM " + heap + "; " + strings.Join(kept, ", ")
 }
+
+// bestCeiling is the fastest of the write ceiling's runs.
+func bestCeiling(runs []ceilingRun) throughput {
+	var best throughput
+	for _, c := range runs {
+		if c.Result.PerSecond > best.PerSecond {
+			best = c.Result
+		}
+	}
+	return best
+}

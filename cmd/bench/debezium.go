@@ -2,23 +2,16 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tidemark/cdc/internal/testsvc"
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // The debezium scenario (-only debezium, `make bench-debezium`) runs Tidemark and Debezium's
@@ -129,7 +122,7 @@ func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
 }
 
 func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
-	root, err := repoRoot()
+	root, err := testsvc.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -151,36 +144,19 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	for _, t := range pgbenchTables {
-		var n int64
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
-			return res, fmt.Errorf("count %s: %w", t, err)
-		}
-		res.Rows += n
+	if res.Rows, err = countRows(ctx, conn, pgbenchTables); err != nil {
+		return res, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
 
-	// Snapshots: Tidemark, then Debezium with each producer profile, each on its own slot.
-	// The first run after the broker's start is slower, whatever the tool: one unmeasured
-	// Tidemark copy warms it (its slot is dropped, its topics stay until cleanup).
-	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
-	b.logf("debezium: unmeasured warm-up copy")
-	err = warm.hydrate(wctx, conn)
-	warm.close()
+	tm, tmRes, err := s.tidemarkSnapshot(wctx, conn, exports, res.Rows)
+	if tm != nil {
+		defer tm.close()
+	}
 	if err != nil {
-		return res, fmt.Errorf("warm-up: %w", err)
+		return res, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", warm.vars["CDC_SLOT"]); err != nil {
-		return res, fmt.Errorf("drop warm-up slot: %w", err)
-	}
-	tm := s.newLane(deliveryExactlyOnce, "", exports)
-	defer tm.close()
-	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
-	if tmRes.Snapshot, err = tm.timedHydrate(wctx, conn, res.Rows); err != nil {
-		return res, fmt.Errorf("tidemark snapshot: %w", err)
-	}
-	b.logf("debezium: Tidemark snapshot %.0f rows/s from process start", tmRes.Snapshot.PerSecond)
 	workers := []*connectWorker{
 		s.newConnectWorker(lib, plugins, profileDefault, nil),
 		s.newConnectWorker(lib, plugins, profileMatched, debeziumMatchedProducer),
@@ -198,50 +174,10 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		b.logf("debezium: Debezium (%s producer) snapshot %.0f rows/s from process start", w.profile, dzRes[i].Snapshot.PerSecond)
 	}
 
-	// The READ limits' slots, before the backlog.
-	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
-	readStart, err := createReadSlots(ctx, conn, readSlot, recvSlot)
+	target, err := s.debeziumBacklog(wctx, conn, pgbench, res)
 	if err != nil {
 		return res, err
 	}
-
-	// The backlog, written while every tool is stopped.
-	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, b.o.debeziumTxns); err != nil {
-		return res, err
-	}
-	// tpcb-like: three updates and one insert per transaction.
-	res.Changes = 4 * res.BacklogTxns
-	// The backlog's dirty pages and dead rows would otherwise be the first catch-up's burden.
-	if err := s.db.exec(ctx, "VACUUM ANALYZE", "CHECKPOINT"); err != nil {
-		return res, err
-	}
-	target, err := currentLSN(ctx, conn)
-	if err != nil {
-		return res, err
-	}
-
-	// The READ limits: the backlog read by the Go reader and by pg_recvlogical, nothing else
-	// running. 10x Debezium's catch-up is out of reach wherever it is above both.
-	rd, err := readStream(wctx, s.db.url, readSlot, s.pub, readStart, res.BacklogTxns)
-	if err != nil {
-		return res, fmt.Errorf("read limit: %w", err)
-	}
-	if rd.elapsed > 0 {
-		res.ReadGo = float64(rd.changes) / rd.elapsed.Seconds()
-	}
-	elapsed, err := readRecvlogical(wctx, s.db.url, recvSlot, s.pub, rd.lastEnd)
-	if err != nil {
-		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
-	}
-	if elapsed > 0 {
-		res.ReadRecvlogical = float64(rd.changes) / elapsed.Seconds()
-	}
-	for _, slot := range []string{readSlot, recvSlot} {
-		if err := dropSlot(ctx, conn, slot); err != nil {
-			return res, err
-		}
-	}
-	b.logf("debezium: READ limit %.0f changes/s (Go reader), %.0f (pg_recvlogical)", res.ReadGo, res.ReadRecvlogical)
 
 	// Catch-ups, each tool alone.
 	cu, _, err := tm.catchUp(wctx, target, res.Changes)
@@ -264,6 +200,89 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		res.CatchUpRatio[d.Profile] = over(tmRes.CatchUp.PerSecond, d.CatchUp.PerSecond)
 	}
 	return res, nil
+}
+
+// countRows is the number of rows of tables.
+func countRows(ctx context.Context, conn *pgx.Conn, tables []string) (int64, error) {
+	var total int64
+	for _, t := range tables {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+t).Scan(&n); err != nil {
+			return total, fmt.Errorf("count %s: %w", t, err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// tidemarkSnapshot runs Tidemark's snapshot: first one unmeasured copy that warms the broker
+// (the first run after its start is slower, whatever the tool; its slot is dropped, its topics
+// stay until cleanup), then the measured copy on a slot of its own. It returns the measured
+// lane, which the catch-up runs again, and its figures.
+func (s *scenario) tidemarkSnapshot(ctx context.Context, conn *pgx.Conn, exports []change.ExportID, rows int64) (*lane, debeziumTool, error) {
+	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
+	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
+	s.b.logf("debezium: unmeasured warm-up copy")
+	err := warm.hydrate(ctx, conn)
+	warm.close()
+	if err != nil {
+		return nil, tmRes, fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", warm.vars["CDC_SLOT"]); err != nil {
+		return nil, tmRes, fmt.Errorf("drop warm-up slot: %w", err)
+	}
+	tm := s.newLane(deliveryExactlyOnce, "", exports)
+	if tmRes.Snapshot, err = tm.timedHydrate(ctx, conn, rows); err != nil {
+		return tm, tmRes, fmt.Errorf("tidemark snapshot: %w", err)
+	}
+	s.b.logf("debezium: Tidemark snapshot %.0f rows/s from process start", tmRes.Snapshot.PerSecond)
+	return tm, tmRes, nil
+}
+
+// debeziumBacklog writes the pgbench backlog while every tool is stopped (each slot holds all of
+// it), then measures the READ limits on slots of their own made before it: the backlog read by
+// the Go reader and by pg_recvlogical, nothing else running. 10x Debezium's catch-up is out of
+// reach wherever it is above both. It returns the WAL position after the backlog.
+func (s *scenario) debeziumBacklog(ctx context.Context, conn *pgx.Conn, pgbench string, res *debeziumResult) (change.LSN, error) {
+	readSlot, recvSlot := s.slot+"_dbzread", s.slot+"_dbzrecv"
+	readStart, err := createReadSlots(ctx, conn, readSlot, recvSlot)
+	if err != nil {
+		return 0, err
+	}
+	if res.BacklogTxns, err = s.pgbenchBacklog(ctx, pgbench, s.b.o.debeziumTxns); err != nil {
+		return 0, err
+	}
+	// tpcb-like: three updates and one insert per transaction.
+	res.Changes = 4 * res.BacklogTxns
+	// The backlog's dirty pages and dead rows would otherwise be the first catch-up's burden.
+	if err := s.db.exec(ctx, "VACUUM ANALYZE", "CHECKPOINT"); err != nil {
+		return 0, err
+	}
+	target, err := currentLSN(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	rd, err := readStream(ctx, s.db.url, readSlot, s.pub, readStart, res.BacklogTxns)
+	if err != nil {
+		return 0, fmt.Errorf("read limit: %w", err)
+	}
+	if rd.elapsed > 0 {
+		res.ReadGo = float64(rd.changes) / rd.elapsed.Seconds()
+	}
+	elapsed, err := readRecvlogical(ctx, s.db.url, recvSlot, s.pub, rd.lastEnd)
+	if err != nil {
+		return 0, fmt.Errorf("pg_recvlogical read limit: %w", err)
+	}
+	if elapsed > 0 {
+		res.ReadRecvlogical = float64(rd.changes) / elapsed.Seconds()
+	}
+	for _, slot := range []string{readSlot, recvSlot} {
+		if err := dropSlot(ctx, conn, slot); err != nil {
+			return 0, err
+		}
+	}
+	s.b.logf("debezium: READ limit %.0f changes/s (Go reader), %.0f (pg_recvlogical)", res.ReadGo, res.ReadRecvlogical)
+	return target, nil
 }
 
 // timedHydrate is lane.hydrate timed from cdc's start: the time until every table is hydrated.
@@ -307,296 +326,6 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 	run := newToolRun(rows, stats.Records, doneAt.Sub(p.started), p)
 	run.PostgresCPUSeconds, run.BrokerCPUSeconds = pgCPU, brokerCPU
 	return run, nil
-}
-
-// connectWorker is one Kafka Connect standalone worker running Debezium's PostgreSQL connector
-// with its own slot, publication, topic prefix and offset file.
-type connectWorker struct {
-	s        *scenario
-	profile  string
-	producer map[string]string
-	dir      string
-	lib      string
-	plugins  string
-	worker   map[string]string
-	conn     map[string]string
-	topics   []string
-	start    map[string]map[int32]int64 // end offsets before the current run
-}
-
-func (s *scenario) newConnectWorker(lib, plugins, profile string, producer map[string]string) *connectWorker {
-	dir := filepath.Join(s.tmp, "connect-"+profile)
-	prefix := s.prefix + ".dbz_" + profile
-	w := &connectWorker{s: s, profile: profile, producer: producer, dir: dir, lib: lib, plugins: plugins,
-		worker: map[string]string{
-			"bootstrap.servers":              strings.Join(s.b.svc.brokers, ","),
-			"key.converter":                  "org.apache.kafka.connect.json.JsonConverter",
-			"value.converter":                "org.apache.kafka.connect.json.JsonConverter",
-			"key.converter.schemas.enable":   "false",
-			"value.converter.schemas.enable": "false",
-			"offset.storage.file.filename":   filepath.Join(dir, "offsets"),
-			"offset.flush.interval.ms":       "10000", // connect-standalone.properties
-			"plugin.path":                    plugins,
-		},
-		conn: map[string]string{
-			"name":                        "dbz-" + profile,
-			"connector.class":             "io.debezium.connector.postgresql.PostgresConnector",
-			"tasks.max":                   "1",
-			"topic.prefix":                prefix,
-			"plugin.name":                 "pgoutput",
-			"slot.name":                   s.slot + "_dbz_" + profile,
-			"publication.name":            "dbz_pub_" + profile,
-			"publication.autocreate.mode": "filtered",
-			"table.include.list":          strings.Join(pgbenchTables, ","),
-			"snapshot.mode":               "initial",
-		}}
-	for k, v := range producer {
-		w.worker[k] = v
-	}
-	for _, t := range pgbenchTables {
-		w.topics = append(w.topics, prefix+"."+t)
-	}
-	return w
-}
-
-// run starts the worker, waits until its topics hold want more records than before, stops it
-// (SIGTERM: Connect commits the connector's offsets) and returns the run's figures.
-func (w *connectWorker) run(ctx context.Context, phase string, want int64) (toolRun, error) {
-	b := w.s.b
-	if err := w.configure(); err != nil {
-		return toolRun{}, err
-	}
-	var err error
-	if w.start, err = b.k.endOffsets(ctx, w.topics...); err != nil {
-		return toolRun{}, err
-	}
-	b.runs++
-	logPath := filepath.Join(b.work, fmt.Sprintf("%02d-%s-connect-%s-%s.log", b.runs, w.s.name, w.profile, phase))
-	port, err := freePorts(1)
-	if err != nil {
-		return toolRun{}, err
-	}
-	rest := fmt.Sprintf("http://127.0.0.1:%d", port[0])
-	w.worker["listeners"] = rest
-	wp, err := writeProperties(filepath.Join(w.dir, "worker.properties"), w.worker)
-	if err != nil {
-		return toolRun{}, err
-	}
-	cp := filepath.Join(w.dir, "connector.properties")
-	args := append(append([]string{}, connectJVM...), "-Dlog4j2.configurationFile="+filepath.Join(w.dir, "log4j2.properties"),
-		"-cp", filepath.Join(w.lib, "*"), "org.apache.kafka.connect.cli.ConnectStandalone", wp, cp)
-	p, err := startProcess(exec.Command("java", args...), logPath)
-	if err != nil {
-		return toolRun{}, err
-	}
-	defer stopJVM(p)
-	b.logf("debezium: Kafka Connect (%s producer) started for the %s (log %s)", w.profile, phase, logPath)
-	lastStatus := time.Now()
-	check := func() error {
-		if err := p.check(); err != nil {
-			return err
-		}
-		if time.Since(lastStatus) < 2*time.Second {
-			return nil
-		}
-		lastStatus = time.Now()
-		return connectorFailed(ctx, rest, w.conn["name"])
-	}
-	var doneAt time.Time
-	var got int64
-	for {
-		ends, err := b.k.endOffsets(ctx, w.topics...)
-		if err != nil {
-			return toolRun{}, err
-		}
-		got = 0
-		for t, ps := range ends {
-			for part, e := range ps {
-				got += e - w.start[t][part]
-			}
-		}
-		if got >= want {
-			doneAt = time.Now()
-			break
-		}
-		if err := check(); err != nil {
-			return toolRun{}, fmt.Errorf("%d of %d records: %w", got, want, err)
-		}
-		select {
-		case <-ctx.Done():
-			return toolRun{}, fmt.Errorf("%d of %d records: %w", got, want, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if err := stopJVM(p); err != nil {
-		return toolRun{}, err
-	}
-	if got != want {
-		b.logf("debezium: WARNING: Debezium (%s producer) wrote %d records for %d", w.profile, got, want)
-	}
-	return newToolRun(want, got, doneAt.Sub(p.started), p), nil
-}
-
-// configure writes the connector's properties (database settings from the scenario's URL) and
-// the worker's log4j configuration.
-func (w *connectWorker) configure() error {
-	if err := os.MkdirAll(w.dir, 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", w.dir, err)
-	}
-	cfg, err := pgconn.ParseConfig(w.s.db.url)
-	if err != nil {
-		return errors.New("parse PostgreSQL URL")
-	}
-	w.conn["database.hostname"] = cfg.Host
-	w.conn["database.port"] = strconv.Itoa(int(cfg.Port))
-	w.conn["database.user"] = cfg.User
-	w.conn["database.password"] = cfg.Password
-	w.conn["database.dbname"] = cfg.Database
-	if _, err := writeProperties(filepath.Join(w.dir, "connector.properties"), w.conn); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(w.dir, "log4j2.properties"), []byte(`status = warn
-appender.out.type = Console
-appender.out.name = out
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = info
-rootLogger.appenderRef.out.ref = out
-logger.kafka.name = org.apache.kafka.clients
-logger.kafka.level = warn
-`), 0o644)
-}
-
-// writeProperties writes a Java properties file (0600: it may hold a password).
-func writeProperties(path string, m map[string]string) (string, error) {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var sb strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&sb, "%s=%s\n", k, strings.ReplaceAll(m[k], `\`, `\\`))
-	}
-	if err := os.WriteFile(path, []byte(sb.String()), 0o600); err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	return path, nil
-}
-
-// startProcess starts cmd with its output in logPath, as a cdcProc (stop, check and usage work
-// the same). It dies with the bench.
-func startProcess(cmd *exec.Cmd, logPath string) (*cdcProc, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open log: %w", err)
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &cdcProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// stopJVM stops a Java process with SIGTERM: the JVM runs its shutdown hooks (Connect stops
-// its connector and commits its offsets) and exits with status 143, which is a clean stop.
-func stopJVM(p *cdcProc) error {
-	err := p.stop(2 * time.Minute)
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 143 {
-		return nil
-	}
-	return err
-}
-
-// connectorFailed asks the worker's REST API for the connector's status and returns an error
-// when the connector or a task has FAILED (nil while the worker is starting).
-func connectorFailed(ctx context.Context, rest, name string) error {
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, rest+"/connectors/"+name+"/status", nil)
-	if err != nil {
-		return nil
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Connector struct {
-			State string `json:"state"`
-			Trace string `json:"trace"`
-		} `json:"connector"`
-		Tasks []struct {
-			State string `json:"state"`
-			Trace string `json:"trace"`
-		} `json:"tasks"`
-	}
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&st) != nil {
-		return nil
-	}
-	if st.Connector.State == "FAILED" {
-		return fmt.Errorf("connector %s FAILED: %s", name, abbreviate(st.Connector.Trace, 2000))
-	}
-	for _, t := range st.Tasks {
-		if t.State == "FAILED" {
-			return fmt.Errorf("connector %s: task FAILED: %s", name, abbreviate(t.Trace, 2000))
-		}
-	}
-	return nil
-}
-
-// debeziumJars returns the Kafka Connect worker's jar folder and Debezium's plugin path, running
-// scripts/services.sh install-debezium (Maven Central, cached in $TIDEMARK_CACHE) when they are
-// not there yet.
-func debeziumJars(root string) (lib, plugins string, err error) {
-	cache := os.Getenv("TIDEMARK_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tidemark")
-	}
-	lib = filepath.Join(cache, "connect-4.1.1", "lib")
-	plugins = filepath.Join(cache, "debezium-"+debeziumVersion)
-	complete := func() bool {
-		_, e1 := os.Stat(filepath.Join(lib, ".complete"))
-		_, e2 := os.Stat(filepath.Join(plugins, ".complete"))
-		return e1 == nil && e2 == nil
-	}
-	if complete() {
-		return lib, plugins, nil
-	}
-	cmd := exec.Command("bash", filepath.Join(root, "scripts", "services.sh"), "install-debezium")
-	cmd.Env = append(os.Environ(), "TIDEMARK_DEBEZIUM_VERSION="+debeziumVersion)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("scripts/services.sh install-debezium: %w\n%s", err, lastLines(string(out), 20))
-	}
-	if !complete() {
-		return "", "", fmt.Errorf("no Kafka Connect jars in %s or no Debezium plugin in %s after install-debezium", lib, plugins)
-	}
-	return lib, plugins, nil
-}
-
-// createTopics creates topics with one partition and the broker's replication factor, as
-// Tidemark creates its own (CDC_TOPIC_PARTITIONS=1).
-func (k *kafkaClient) createTopics(ctx context.Context, topics []string) error {
-	resps, err := k.adm.CreateTopics(ctx, 1, -1, nil, topics...)
-	if err == nil {
-		err = resps.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("create topics %v: %w", topics, err)
-	}
-	return nil
 }
 
 // print writes the side-by-side table.

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -62,26 +60,6 @@ func TestDebeziumPrint(t *testing.T) {
 	}
 }
 
-func TestWriteProperties(t *testing.T) {
-	p, err := writeProperties(filepath.Join(t.TempDir(), "w.properties"),
-		map[string]string{"b": `C:\x`, "a": "1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "a=1\nb=C:\\\\x\n"; string(got) != want {
-		t.Errorf("properties = %q, want %q", got, want)
-	}
-	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("mode %v (%v), want 0600: the file may hold a password", st.Mode().Perm(), err)
-	}
-}
-
-// The reach lines compare 10x Debezium's best profile with the read limit and with the
-// servers' CPU per row, and say which side of each it falls.
 func TestDebeziumReach(t *testing.T) {
 	r := &debeziumResult{Cores: 2, ReadGo: 200_000, ReadRecvlogical: 100_000,
 		Tools: []debeziumTool{

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -57,31 +58,6 @@ func (k *kafkaClient) endOffsets(ctx context.Context, topics ...string) (map[str
 		out[o.Topic][o.Partition] = o.Offset
 	})
 	return out, errors.Join(errs...)
-}
-
-// deletePrefix deletes every topic whose name starts with prefix.
-func (k *kafkaClient) deletePrefix(ctx context.Context, prefix string) error {
-	topics, err := k.adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var names []string
-	for _, n := range topics.Names() {
-		if strings.HasPrefix(n, prefix) {
-			names = append(names, n)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	resps, err := k.adm.DeleteTopics(ctx, names...)
-	if err == nil {
-		err = resps.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("delete topics %s*: %w", prefix, err)
-	}
-	return nil
 }
 
 // cleanupPolicy returns a topic's cleanup.policy.
@@ -147,56 +123,22 @@ func (k *kafkaClient) readBack(ctx context.Context, topics []string, start map[s
 	if err != nil {
 		return topicStats{}, err
 	}
-	st := topicStats{PerTopic: make(map[string]int64)}
-	parts := make(map[string]map[int32]kgo.Offset)
-	remaining := make(map[string]map[int32]int64) // partitions still to read, with their end
-	var totalOffsets int64
-	for t, ps := range end {
-		for p, e := range ps {
-			from := start[t][p]
-			totalOffsets += e - from
-			if e <= from {
-				continue
-			}
-			if parts[t] == nil {
-				parts[t] = make(map[int32]kgo.Offset)
-				remaining[t] = make(map[int32]int64)
-			}
-			parts[t][p] = kgo.NewOffset().At(from)
-			remaining[t][p] = e
-		}
+	r := newReading(start, end, sampleCap)
+	if len(r.remaining) == 0 {
+		return r.st, nil
 	}
-	st.Offsets = totalOffsets
-	if len(parts) == 0 {
-		return st, nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.ConsumePartitions(parts),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.brokers...), kgo.ConsumePartitions(r.from),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxBytes(64<<20))
 	if err != nil {
-		return st, fmt.Errorf("kafka consumer: %w", err)
+		return r.st, fmt.Errorf("kafka consumer: %w", err)
 	}
 	defer cl.Close()
-	// Sample every step-th record so the samples span the range.
-	step := max(int64(1), totalOffsets/int64(max(1, sampleCap)))
-	perPart := make(map[string]map[int32]int64)
-	var n int64
-	last := make(map[string]map[int32]int64)
-	for len(remaining) > 0 {
-		// A transactional partition ends on a commit marker, which is never returned: once
-		// every partition left has reached its last possible record, wait only briefly.
-		timeout := 500 * time.Millisecond
-		for t, ps := range remaining {
-			for p, e := range ps {
-				if l, ok := last[t][p]; !ok || l+2 < e {
-					timeout = 5 * time.Second
-				}
-			}
-		}
-		pctx, cancel := context.WithTimeout(ctx, timeout)
+	for len(r.remaining) > 0 {
+		pctx, cancel := context.WithTimeout(ctx, r.pollTimeout())
 		fs := cl.PollFetches(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return st, fmt.Errorf("read back %v: %w", topics, ctx.Err())
+			return r.st, fmt.Errorf("read back %v: %w", topics, ctx.Err())
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
@@ -205,49 +147,110 @@ func (k *kafkaClient) readBack(ctx context.Context, topics []string, start map[s
 			}
 		})
 		if ferr != nil {
-			return st, ferr
+			return r.st, ferr
 		}
 		got := 0
-		fs.EachRecord(func(r *kgo.Record) {
+		fs.EachRecord(func(rec *kgo.Record) {
 			got++
-			st.Records++
-			st.KeyBytes += int64(len(r.Key))
-			st.ValueBytes += int64(len(r.Value))
-			for _, h := range r.Headers {
-				st.HeaderBytes += int64(len(h.Key) + len(h.Value))
-			}
-			st.PerTopic[r.Topic]++
-			if perPart[r.Topic] == nil {
-				perPart[r.Topic] = make(map[int32]int64)
-			}
-			perPart[r.Topic][r.Partition]++
-			if n%step == 0 && len(st.samples) < sampleCap {
-				st.samples = append(st.samples, sampleRecord{topic: r.Topic, key: r.Key, value: r.Value, headers: r.Headers})
-			}
-			n++
-			if last[r.Topic] == nil {
-				last[r.Topic] = make(map[int32]int64)
-			}
-			last[r.Topic][r.Partition] = r.Offset
-			if e, ok := remaining[r.Topic][r.Partition]; ok && r.Offset+1 >= e {
-				delete(remaining[r.Topic], r.Partition)
-				if len(remaining[r.Topic]) == 0 {
-					delete(remaining, r.Topic)
-				}
-			}
+			r.add(rec)
 		})
 		if got == 0 {
 			// Nothing more: what is left are markers or aborted records.
 			break
 		}
 	}
+	r.countTransactions()
+	return r.st, nil
+}
+
+// reading is the state of one readBack: what is left to read and what was counted.
+type reading struct {
+	st        topicStats
+	start     map[string]map[int32]int64
+	end       map[string]map[int32]int64
+	from      map[string]map[int32]kgo.Offset
+	remaining map[string]map[int32]int64 // partitions still to read, with their end
+	perPart   map[string]map[int32]int64 // records read
+	last      map[string]map[int32]int64 // offset of the last record read
+	step      int64                      // every step-th record is a sample
+	n         int64
+	sampleCap int
+}
+
+func newReading(start, end map[string]map[int32]int64, sampleCap int) *reading {
+	r := &reading{st: topicStats{PerTopic: make(map[string]int64)}, start: start, end: end,
+		from: make(map[string]map[int32]kgo.Offset), remaining: make(map[string]map[int32]int64),
+		perPart: make(map[string]map[int32]int64), last: make(map[string]map[int32]int64), sampleCap: sampleCap}
 	for t, ps := range end {
 		for p, e := range ps {
-			markers := e - start[t][p] - perPart[t][p]
-			st.Transactions = max(st.Transactions, markers)
+			from := start[t][p]
+			r.st.Offsets += e - from
+			if e <= from {
+				continue
+			}
+			if r.from[t] == nil {
+				r.from[t] = make(map[int32]kgo.Offset)
+				r.remaining[t] = make(map[int32]int64)
+			}
+			r.from[t][p] = kgo.NewOffset().At(from)
+			r.remaining[t][p] = e
 		}
 	}
-	return st, nil
+	// Sample every step-th record so the samples span the range.
+	r.step = max(int64(1), r.st.Offsets/int64(max(1, sampleCap)))
+	return r
+}
+
+// pollTimeout is how long to wait for the next fetch. A transactional partition ends on a
+// commit marker, which is never returned: once every partition left has reached its last
+// possible record, wait only briefly.
+func (r *reading) pollTimeout() time.Duration {
+	for t, ps := range r.remaining {
+		for p, e := range ps {
+			if l, ok := r.last[t][p]; !ok || l+2 < e {
+				return 5 * time.Second
+			}
+		}
+	}
+	return 500 * time.Millisecond
+}
+
+// add counts one record.
+func (r *reading) add(rec *kgo.Record) {
+	st := &r.st
+	st.Records++
+	st.KeyBytes += int64(len(rec.Key))
+	st.ValueBytes += int64(len(rec.Value))
+	for _, h := range rec.Headers {
+		st.HeaderBytes += int64(len(h.Key) + len(h.Value))
+	}
+	st.PerTopic[rec.Topic]++
+	if r.perPart[rec.Topic] == nil {
+		r.perPart[rec.Topic] = make(map[int32]int64)
+		r.last[rec.Topic] = make(map[int32]int64)
+	}
+	r.perPart[rec.Topic][rec.Partition]++
+	if r.n%r.step == 0 && len(st.samples) < r.sampleCap {
+		st.samples = append(st.samples, sampleRecord{topic: rec.Topic, key: rec.Key, value: rec.Value, headers: rec.Headers})
+	}
+	r.n++
+	r.last[rec.Topic][rec.Partition] = rec.Offset
+	if e, ok := r.remaining[rec.Topic][rec.Partition]; ok && rec.Offset+1 >= e {
+		delete(r.remaining[rec.Topic], rec.Partition)
+		if len(r.remaining[rec.Topic]) == 0 {
+			delete(r.remaining, rec.Topic)
+		}
+	}
+}
+
+// countTransactions sets Transactions: the offsets without a record in the busiest partition.
+func (r *reading) countTransactions() {
+	for t, ps := range r.end {
+		for p, e := range ps {
+			markers := e - r.start[t][p] - r.perPart[t][p]
+			r.st.Transactions = max(r.st.Transactions, markers)
+		}
+	}
 }
 
 // writeResult is one WRITE limit run.
@@ -273,6 +276,25 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 	if len(samples) == 0 {
 		return writeResult{}, errors.New("write limit: no sample records")
 	}
+	if err := k.createDest(ctx, dest, policy); err != nil {
+		return writeResult{}, err
+	}
+	opts, mode := producerOpts(k.brokers, perTxn, transactional, tuned)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return writeResult{}, fmt.Errorf("kafka producer: %w", err)
+	}
+	defer cl.Close()
+	// Load the producer id (and fence nothing) before the clock starts, as cdc does at start-up.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return writeResult{}, fmt.Errorf("initialise producer: %w", err)
+	}
+	return produceSamples(ctx, cl, samples, dest, n, max(perTxn, 1), transactional, mode)
+}
+
+// createDest creates the WRITE limit's topics (dest's values, one partition each, with the
+// cleanup.policy of their source topic) and waits until they have leaders.
+func (k *kafkaClient) createDest(ctx context.Context, dest map[string]string, policy map[string]string) error {
 	for src, dst := range dest {
 		cfg := map[string]*string{"cleanup.policy": new(policy[src])}
 		resp, err := k.adm.CreateTopic(ctx, 1, 1, cfg, dst)
@@ -280,16 +302,22 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 			err = resp.Err
 		}
 		if err != nil {
-			return writeResult{}, fmt.Errorf("create topic %s: %w", dst, err)
+			return fmt.Errorf("create topic %s: %w", dst, err)
 		}
 	}
 	for _, dst := range dest {
 		if err := k.waitTopic(ctx, dst, func() error { return nil }); err != nil {
-			return writeResult{}, err
+			return err
 		}
 	}
+	return nil
+}
+
+// producerOpts are the WRITE limit producer's options, pkg/sink's settings unless tuned, and a
+// description of them for the report.
+func producerOpts(brokers []string, perTxn int, transactional, tuned bool) ([]kgo.Opt, string) {
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(k.brokers...),
+		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("tidemark-bench"),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(sinkBatchMaxBytes),
@@ -304,22 +332,16 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 		mode = fmt.Sprintf("idempotent, acks=all, batch %d kB, linger %s, buffer %d MiB", producerTunedBatch/1000, producerTunedLinger, producerTunedBuffered>>20)
 	}
 	if transactional {
-		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+randomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
+		opts = append(opts, kgo.TransactionalID("tidemark-bench-"+testsvc.RandomHex(4)), kgo.TransactionTimeout(sinkTransactionTimout))
 		mode = fmt.Sprintf("transactional, %d records/txn, acks=all", perTxn)
 	}
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return writeResult{}, fmt.Errorf("kafka producer: %w", err)
-	}
-	defer cl.Close()
-	// Load the producer id (and fence nothing) before the clock starts, as cdc does at start-up.
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return writeResult{}, fmt.Errorf("initialise producer: %w", err)
-	}
-	if perTxn < 1 {
-		perTxn = 1
-	}
+	return opts, mode
+}
 
+// produceSamples produces n records cycling through samples into dest's topics, perTxn records
+// a transaction when transactional, and times it from the first record to the last
+// acknowledgement.
+func produceSamples(ctx context.Context, cl *kgo.Client, samples []sampleRecord, dest map[string]string, n int64, perTxn int, transactional bool, mode string) (writeResult, error) {
 	var (
 		errMu    sync.Mutex
 		firstErr error
@@ -336,10 +358,14 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 		}
 		acked.Add(1)
 	}
+	produceErr := func() error {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return firstErr
+	}
 	res := writeResult{Mode: mode, PerTxn: perTxn}
 	start := time.Now()
-	var sent int64
-	for sent < n {
+	for sent := int64(0); sent < n; {
 		batch := min(int64(perTxn), n-sent)
 		if transactional {
 			if err := cl.BeginTransaction(); err != nil {
@@ -353,18 +379,12 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 		}
 		sent += batch
 		if transactional {
-			if err := cl.Flush(ctx); err != nil {
-				return res, fmt.Errorf("flush: %w", err)
-			}
-			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-				return res, fmt.Errorf("commit transaction: %w", err)
+			if err := commitTransaction(ctx, cl); err != nil {
+				return res, err
 			}
 			res.Transactions++
 		}
-		errMu.Lock()
-		err := firstErr
-		errMu.Unlock()
-		if err != nil {
+		if err := produceErr(); err != nil {
 			return res, fmt.Errorf("produce: %w", err)
 		}
 	}
@@ -373,10 +393,21 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 	}
 	res.Seconds = time.Since(start).Seconds()
 	res.Records = acked.Load()
-	if firstErr != nil {
-		return res, fmt.Errorf("produce: %w", firstErr)
+	if err := produceErr(); err != nil {
+		return res, fmt.Errorf("produce: %w", err)
 	}
 	return res, nil
+}
+
+// commitTransaction flushes the open transaction's records and commits it.
+func commitTransaction(ctx context.Context, cl *kgo.Client) error {
+	if err := cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
 }
 
 // waitTopic waits until topic exists (cdc creates it at start-up); check reports a dead cdc.

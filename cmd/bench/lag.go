@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,17 +32,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 	defer s.cleanup()
 	small := []change.ExportID{exportID("public.lag_a"), exportID("public.lag_b")}
 	big := exportID("public.lag_big")
-	for _, e := range small {
-		if err := s.db.exec(ctx,
-			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", e.Quoted()),
-			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", e.Quoted())); err != nil {
-			return nil, err
-		}
-	}
-	// The big table exists before cdc starts, outside the publication: its own generation
-	// is not part of what is measured.
-	b.logf("%s: generating %s rows in %s", name, thousands(bigRows), big)
-	if err := b.createBigTable(ctx, s.db, big.String(), bigRows); err != nil {
+	if err := s.createLagTables(ctx, small, big, bigRows); err != nil {
 		return nil, err
 	}
 	res := &lagResult{Mode: mode, BigRows: bigRows}
@@ -68,110 +58,30 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 		return nil, err
 	}
 
-	// Steady writes on the small tables, and the sampler.
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var wg sync.WaitGroup
-	var writerTxns atomic.Int64
-	var writerErr, samplerErr error
-	writerConn, err := pgx.Connect(ctx, s.db.url)
+	load, err := startLagLoad(ctx, s.db.url, wt, small, b.o.lagRate)
 	if err != nil {
-		return nil, fmt.Errorf("connect writer: %w", err)
+		return nil, err
 	}
-	defer writerConn.Close(context.Background())
-	samplerConn, err := pgx.Connect(ctx, s.db.url)
-	if err != nil {
-		return nil, fmt.Errorf("connect sampler: %w", err)
-	}
-	defer samplerConn.Close(context.Background())
-	wg.Go(func() {
-		t := time.NewTicker(time.Second / time.Duration(b.o.lagRate))
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			e := small[i%len(small)]
-			_, err := writerConn.Exec(runCtx, fmt.Sprintf(
-				"UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()), 1+(i/2)%1000)
-			if err != nil {
-				if runCtx.Err() == nil {
-					writerErr = fmt.Errorf("writer: %w", err)
-				}
-				return
-			}
-			writerTxns.Add(1)
-		}
-	})
-	var mu sync.Mutex
-	var samples []lagSample
-	wg.Go(func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			wal, err := currentLSN(runCtx, samplerConn)
-			if err != nil {
-				if runCtx.Err() == nil {
-					samplerErr = fmt.Errorf("sampler: %w", err)
-				}
-				return
-			}
-			latest := wt.snapshot()
-			smp := lagSample{at: time.Now(), wal: wal, wm: make(map[change.ExportID]change.LSN)}
-			for _, e := range small {
-				if r, ok := latest[e]; ok && r.Watermark != nil {
-					smp.wm[e] = *r.Watermark
-				}
-			}
-			mu.Lock()
-			samples = append(samples, smp)
-			mu.Unlock()
-		}
-	})
-
+	defer load.stop()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(baselineWindow + 500*time.Millisecond):
 	}
-	addedAt := time.Now()
-	b.logf("%s: ALTER PUBLICATION %s ADD TABLE %s", name, s.pub, big)
-	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, big.Quoted())); err != nil {
-		return nil, err
-	}
-	hydrated := func(m map[change.ExportID]watermark.Record) bool {
-		r, ok := m[big]
-		return ok && r.State == watermark.StateHydrated
-	}
-	doneAt, err := wt.until(wctx, "hydration of "+big.String(), hydrated, p.check)
+	addedAt, copyStart, doneAt, err := s.addAndCopy(wctx, wt, p, big)
 	if err != nil {
 		return nil, err
 	}
-	copyStart, ok := wt.firstSeen(big, watermark.StateHydrating)
-	if !ok {
-		copyStart = addedAt
-	}
 	time.Sleep(1500 * time.Millisecond)
-	stopRun()
-	wg.Wait()
-	if writerErr != nil {
-		return nil, writerErr
-	}
-	if samplerErr != nil {
-		return nil, samplerErr
+	samples, err := load.stop()
+	if err != nil {
+		return nil, err
 	}
 	if err := p.stop(time.Minute); err != nil {
 		return nil, err
 	}
 	res.CPUSeconds, res.PeakRSSMiB = p.usage()
-	res.WriterTxns = writerTxns.Load()
+	res.WriterTxns = load.writer.txns.Load()
 	res.CopySeconds = doneAt.Sub(copyStart).Seconds()
 	if res.CopySeconds < 10 {
 		b.logf("%s: WARNING: the copy took only %.1fs; raise -lag-rows for a longer window", name, res.CopySeconds)
@@ -180,6 +90,128 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 	b.logf("%s: copy %.1fs, lag p50 %s B p99 %s B max %s B (WAL %.1f KB/s)", name, res.CopySeconds,
 		thousands(res.Lag.P50Bytes), thousands(res.Lag.P99Bytes), thousands(res.Lag.MaxBytes), res.WALBytesPerSec/1e3)
 	return res, nil
+}
+
+// createLagTables creates the small tables (1,000 rows each) and the big one. The big table
+// exists before cdc starts, outside the publication: its own generation is not measured.
+func (s *scenario) createLagTables(ctx context.Context, small []change.ExportID, big change.ExportID, bigRows int64) error {
+	for _, e := range small {
+		if err := s.db.exec(ctx,
+			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", e.Quoted()),
+			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", e.Quoted())); err != nil {
+			return err
+		}
+	}
+	s.b.logf("%s: generating %s rows in %s", s.name, thousands(bigRows), big)
+	return s.b.createBigTable(ctx, s.db, big.String(), bigRows)
+}
+
+// addAndCopy adds big to the publication and waits until cdc has copied it: when it was added,
+// when its copy began (its first hydrating watermark) and when it was hydrated.
+func (s *scenario) addAndCopy(ctx context.Context, wt *watcher, p *cdcProc, big change.ExportID) (added, copyStart, done time.Time, err error) {
+	added = time.Now()
+	s.b.logf("%s: ALTER PUBLICATION %s ADD TABLE %s", s.name, s.pub, big)
+	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, big.Quoted())); err != nil {
+		return added, added, added, err
+	}
+	hydrated := func(m map[change.ExportID]watermark.Record) bool {
+		r, ok := m[big]
+		return ok && r.State == watermark.StateHydrated
+	}
+	done, err = wt.until(ctx, "hydration of "+big.String(), hydrated, p.check)
+	if err != nil {
+		return added, added, done, err
+	}
+	copyStart, ok := wt.firstSeen(big, watermark.StateHydrating)
+	if !ok {
+		copyStart = added
+	}
+	return added, copyStart, done, nil
+}
+
+// lagLoad is the lag scenario's steady writer on the small tables and its once-a-second sampler
+// of the WAL position and their watermarks.
+type lagLoad struct {
+	writer  *steadyWriter
+	cancel  context.CancelFunc
+	done    chan struct{}
+	conn    *pgx.Conn // the sampler's
+	mu      sync.Mutex
+	samples []lagSample
+	err     error // the sampler's, valid once done is closed
+	stopped bool
+}
+
+// startLagLoad starts the writer, rate transactions a second on the small tables in turn, and
+// the sampler.
+func startLagLoad(ctx context.Context, dbURL string, wt *watcher, small []change.ExportID, rate int) (*lagLoad, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect sampler: %w", err)
+	}
+	writer, err := startSteadyWriter(ctx, dbURL, time.Second/time.Duration(rate), func(i int) (string, []any) {
+		e := small[i%len(small)]
+		return fmt.Sprintf("UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()),
+			[]any{1 + (i/2)%1000}
+	})
+	if err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	l := &lagLoad{writer: writer, cancel: cancel, done: make(chan struct{}), conn: conn}
+	go func() {
+		defer close(l.done)
+		l.err = l.sample(runCtx, wt, small)
+	}()
+	return l, nil
+}
+
+// sample records the WAL position and the small tables' latest watermarks once a second.
+func (l *lagLoad) sample(ctx context.Context, wt *watcher, small []change.ExportID) error {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		wal, err := currentLSN(ctx, l.conn)
+		if err != nil {
+			if ctx.Err() == nil {
+				return fmt.Errorf("sampler: %w", err)
+			}
+			return nil
+		}
+		latest := wt.snapshot()
+		smp := lagSample{at: time.Now(), wal: wal, wm: make(map[change.ExportID]change.LSN)}
+		for _, e := range small {
+			if r, ok := latest[e]; ok && r.Watermark != nil {
+				smp.wm[e] = *r.Watermark
+			}
+		}
+		l.mu.Lock()
+		l.samples = append(l.samples, smp)
+		l.mu.Unlock()
+	}
+}
+
+// stop ends the writer and the sampler and returns the samples, or the first error of either.
+// A second call returns nothing.
+func (l *lagLoad) stop() ([]lagSample, error) {
+	if l.stopped {
+		return nil, nil
+	}
+	l.stopped = true
+	l.cancel()
+	werr := l.writer.stop()
+	<-l.done
+	l.conn.Close(context.Background())
+	if err := errors.Join(werr, l.err); err != nil {
+		return nil, err
+	}
+	return l.samples, nil
 }
 
 // summariseLag fills res from the samples: the copy window [from, to] and the baseline window

@@ -87,6 +87,13 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
+	errs = append(errs, o.problems()...)
+	return o, errors.Join(errs...)
+}
+
+// problems lists every flag value that is out of range.
+func (o options) problems() []error {
+	var errs []error
 	switch o.only {
 	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables, scenarioDebezium:
 	default:
@@ -104,26 +111,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.memoryRows < 1 || o.memoryTxns < 1 {
 		errs = append(errs, fmt.Errorf("-memory-rows %d, -memory-txns %d: both must be at least 1", o.memoryRows, o.memoryTxns))
 	}
-	if o.rows < 1 {
-		errs = append(errs, fmt.Errorf("-rows %d: must be at least 1", o.rows))
-	}
-	if o.txns < 1 {
-		errs = append(errs, fmt.Errorf("-txns %d: must be at least 1", o.txns))
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"rows", o.rows}, {"txns", int64(o.txns)}, {"clients", int64(o.clients)}, {"delivery-rounds", int64(o.deliveryRounds)},
+		{"snapshot-rounds", int64(o.snapshotRounds)}, {"scale", int64(o.scale)}, {"lag-rows", o.lagRows},
+	} {
+		if f.v < 1 {
+			errs = append(errs, fmt.Errorf("-%s %d: must be at least 1", f.name, f.v))
+		}
 	}
 	if o.workers < 1 || o.workers > 64 {
 		errs = append(errs, fmt.Errorf("-workers %d: want 1 to 64", o.workers))
-	}
-	if o.clients < 1 {
-		errs = append(errs, fmt.Errorf("-clients %d: must be at least 1", o.clients))
-	}
-	if o.deliveryRounds < 1 {
-		errs = append(errs, fmt.Errorf("-delivery-rounds %d: must be at least 1", o.deliveryRounds))
-	}
-	if o.snapshotRounds < 1 {
-		errs = append(errs, fmt.Errorf("-snapshot-rounds %d: must be at least 1", o.snapshotRounds))
-	}
-	if o.scale < 1 {
-		errs = append(errs, fmt.Errorf("-scale %d: must be at least 1", o.scale))
 	}
 	if o.lagRate < 1 || o.lagRate > 5000 {
 		errs = append(errs, fmt.Errorf("-lag-rate %d: want 1 to 5000", o.lagRate))
@@ -131,10 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	if o.lagStrategy != "chunked" && o.lagStrategy != "copy" {
 		errs = append(errs, fmt.Errorf("-lag-strategy %q: want chunked or copy", o.lagStrategy))
 	}
-	if o.lagRows < 1 {
-		errs = append(errs, fmt.Errorf("-lag-rows %d: must be at least 1", o.lagRows))
-	}
-	return o, errors.Join(errs...)
+	return errs
 }
 
 // Scenario names, as -only takes them.

@@ -285,137 +285,13 @@ func (r *results) print(w io.Writer) {
 	fmt.Fprintf(w, "\n=== Tidemark bench (%s, %s) ===\n", r.Host["cpus"]+" CPUs", r.Host["go"])
 	fmt.Fprintf(w, "services: %s\n", r.Services)
 	fmt.Fprintf(w, "broker: %s\n", r.Broker)
-	if s := r.Snapshot; s != nil {
-		fmt.Fprintf(w, "\n1. Snapshot of %s: %s rows, %s on disk, %d workers, %d ctid ranges; cdc delivery %s\n",
-			s.Table, thousands(s.Rows), mib(s.TableBytes), s.Workers, s.Ranges, s.Delivery)
-		header(w, "rows/s")
-		row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
-		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
-		for _, c := range s.Ceiling {
-			row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
-		}
-		runs := []snapshotRun{s.snapshotRun}
-		if s.Copy != nil {
-			runs = append(runs, *s.Copy)
-		}
-		for _, c := range runs {
-			row(w, c.label()+" (snapshot start -> hydrated)", c.CDC)
-			row(w, c.label()+" (snapshot start -> copy durable)", c.CDCCopied)
-			row(w, c.label()+" (process start -> hydrated)", c.CDCFromStart)
-		}
-		fmt.Fprintf(w, "   READ MB = COPY text bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
-		for _, c := range runs {
-			fmt.Fprintf(w, "   %s wrote %s records in %s Kafka transactions (%.0f records/txn)\n",
-				c.label(), thousands(c.CDC.Count), thousands(c.CDCTxns), c.CDCPerTxn)
-		}
-		for _, c := range runs {
-			fmt.Fprintf(w, "   ratio %s / min(read, write) = %.2f   (from process start: %.2f)\n", c.label(), c.Ratio, c.RatioFromProc)
-		}
-		for _, c := range runs {
-			printCPUShare(w, c.label(), c.CDC.Count, c.CDCFromStart.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, r.Host["cpus"])
-		}
-		if s.CeilingBest.PerSecond > 0 {
-			fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
-		}
-		if s.Copy != nil {
-			fmt.Fprintf(w, "   snapshot chunked/copy: %.2f (target >= 0.8); from process start: %.2f\n",
-				s.RatioStrategy, s.RatioStrategyFromProc)
-		}
-		if s.StrategyRounds > 1 {
-			per := make([]string, len(s.StrategyRatios))
-			for i, r := range s.StrategyRatios {
-				per[i] = fmt.Sprintf("%.2f", r)
-			}
-			fmt.Fprintf(w, "   each strategy copied the table %d times, in the order chunked, copy, copy, chunked, ...; the cdc rows are total rows over total time; chunked/copy per round: %s\n",
-				s.StrategyRounds, strings.Join(per, ", "))
-		}
+	if r.Snapshot != nil {
+		r.Snapshot.print(w, r.Host["cpus"])
 	}
-	if s := r.Stream; s != nil {
-		fmt.Fprintf(w, "\n2. Streaming catch-up: pgbench tpcb-like scale %d, backlog of %s transactions = %s changes, %s of WAL (written in %.1fs); tables %s\n",
-			s.Scale, thousands(s.BacklogTxns), thousands(s.Changes), mib(s.BacklogWAL), s.BacklogSeconds, strings.Join(s.Tables, ", "))
-		header(w, "changes/s")
-		row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
-		if s.ReadRecvlogical != nil {
-			row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
-		}
-		row(w, "WRITE limit (franz-go, sink settings)", s.Write)
-		for _, c := range s.Ceiling {
-			row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
-		}
-		runs := []catchUp{s.catchUp}
-		if s.AtLeastOnce != nil {
-			runs = append(runs, *s.AtLeastOnce)
-		}
-		for _, c := range runs {
-			row(w, "cdc "+c.Delivery+" (process start -> caught up)", c.CDC)
-			row(w, "cdc "+c.Delivery+" (replication start -> caught up)", c.CDCAfterStartup)
-		}
-		fmt.Fprintf(w, "   caught up = every watermark >= the backlog's end. READ MB = pgoutput message bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
-		for _, c := range runs {
-			txns := "no Kafka transactions"
-			if c.CDCTxns > 0 {
-				txns = fmt.Sprintf("%s Kafka transactions, %.0f records/txn", thousands(c.CDCTxns), c.CDCPerTxn)
-			}
-			fmt.Fprintf(w, "   cdc %s: start-up (process start -> \"starting replication\") %.2fs; wrote %s records (%s)\n",
-				c.Delivery, c.StartupSeconds, thousands(c.CDCRecords), txns)
-		}
-		for _, c := range runs {
-			fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f", c.Delivery, c.Ratio)
-			if s.ReadRecvlogical != nil {
-				fmt.Fprintf(w, "; against pg_recvlogical's read: %.2f", ratio(c.CDC.PerSecond, s.ReadRecvlogical.PerSecond, s.Write.PerSecond))
-			}
-			fmt.Fprintln(w)
-		}
-		if s.CeilingBest.PerSecond > 0 {
-			fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
-		}
-		for _, c := range runs {
-			printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, r.Host["cpus"])
-		}
-		if s.AtLeastOnce != nil {
-			fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
-				s.RatioDelivery, s.RatioDeliveryAfterStartup)
-		}
-		if s.DeliveryRounds > 1 {
-			per := make([]string, len(s.DeliveryRatios))
-			for i, r := range s.DeliveryRatios {
-				per[i] = fmt.Sprintf("%.2f", r)
-			}
-			fmt.Fprintf(w, "   each mode caught up the backlog %d times, in the order exactly-once, at-least-once, at-least-once, exactly-once, ...; the cdc rows are total changes over total time; ratio per round: %s\n",
-				s.DeliveryRounds, strings.Join(per, ", "))
-		}
+	if r.Stream != nil {
+		r.Stream.print(w, r.Host["cpus"])
 	}
-	if len(r.Lag) > 0 {
-		modes := []string{"independent", "global"}
-		var first lagResult
-		for _, m := range modes {
-			if l, ok := r.Lag[m]; ok {
-				first = l
-				break
-			}
-		}
-		fmt.Fprintf(w, "\n3. Watermark lag of two small tables (writer at a steady rate) while a %s-row table added to the publication is copied\n",
-			thousands(first.BigRows))
-		lagRow := func(name string, f func(lagResult) string) {
-			fmt.Fprintf(w, "   %-32s", name)
-			for _, m := range modes {
-				if l, ok := r.Lag[m]; ok {
-					fmt.Fprintf(w, " %24s", f(l))
-				}
-			}
-			fmt.Fprintln(w)
-		}
-		lagRow("", func(l lagResult) string { return l.Mode })
-		lagRow("copy duration", func(l lagResult) string { return fmt.Sprintf("%.1fs", l.CopySeconds) })
-		lagRow("samples (one per second)", func(l lagResult) string { return fmt.Sprint(l.Samples) })
-		lagRow("WAL rate during copy", func(l lagResult) string { return fmt.Sprintf("%.1f KB/s", l.WALBytesPerSec/1e3) })
-		lagRow("lag p50", func(l lagResult) string { return lagCell(l.Lag.P50Bytes, l.Lag.P50WALSec) })
-		lagRow("lag p99", func(l lagResult) string { return lagCell(l.Lag.P99Bytes, l.Lag.P99WALSec) })
-		lagRow("lag max", func(l lagResult) string { return lagCell(l.Lag.MaxBytes, l.Lag.MaxWALSec) })
-		lagRow("baseline p99 before the add", func(l lagResult) string { return lagCell(l.Baseline.P99Bytes, l.Baseline.P99WALSec) })
-		fmt.Fprintln(w, "   lag = pg_current_wal_lsn() - the small table's latest watermark; seconds = lag / WAL rate during the copy.")
-		fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
-	}
+	printLag(w, r.Lag)
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
@@ -425,22 +301,171 @@ func (r *results) print(w io.Writer) {
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}
-	if len(r.HostSteal) > 0 {
-		names := make([]string, 0, len(r.HostSteal))
-		for n := range r.HostSteal {
-			if n != "run" {
-				names = append(names, n)
+	printHostSteal(w, r.HostSteal)
+	fmt.Fprintf(w, "\nwall time %.0fs; command: %s\n", r.WallSeconds, r.Command)
+}
+
+// print writes the snapshot scenario's table; cpus is the machine's CPU count.
+func (s *snapshotResult) print(w io.Writer, cpus string) {
+	fmt.Fprintf(w, "\n1. Snapshot of %s: %s rows, %s on disk, %d workers, %d ctid ranges; cdc delivery %s\n",
+		s.Table, thousands(s.Rows), mib(s.TableBytes), s.Workers, s.Ranges, s.Delivery)
+	header(w, "rows/s")
+	row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
+	printWriteLimits(w, s.Write, s.Ceiling)
+	runs := []snapshotRun{s.snapshotRun}
+	if s.Copy != nil {
+		runs = append(runs, *s.Copy)
+	}
+	for _, c := range runs {
+		row(w, c.label()+" (snapshot start -> hydrated)", c.CDC)
+		row(w, c.label()+" (snapshot start -> copy durable)", c.CDCCopied)
+		row(w, c.label()+" (process start -> hydrated)", c.CDCFromStart)
+	}
+	fmt.Fprintf(w, "   READ MB = COPY text bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
+	for _, c := range runs {
+		fmt.Fprintf(w, "   %s wrote %s records in %s Kafka transactions (%.0f records/txn)\n",
+			c.label(), thousands(c.CDC.Count), thousands(c.CDCTxns), c.CDCPerTxn)
+	}
+	for _, c := range runs {
+		fmt.Fprintf(w, "   ratio %s / min(read, write) = %.2f   (from process start: %.2f)\n", c.label(), c.Ratio, c.RatioFromProc)
+	}
+	for _, c := range runs {
+		printCPUShare(w, c.label(), c.CDC.Count, c.CDCFromStart.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
+	}
+	if s.CeilingBest.PerSecond > 0 {
+		fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
+	}
+	if s.Copy != nil {
+		fmt.Fprintf(w, "   snapshot chunked/copy: %.2f (target >= 0.8); from process start: %.2f\n",
+			s.RatioStrategy, s.RatioStrategyFromProc)
+	}
+	if s.StrategyRounds > 1 {
+		fmt.Fprintf(w, "   each strategy copied the table %d times, in the order chunked, copy, copy, chunked, ...; the cdc rows are total rows over total time; chunked/copy per round: %s\n",
+			s.StrategyRounds, formatRatios(s.StrategyRatios))
+	}
+}
+
+// print writes the streaming scenario's table; cpus is the machine's CPU count.
+func (s *streamResult) print(w io.Writer, cpus string) {
+	fmt.Fprintf(w, "\n2. Streaming catch-up: pgbench tpcb-like scale %d, backlog of %s transactions = %s changes, %s of WAL (written in %.1fs); tables %s\n",
+		s.Scale, thousands(s.BacklogTxns), thousands(s.Changes), mib(s.BacklogWAL), s.BacklogSeconds, strings.Join(s.Tables, ", "))
+	header(w, "changes/s")
+	row(w, "READ  limit (pgoutput via pglogrepl, discarded)", s.Read)
+	if s.ReadRecvlogical != nil {
+		row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
+	}
+	printWriteLimits(w, s.Write, s.Ceiling)
+	runs := []catchUp{s.catchUp}
+	if s.AtLeastOnce != nil {
+		runs = append(runs, *s.AtLeastOnce)
+	}
+	for _, c := range runs {
+		row(w, "cdc "+c.Delivery+" (process start -> caught up)", c.CDC)
+		row(w, "cdc "+c.Delivery+" (replication start -> caught up)", c.CDCAfterStartup)
+	}
+	fmt.Fprintf(w, "   caught up = every watermark >= the backlog's end. READ MB = pgoutput message bytes; WRITE and cdc MB = record keys + values. WRITE: %s\n", s.Write.Note)
+	for _, c := range runs {
+		txns := "no Kafka transactions"
+		if c.CDCTxns > 0 {
+			txns = fmt.Sprintf("%s Kafka transactions, %.0f records/txn", thousands(c.CDCTxns), c.CDCPerTxn)
+		}
+		fmt.Fprintf(w, "   cdc %s: start-up (process start -> \"starting replication\") %.2fs; wrote %s records (%s)\n",
+			c.Delivery, c.StartupSeconds, thousands(c.CDCRecords), txns)
+	}
+	for _, c := range runs {
+		fmt.Fprintf(w, "   ratio cdc %s / min(read, write) = %.2f", c.Delivery, c.Ratio)
+		if s.ReadRecvlogical != nil {
+			fmt.Fprintf(w, "; against pg_recvlogical's read: %.2f", ratio(c.CDC.PerSecond, s.ReadRecvlogical.PerSecond, s.Write.PerSecond))
+		}
+		fmt.Fprintln(w)
+	}
+	if s.CeilingBest.PerSecond > 0 {
+		fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
+	}
+	for _, c := range runs {
+		printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
+	}
+	if s.AtLeastOnce != nil {
+		fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",
+			s.RatioDelivery, s.RatioDeliveryAfterStartup)
+	}
+	if s.DeliveryRounds > 1 {
+		fmt.Fprintf(w, "   each mode caught up the backlog %d times, in the order exactly-once, at-least-once, at-least-once, exactly-once, ...; the cdc rows are total changes over total time; ratio per round: %s\n",
+			s.DeliveryRounds, formatRatios(s.DeliveryRatios))
+	}
+}
+
+// printWriteLimits writes the WRITE limit's row and the write ceiling's.
+func printWriteLimits(w io.Writer, write throughput, ceiling []ceilingRun) {
+	row(w, "WRITE limit (franz-go, sink settings)", write)
+	for _, c := range ceiling {
+		row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
+	}
+}
+
+// formatRatios renders per-round ratios: "0.98, 1.02".
+func formatRatios(ratios []float64) string {
+	per := make([]string, len(ratios))
+	for i, r := range ratios {
+		per[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(per, ", ")
+}
+
+// printLag writes the lag scenario's table, one column per watermark mode that ran.
+func printLag(w io.Writer, lag map[string]lagResult) {
+	if len(lag) == 0 {
+		return
+	}
+	modes := []string{"independent", "global"}
+	var first lagResult
+	for _, m := range modes {
+		if l, ok := lag[m]; ok {
+			first = l
+			break
+		}
+	}
+	fmt.Fprintf(w, "\n3. Watermark lag of two small tables (writer at a steady rate) while a %s-row table added to the publication is copied\n",
+		thousands(first.BigRows))
+	lagRow := func(name string, f func(lagResult) string) {
+		fmt.Fprintf(w, "   %-32s", name)
+		for _, m := range modes {
+			if l, ok := lag[m]; ok {
+				fmt.Fprintf(w, " %24s", f(l))
 			}
 		}
-		slices.Sort(names)
-		var parts []string
-		for _, n := range names {
-			parts = append(parts, fmt.Sprintf("%s %.1f%%", n, r.HostSteal[n]))
-		}
-		fmt.Fprintf(w, "\nhost CPU steal (time the hypervisor gave other guests; throughput moves with it): %s; whole run %.1f%%\n",
-			strings.Join(parts, ", "), r.HostSteal["run"])
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "\nwall time %.0fs; command: %s\n", r.WallSeconds, r.Command)
+	lagRow("", func(l lagResult) string { return l.Mode })
+	lagRow("copy duration", func(l lagResult) string { return fmt.Sprintf("%.1fs", l.CopySeconds) })
+	lagRow("samples (one per second)", func(l lagResult) string { return fmt.Sprint(l.Samples) })
+	lagRow("WAL rate during copy", func(l lagResult) string { return fmt.Sprintf("%.1f KB/s", l.WALBytesPerSec/1e3) })
+	lagRow("lag p50", func(l lagResult) string { return lagCell(l.Lag.P50Bytes, l.Lag.P50WALSec) })
+	lagRow("lag p99", func(l lagResult) string { return lagCell(l.Lag.P99Bytes, l.Lag.P99WALSec) })
+	lagRow("lag max", func(l lagResult) string { return lagCell(l.Lag.MaxBytes, l.Lag.MaxWALSec) })
+	lagRow("baseline p99 before the add", func(l lagResult) string { return lagCell(l.Baseline.P99Bytes, l.Baseline.P99WALSec) })
+	fmt.Fprintln(w, "   lag = pg_current_wal_lsn() - the small table's latest watermark; seconds = lag / WAL rate during the copy.")
+	fmt.Fprintln(w, "   target (issue): independent p99 under 2 s of WAL; global is expected to stall during the copy.")
+}
+
+// printHostSteal writes the host CPU steal of each scenario and of the whole run.
+func printHostSteal(w io.Writer, steal map[string]float64) {
+	if len(steal) == 0 {
+		return
+	}
+	names := make([]string, 0, len(steal))
+	for n := range steal {
+		if n != "run" {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", n, steal[n]))
+	}
+	fmt.Fprintf(w, "\nhost CPU steal (time the hypervisor gave other guests; throughput moves with it): %s; whole run %.1f%%\n",
+		strings.Join(parts, ", "), steal["run"])
 }
 
 const rowFormat = "   %-50s %11s %8s %9s %11s %9s\n"

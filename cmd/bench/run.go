@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 )
 
@@ -36,42 +38,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
-	root, err := repoRoot()
+	b, release, err := newBench(ctx, o, getenv, logf)
 	if err != nil {
 		return err
 	}
-	work, err := os.MkdirTemp("", "tidemark-bench-")
-	if err != nil {
-		return fmt.Errorf("create work folder: %w", err)
-	}
-	if err := os.Chmod(work, 0o755); err != nil {
-		return fmt.Errorf("chmod work folder: %w", err)
-	}
-	logf("work folder (cdc logs) %s", work)
-
-	logf("building bin/cdc")
-	bin, err := buildCDC(ctx, root, work)
-	if err != nil {
-		return err
-	}
-	svc, err := acquireServices(ctx, root, filepath.Join(work, "services"), o, getenv, logf)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := svc.stop(sctx); err != nil {
-			logf("stop services: %v", err)
-		}
-	}()
-	k, err := newKafkaClient(svc.brokers)
-	if err != nil {
-		return err
-	}
-	defer k.close()
-
-	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	defer release()
 	res := &results{
 		StartedAt: started.UTC(),
 		Command:   commandLine(args),
@@ -79,110 +50,136 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			"cpus": fmt.Sprint(runtime.NumCPU()), "go": runtime.Version(),
 			"os": runtime.GOOS + "/" + runtime.GOARCH, "pg_server": b.serverVersion(ctx),
 		},
-		Services: svc.source,
-		Broker:   svc.broker,
-		WorkDir:  work,
+		Services:  b.svc.source,
+		Broker:    b.svc.broker,
+		WorkDir:   b.work,
+		HostSteal: make(map[string]float64),
 	}
 	runCPU := readHostCPU()
-	res.HostSteal = make(map[string]float64)
-	steal := func(name string, before hostCPU) {
-		if p, ok := readHostCPU().stealPercent(before); ok {
-			res.HostSteal[name] = math.Round(p*10) / 10
-			logf("%s: host CPU steal %.1f%% (time the hypervisor gave other guests)", name, p)
+	for _, sc := range b.scenarios() {
+		if !o.wants(sc.name) || ctx.Err() != nil {
+			continue
 		}
-	}
-	fail := func(scenario string, err error) {
-		logf("%s: %v", scenario, err)
-		res.Errors = append(res.Errors, scenario+": "+err.Error())
-	}
-	if o.wants(scenarioSnapshot) && ctx.Err() == nil {
 		h := readHostCPU()
-		s, err := b.snapshot(ctx)
-		if err != nil {
-			fail(scenarioSnapshot, err)
+		if err := sc.run(ctx, res); err != nil {
+			logf("%s: %v", sc.name, err)
+			res.Errors = append(res.Errors, sc.name+": "+err.Error())
 		}
-		res.Snapshot = s
-		steal(scenarioSnapshot, h)
-	}
-	if o.wants(scenarioStream) && ctx.Err() == nil {
-		h := readHostCPU()
-		s, err := b.stream(ctx)
-		if err != nil {
-			fail(scenarioStream, err)
-		}
-		res.Stream = s
-		steal(scenarioStream, h)
-	}
-	if o.wants(scenarioLag) && ctx.Err() == nil {
-		h := readHostCPU()
-		res.Lag = make(map[string]lagResult)
-		rows := o.lagRows
-		if rows < 2_000_000 {
-			logf("lag: %s rows may copy in under 10s here; 2-3M rows give a long enough window", thousands(rows))
-		}
-		for _, mode := range []string{"independent", "global"} {
-			if ctx.Err() != nil {
-				break
-			}
-			l, err := b.lag(ctx, mode, rows)
-			if err != nil {
-				fail(scenarioLag+" "+mode, err)
-				continue
-			}
-			res.Lag[mode] = *l
-		}
-		steal(scenarioLag, h)
-	}
-	if o.wants(scenarioCompression) && ctx.Err() == nil {
-		h := readHostCPU()
-		c, err := b.compression(ctx)
-		if err != nil {
-			fail(scenarioCompression, err)
-		}
-		res.Compression = c
-		steal(scenarioCompression, h)
-	}
-	if o.wants(scenarioTables) && ctx.Err() == nil {
-		h := readHostCPU()
-		tb, err := b.tables(ctx)
-		if err != nil {
-			fail(scenarioTables, err)
-		}
-		res.Tables = tb
-		steal(scenarioTables, h)
-	}
-	if o.wants(scenarioMemory) && ctx.Err() == nil {
-		h := readHostCPU()
-		m, err := b.memory(ctx)
-		if err != nil {
-			fail(scenarioMemory, err)
-		}
-		res.Memory = m
-		steal(scenarioMemory, h)
-	}
-	if o.wants(scenarioDebezium) && ctx.Err() == nil {
-		h := readHostCPU()
-		d, err := b.debezium(ctx)
-		if err != nil {
-			fail(scenarioDebezium, err)
-		}
-		res.Debezium = d
-		steal(scenarioDebezium, h)
+		b.steal(res, sc.name, h)
 	}
 	if ctx.Err() != nil {
 		res.Errors = append(res.Errors, "interrupted: "+ctx.Err().Error())
 	}
-	steal("run", runCPU)
+	b.steal(res, "run", runCPU)
 	res.WallSeconds = time.Since(started).Seconds()
 	res.print(stdout)
 	if err := res.writeJSON(o.out); err != nil {
 		return err
 	}
-	logf("results written to %s; cdc logs in %s", o.out, work)
+	logf("results written to %s; cdc logs in %s", o.out, b.work)
 	if len(res.Errors) > 0 {
 		return fmt.Errorf("%d scenario(s) failed", len(res.Errors))
 	}
 	return nil
+}
+
+// newBench makes the work folder, builds cdc, acquires the services and connects to Kafka;
+// release stops what it started.
+func newBench(ctx context.Context, o options, getenv func(string) string, logf func(string, ...any)) (*bench, func(), error) {
+	root, err := testsvc.RepoRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	work, err := os.MkdirTemp("", "tidemark-bench-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("create work folder: %w", err)
+	}
+	if err := os.Chmod(work, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("chmod work folder: %w", err)
+	}
+	logf("work folder (cdc logs) %s", work)
+	logf("building bin/cdc")
+	bin, err := buildCDC(ctx, root, work)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := acquireServices(ctx, filepath.Join(work, "services"), o, getenv, logf)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := svc.stop(sctx); err != nil {
+			logf("stop services: %v", err)
+		}
+	}
+	k, err := newKafkaClient(svc.brokers)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	return b, func() { k.close(); stop() }, nil
+}
+
+// scenarioRun is one scenario of a run: run stores its result in res, partial results included.
+type scenarioRun struct {
+	name string
+	run  func(ctx context.Context, res *results) error
+}
+
+// scenarios are every scenario in the order a run takes them.
+func (b *bench) scenarios() []scenarioRun {
+	return []scenarioRun{
+		{scenarioSnapshot, into(b.snapshot, func(r *results) **snapshotResult { return &r.Snapshot })},
+		{scenarioStream, into(b.stream, func(r *results) **streamResult { return &r.Stream })},
+		{scenarioLag, b.lagModes},
+		{scenarioCompression, into(b.compression, func(r *results) *[]compressionResult { return &r.Compression })},
+		{scenarioTables, into(b.tables, func(r *results) **tablesResult { return &r.Tables })},
+		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
+		{scenarioDebezium, into(b.debezium, func(r *results) **debeziumResult { return &r.Debezium })},
+	}
+}
+
+// into runs a scenario and stores its result, partial or not, in the field of results that
+// field points to.
+func into[T any](scenario func(context.Context) (T, error), field func(*results) *T) func(context.Context, *results) error {
+	return func(ctx context.Context, res *results) error {
+		v, err := scenario(ctx)
+		*field(res) = v
+		return err
+	}
+}
+
+// lagModes runs the lag scenario in both watermark modes; a failed mode does not stop the other.
+func (b *bench) lagModes(ctx context.Context, res *results) error {
+	res.Lag = make(map[string]lagResult)
+	if b.o.lagRows < 2_000_000 {
+		b.logf("lag: %s rows may copy in under 10s here; 2-3M rows give a long enough window", thousands(b.o.lagRows))
+	}
+	var errs []error
+	for _, mode := range []string{"independent", "global"} {
+		if ctx.Err() != nil {
+			break
+		}
+		l, err := b.lag(ctx, mode, b.o.lagRows)
+		if err != nil {
+			b.logf("%s %s: %v", scenarioLag, mode, err)
+			errs = append(errs, fmt.Errorf("%s: %w", mode, err))
+			continue
+		}
+		res.Lag[mode] = *l
+	}
+	return errors.Join(errs...)
+}
+
+// steal records the host CPU steal since before under name.
+func (b *bench) steal(res *results, name string, before hostCPU) {
+	if p, ok := readHostCPU().stealPercent(before); ok {
+		res.HostSteal[name] = math.Round(p*10) / 10
+		b.logf("%s: host CPU steal %.1f%% (time the hypervisor gave other guests)", name, p)
+	}
 }
 
 func commandLine(args []string) string {
@@ -218,7 +215,7 @@ func (b *bench) newScenario(ctx context.Context, name string) (*scenario, error)
 	if err != nil {
 		return nil, err
 	}
-	id := randomHex(3)
+	id := testsvc.RandomHex(3)
 	tmp := filepath.Join(b.work, name+"-"+id)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", tmp, err)
@@ -242,7 +239,7 @@ func (s *scenario) cleanup() {
 	if err := s.db.drop(ctx); err != nil {
 		s.b.logf("cleanup: %v", err)
 	}
-	if err := s.b.k.deletePrefix(ctx, s.prefix+"."); err != nil {
+	if err := testsvc.DeleteTopics(ctx, s.b.k.adm, s.prefix+"."); err != nil {
 		s.b.logf("cleanup: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -84,20 +85,53 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	res.Read, res.Ranges = rd.tp, rd.ranges
 	b.logf("snapshot: READ %.0f rows/s, %.1f MB/s", res.Read.PerSecond, res.Read.MBPerSecond)
 
-	// (c) cdc copies the same table with each snapshot strategy, snapshotRounds times each, in
-	// the order A B B A A B ... (A chunked, B copy), each run with its own slot and topics, so
-	// that a drift during the runs favours neither. An unmeasured chunked run goes first: the
-	// first cdc run against a fresh broker is slower (its first topic creation alone can take
-	// seconds), and in any order that penalty would fall on one strategy. A strategy whose run
-	// fails runs no more; the other goes on.
+	first, errs := s.snapshotRuns(ctx, e, res)
+	if first.topic == "" {
+		return res, errors.Join(append(errs, ctx.Err())...)
+	}
+
+	// (b) WRITE limit: the records cdc wrote, produced again with the sink's settings.
+	policy, err := b.k.cleanupPolicy(ctx, first.topic)
+	if err != nil {
+		return res, errors.Join(append(errs, err)...)
+	}
+	res.Write, res.Ceiling, err = s.measureWrite(ctx, first.stats, " of the "+first.strategy+" run",
+		map[string]string{first.topic: s.prefix + ".write.snapshot"}, map[string]string{first.topic: policy})
+	if err != nil {
+		return res, errors.Join(append(errs, err)...)
+	}
+	res.CeilingBest = bestCeiling(res.Ceiling)
+	res.setRatios()
+	res.RatioCeiling = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.CeilingBest.PerSecond)
+	if res.Copy != nil && res.CDC.Seconds > 0 {
+		b.logf("snapshot: chunked / copy = %.2f (from process start %.2f)", res.RatioStrategy, res.RatioStrategyFromProc)
+	}
+	return res, errors.Join(errs...)
+}
+
+// copiedRun is what one cdc copy of the snapshot table wrote, for the WRITE limit.
+type copiedRun struct {
+	stats    topicStats
+	topic    string
+	strategy string
+}
+
+// snapshotRuns has (c) cdc copy the table with each snapshot strategy, snapshotRounds times
+// each, in the order A B B A A B ... (A chunked, B copy), each run with its own slot and topics,
+// so that a drift during the runs favours neither. An unmeasured chunked run goes first: the
+// first cdc run against a fresh broker is slower (its first topic creation alone can take
+// seconds), and in any order that penalty would fall on one strategy. A strategy whose run
+// fails runs no more; the other goes on. It returns the first successful run (chunked if any)
+// and each strategy's error.
+func (s *scenario) snapshotRuns(ctx context.Context, e change.ExportID, res *snapshotResult) (copiedRun, []error) {
+	b := s.b
 	b.logf("snapshot: warm-up run (not measured)")
 	if _, _, _, err := s.copyTable(ctx, e, b.o.rows, strategyChunked, "warmup", nil); err != nil {
 		b.logf("snapshot: warm-up run: %v (the measured runs follow)", err)
 	}
 	runs := make(map[string][]snapshotRun)
 	failed := make(map[string]error)
-	var stats topicStats // of the first successful run, chunked if any: the WRITE limit's records
-	var statsTopic, statsStrategy string
+	var first copiedRun
 	for i, strategy := range strategyOrder(b.o.snapshotRounds) {
 		if ctx.Err() != nil {
 			break
@@ -112,48 +146,35 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 			continue
 		}
 		runs[strategy] = append(runs[strategy], run)
-		if statsTopic == "" || strategy == strategyChunked && statsStrategy != strategyChunked {
-			stats, statsTopic, statsStrategy = st, topic, strategy
+		if first.topic == "" || strategy == strategyChunked && first.strategy != strategyChunked {
+			first = copiedRun{stats: st, topic: topic, strategy: strategy}
 		}
 	}
 	res.setRuns(runs[strategyChunked], runs[strategyCopy], b.o.snapshotRounds)
-	errs := []error{failed[strategyChunked], failed[strategyCopy]}
-	if statsTopic == "" {
-		return res, errors.Join(append(errs, ctx.Err())...)
-	}
+	return first, []error{failed[strategyChunked], failed[strategyCopy]}
+}
 
-	// (b) WRITE limit: the records cdc wrote, produced again with the sink's settings.
-	policy, err := b.k.cleanupPolicy(ctx, statsTopic)
-	if err != nil {
-		return res, errors.Join(append(errs, err)...)
-	}
+// measureWrite measures the WRITE limit, the sample records of stats produced again into dest
+// with the sink's settings in transactions as large as cdc's (best of writeLimitRounds), and the
+// write ceiling. what says whose records they are, for the log.
+func (s *scenario) measureWrite(ctx context.Context, stats topicStats, what string, dest, policy map[string]string) (throughput, []ceilingRun, error) {
+	b := s.b
 	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
-	b.logf("snapshot: WRITE limit (%s records of the %s run, transactional, %d records/txn, best of %d)", thousands(stats.Records), statsStrategy, perTxn, writeLimitRounds)
-	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, map[string]string{statsTopic: s.prefix + ".write.snapshot"},
-		map[string]string{statsTopic: policy}, stats.Records, perTxn)
+	b.logf("%s: WRITE limit (%s records%s, transactional, %d records/txn, best of %d)", s.name, thousands(stats.Records), what, perTxn, writeLimitRounds)
+	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn)
 	if err != nil {
-		return res, errors.Join(append(errs, fmt.Errorf("write limit: %w", err))...)
+		return throughput{}, nil, fmt.Errorf("write limit: %w", err)
 	}
-	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
+	write := newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
 		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled; best of %s records/s", w.Mode, w.Transactions, len(stats.samples), formatRates(rates)))
-	b.logf("snapshot: WRITE %.0f records/s, %.1f MB/s", res.Write.PerSecond, res.Write.MBPerSecond)
-	b.logf("snapshot: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
-	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, map[string]string{statsTopic: policy}, s.prefix+".ceil", stats.Records); err != nil {
-		return res, errors.Join(append(errs, fmt.Errorf("write ceiling: %w", err))...)
+	b.logf("%s: WRITE %.0f records/s, %.1f MB/s", s.name, write.PerSecond, write.MBPerSecond)
+	b.logf("%s: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)", s.name)
+	ceiling, err := writeCeiling(ctx, b.k, stats.samples, policy, s.prefix+".ceil", stats.Records)
+	if err != nil {
+		return write, nil, fmt.Errorf("write ceiling: %w", err)
 	}
-	for _, c := range res.Ceiling {
-		if c.Result.PerSecond > res.CeilingBest.PerSecond {
-			res.CeilingBest = c.Result
-		}
-	}
-	b.logf("snapshot: write ceiling %.0f records/s", res.CeilingBest.PerSecond)
-
-	res.setRatios()
-	res.RatioCeiling = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.CeilingBest.PerSecond)
-	if res.Copy != nil && res.CDC.Seconds > 0 {
-		b.logf("snapshot: chunked / copy = %.2f (from process start %.2f)", res.RatioStrategy, res.RatioStrategyFromProc)
-	}
-	return res, errors.Join(errs...)
+	b.logf("%s: write ceiling %.0f records/s", s.name, bestCeiling(ceiling).PerSecond)
+	return write, ceiling, nil
 }
 
 // Snapshot strategies, as CDC_SNAPSHOT_STRATEGY takes them.
@@ -302,54 +323,74 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 		return readResult{}, fmt.Errorf("connect: %w", err)
 	}
 	defer exporter.Close(context.Background())
-	if _, err := exporter.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+	snapID, blocks, cols, err := exportTable(ctx, exporter, e)
+	if err != nil {
 		return readResult{}, err
 	}
-	var snapID string
-	var blocks int64
-	var cols []string
-	if err := exporter.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapID); err != nil {
-		return readResult{}, fmt.Errorf("export snapshot: %w", err)
-	}
-	if err := exporter.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
-		e.Quoted()).Scan(&blocks); err != nil {
-		return readResult{}, fmt.Errorf("size of %s: %w", e, err)
-	}
-	rows, err := exporter.Query(ctx, `SELECT attname FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
-	if err != nil {
-		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
-	}
-	cols, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
-	}
-
 	ranges := snapshot.SplitRanges(blocks, snapshot.DefaultRangeBlocks)
-	n := min(workers, len(ranges))
-	conns := make([]*pgx.Conn, 0, n)
+	conns, err := importSnapshot(ctx, cfg, snapID, min(workers, len(ranges)))
 	defer func() {
 		for _, c := range conns {
 			c.Close(context.Background())
 		}
 	}()
-	for range n {
-		c, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return readResult{}, fmt.Errorf("connect worker: %w", err)
-		}
-		conns = append(conns, c)
-		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
-			return readResult{}, err
-		}
-		if _, err := c.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapID)); err != nil {
-			return readResult{}, fmt.Errorf("import snapshot: %w", err)
-		}
+	if err != nil {
+		return readResult{}, err
 	}
 	if _, err := exporter.Exec(ctx, "COMMIT"); err != nil {
 		return readResult{}, err
 	}
+	tp, err := copyRanges(ctx, conns, e, cols, ranges)
+	return readResult{tp: tp, ranges: len(ranges)}, err
+}
 
+// exportTable begins a REPEATABLE READ transaction on conn, exports its snapshot and returns the
+// snapshot's id with the table's size in blocks and its columns.
+func exportTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (snapID string, blocks int64, cols []string, err error) {
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return "", 0, nil, err
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&snapID); err != nil {
+		return "", 0, nil, fmt.Errorf("export snapshot: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
+		e.Quoted()).Scan(&blocks); err != nil {
+		return "", 0, nil, fmt.Errorf("size of %s: %w", e, err)
+	}
+	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("columns of %s: %w", e, err)
+	}
+	if cols, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return "", 0, nil, fmt.Errorf("columns of %s: %w", e, err)
+	}
+	return snapID, blocks, cols, nil
+}
+
+// importSnapshot opens n connections, each in a REPEATABLE READ transaction on the exported
+// snapshot snapID. It returns the connections it opened, also on error: the caller closes them.
+func importSnapshot(ctx context.Context, cfg *pgx.ConnConfig, snapID string, n int) ([]*pgx.Conn, error) {
+	conns := make([]*pgx.Conn, 0, n)
+	for range n {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return conns, fmt.Errorf("connect worker: %w", err)
+		}
+		conns = append(conns, c)
+		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return conns, err
+		}
+		if _, err := c.Exec(ctx, fmt.Sprintf("SET TRANSACTION SNAPSHOT '%s'", snapID)); err != nil {
+			return conns, fmt.Errorf("import snapshot: %w", err)
+		}
+	}
+	return conns, nil
+}
+
+// copyRanges reads ranges of table e with a text COPY each, one connection of conns a worker,
+// discarding the output; the clock runs from the first COPY to the last.
+func copyRanges(ctx context.Context, conns []*pgx.Conn, e change.ExportID, cols []string, ranges []snapshot.Range) (throughput, error) {
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
 		quoted[i] = pgx.Identifier{c}.Sanitize()
@@ -361,7 +402,7 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	close(queue)
 	var total, bytes atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, n)
+	errs := make([]error, len(conns))
 	start := time.Now()
 	for i, c := range conns {
 		wg.Go(func() {
@@ -385,9 +426,9 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	wg.Wait()
 	d := time.Since(start)
 	if err := errors.Join(errs...); err != nil {
-		return readResult{}, err
+		return throughput{}, err
 	}
-	return readResult{tp: newThroughput(total.Load(), bytes.Load(), d, ""), ranges: len(ranges)}, nil
+	return newThroughput(total.Load(), bytes.Load(), d, ""), nil
 }
 
 // countingWriter discards what it is given and counts the bytes.
@@ -406,7 +447,7 @@ func pgScalar(ctx context.Context, dbURL, sql string, dst any, args ...any) erro
 	}
 	defer conn.Close(context.Background())
 	if err := conn.QueryRow(ctx, sql, args...).Scan(dst); err != nil {
-		return fmt.Errorf("%s: %w", abbreviate(sql, 80), err)
+		return fmt.Errorf("%s: %w", testsvc.Abbreviate(sql, 80), err)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -41,23 +41,7 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	wctx, cancel := context.WithTimeout(ctx, time.Hour)
 	defer cancel()
 
-	// One lane per delivery mode and round, each with its own slot and topics, hydrated before
-	// the backlog so that every slot holds all of it. They catch up in the order A B B A A B ...
-	// (A exactly-once, B at-least-once): a run's place in the order changes its figure (the
-	// first catch-up is slower), and this order gives each mode the same places.
-	var order []*lane
-	for r := range b.o.deliveryRounds {
-		eos := s.newLane(deliveryExactlyOnce, fmt.Sprintf("eos%d", r), exports)
-		alo := s.newLane(deliveryAtLeastOnce, fmt.Sprintf("alo%d", r), exports)
-		if r == 0 {
-			eos = s.newLane(deliveryExactlyOnce, "", exports)
-		}
-		if r%2 == 0 {
-			order = append(order, eos, alo)
-		} else {
-			order = append(order, alo, eos)
-		}
-	}
+	order := s.deliveryLanes(exports)
 	for _, l := range order {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
@@ -84,44 +68,89 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	}
 	res.BacklogWAL = int64(endLSN - startLSN)
 
-	// (a) READ limit: the raw pgoutput stream of the backlog.
+	target, err := s.streamReadLimits(ctx, conn, res, readSlot, recvSlot, startLSN)
+	if err != nil {
+		return res, err
+	}
+	eos, stats, err := s.streamCatchUps(wctx, res, order, target)
+	if err != nil {
+		return res, err
+	}
+	if err := s.streamWriteLimits(ctx, res, eos, stats); err != nil {
+		return res, err
+	}
+	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	res.AtLeastOnce.Ratio = ratio(res.AtLeastOnce.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
+	res.RatioDelivery = over(res.CDC.PerSecond, res.AtLeastOnce.CDC.PerSecond)
+	res.RatioDeliveryAfterStartup = over(res.CDCAfterStartup.PerSecond, res.AtLeastOnce.CDCAfterStartup.PerSecond)
+	b.logf("stream: exactly-once / at-least-once = %.2f (after start-up %.2f)", res.RatioDelivery, res.RatioDeliveryAfterStartup)
+	return res, nil
+}
+
+// deliveryLanes returns one lane per delivery mode and round, each with its own slot and topics,
+// in the order they catch up: A B B A A B ... (A exactly-once, B at-least-once). A run's place in
+// the order changes its figure (the first catch-up is slower), and this order gives each mode
+// the same places. They are hydrated before the backlog so that every slot holds all of it.
+func (s *scenario) deliveryLanes(exports []change.ExportID) []*lane {
+	var order []*lane
+	for r := range s.b.o.deliveryRounds {
+		eos := s.newLane(deliveryExactlyOnce, fmt.Sprintf("eos%d", r), exports)
+		alo := s.newLane(deliveryAtLeastOnce, fmt.Sprintf("alo%d", r), exports)
+		if r == 0 {
+			eos = s.newLane(deliveryExactlyOnce, "", exports)
+		}
+		if r%2 == 0 {
+			order = append(order, eos, alo)
+		} else {
+			order = append(order, alo, eos)
+		}
+	}
+	return order
+}
+
+// streamReadLimits measures the READ limits of the backlog: (a) the raw pgoutput stream read by
+// the Go reader, (a') the same stream read by PostgreSQL's own client to /dev/null, the server's
+// side of the limit without Go's decoding. It returns the backlog's end, the catch-up's target.
+func (s *scenario) streamReadLimits(ctx context.Context, conn *pgx.Conn, res *streamResult, readSlot, recvSlot string, startLSN change.LSN) (change.LSN, error) {
+	b := s.b
 	b.logf("stream: READ limit (pgoutput from slot %s, %s of WAL)", readSlot, mib(res.BacklogWAL))
 	rd, err := readStream(ctx, s.db.url, readSlot, s.pub, startLSN, res.BacklogTxns)
 	if err != nil {
-		return res, fmt.Errorf("read limit: %w", err)
+		return 0, fmt.Errorf("read limit: %w", err)
 	}
 	if err := dropSlot(ctx, conn, readSlot); err != nil {
-		return res, err
+		return 0, err
 	}
 	res.Changes = rd.changes
 	res.Read = newThroughput(rd.changes, rd.bytes, rd.elapsed, fmt.Sprintf("%d transactions", rd.commits))
 	target := rd.lastEnd
 	b.logf("stream: READ %.0f changes/s; backlog ends at %s", res.Read.PerSecond, target)
 
-	// (a') The same stream read by PostgreSQL's own client, to /dev/null: the server's side of
-	// the limit, without Go's decoding.
 	b.logf("stream: READ limit with pg_recvlogical (slot %s)", recvSlot)
 	elapsed, err := readRecvlogical(ctx, s.db.url, recvSlot, s.pub, target)
 	if err != nil {
-		return res, fmt.Errorf("pg_recvlogical read limit: %w", err)
+		return 0, fmt.Errorf("pg_recvlogical read limit: %w", err)
 	}
 	if err := dropSlot(ctx, conn, recvSlot); err != nil {
-		return res, err
+		return 0, err
 	}
 	rv := newThroughput(rd.changes, rd.bytes, elapsed, "pg_recvlogical -f /dev/null, proto_version 1; bytes as the Go reader counted them")
 	res.ReadRecvlogical = &rv
 	b.logf("stream: READ (pg_recvlogical) %.0f changes/s", rv.PerSecond)
+	return target, nil
+}
 
-	// (c) cdc catches up the same backlog, deliveryRounds times per delivery mode. Each mode's
-	// figures are over all its runs (total changes over total time); the other fields are its
-	// first run's.
+// streamCatchUps has (c) cdc catch up the backlog in every lane. Each mode's figures are over all
+// its runs (total changes over total time); the other fields are its first run's. It returns the
+// first exactly-once lane and what it wrote.
+func (s *scenario) streamCatchUps(ctx context.Context, res *streamResult, order []*lane, target change.LSN) (*lane, topicStats, error) {
 	var stats topicStats
 	var eosRuns, aloRuns []catchUp
 	var eos *lane
 	for _, l := range order {
-		run, st, err := l.catchUp(wctx, target, rd.changes)
+		run, st, err := l.catchUp(ctx, target, res.Changes)
 		if err != nil {
-			return res, err
+			return nil, stats, err
 		}
 		if l.delivery == deliveryExactlyOnce {
 			if eos == nil {
@@ -135,50 +164,38 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	res.catchUp = combineRuns(eosRuns)
 	aloRun := combineRuns(aloRuns)
 	res.AtLeastOnce = &aloRun
-	res.DeliveryRounds = b.o.deliveryRounds
+	res.DeliveryRounds = s.b.o.deliveryRounds
 	for i := range eosRuns {
 		res.DeliveryRatios = append(res.DeliveryRatios, over(eosRuns[i].CDC.PerSecond, aloRuns[i].CDC.PerSecond))
 	}
+	return eos, stats, nil
+}
 
-	// (b) WRITE limit: the records cdc wrote, produced again.
+// streamWriteLimits measures (b) the WRITE limit, the records cdc wrote in lane eos produced
+// again, and the write ceiling (measureWrite).
+func (s *scenario) streamWriteLimits(ctx context.Context, res *streamResult, eos *lane, stats topicStats) error {
+	b := s.b
 	dest := make(map[string]string)
 	policy := make(map[string]string)
 	for _, t := range eos.topics {
 		dest[t] = s.prefix + ".write." + t[strings.LastIndex(t, ".")+1:]
-		if policy[t], err = b.k.cleanupPolicy(ctx, t); err != nil {
-			return res, err
+		p, err := b.k.cleanupPolicy(ctx, t)
+		if err != nil {
+			return err
 		}
+		policy[t] = p
 	}
-	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
-	b.logf("stream: WRITE limit (%s records, transactional, %d records/txn, best of %d)", thousands(stats.Records), perTxn, writeLimitRounds)
-	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn)
-	if err != nil {
-		return res, fmt.Errorf("write limit: %w", err)
+	var err error
+	if res.Write, res.Ceiling, err = s.measureWrite(ctx, stats, "", dest, policy); err != nil {
+		return err
 	}
-	res.Write = newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
-		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled; best of %s records/s", w.Mode, w.Transactions, len(stats.samples), formatRates(rates)))
-	b.logf("stream: WRITE %.0f records/s", res.Write.PerSecond)
-	b.logf("stream: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)")
-	if res.Ceiling, err = writeCeiling(ctx, b.k, stats.samples, policy, s.prefix+".ceil", stats.Records); err != nil {
-		return res, fmt.Errorf("write ceiling: %w", err)
-	}
-	for _, c := range res.Ceiling {
-		if c.Result.PerSecond > res.CeilingBest.PerSecond {
-			res.CeilingBest = c.Result
-		}
-	}
+	res.CeilingBest = bestCeiling(res.Ceiling)
 	readBest := res.Read.PerSecond
 	if res.ReadRecvlogical != nil {
 		readBest = max(readBest, res.ReadRecvlogical.PerSecond)
 	}
 	res.RatioCeiling = ratio(res.CDC.PerSecond, readBest, res.CeilingBest.PerSecond)
-	b.logf("stream: write ceiling %.0f records/s", res.CeilingBest.PerSecond)
-	res.Ratio = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
-	res.AtLeastOnce.Ratio = ratio(res.AtLeastOnce.CDC.PerSecond, res.Read.PerSecond, res.Write.PerSecond)
-	res.RatioDelivery = over(res.CDC.PerSecond, res.AtLeastOnce.CDC.PerSecond)
-	res.RatioDeliveryAfterStartup = over(res.CDCAfterStartup.PerSecond, res.AtLeastOnce.CDCAfterStartup.PerSecond)
-	b.logf("stream: exactly-once / at-least-once = %.2f (after start-up %.2f)", res.RatioDelivery, res.RatioDeliveryAfterStartup)
-	return res, nil
+	return nil
 }
 
 // combineRuns is the first run with its throughputs taken over all runs: total changes over
@@ -468,7 +485,7 @@ func readRecvlogical(ctx context.Context, dbURL, slot, pub string, end change.LS
 	cmd.Stderr = &stderr
 	began := time.Now()
 	if err := cmd.Run(); err != nil {
-		return 0, fmt.Errorf("%s: %w: %s", bin, err, lastLines(stderr.String(), 5))
+		return 0, fmt.Errorf("%s: %w: %s", bin, err, testsvc.Tail(stderr.String(), 5))
 	}
 	return time.Since(began), nil
 }
@@ -493,7 +510,7 @@ func runPgbench(ctx context.Context, bin, dbURL string, args ...string) (string,
 	cmd := exec.CommandContext(ctx, bin, append(args, dbURL)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return string(out), fmt.Errorf("pgbench %s: %w\n%s", strings.Join(args, " "), err, lastLines(string(out), 20))
+		return string(out), fmt.Errorf("pgbench %s: %w\n%s", strings.Join(args, " "), err, testsvc.Tail(string(out), 20))
 	}
 	return string(out), nil
 }
@@ -504,7 +521,7 @@ var processedRE = regexp.MustCompile(`number of transactions actually processed:
 func pgbenchProcessed(out string) (int64, error) {
 	m := processedRE.FindStringSubmatch(out)
 	if m == nil {
-		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", lastLines(out, 20))
+		return 0, fmt.Errorf("pgbench output has no transaction count:\n%s", testsvc.Tail(out, 20))
 	}
 	return strconv.ParseInt(m[1], 10, 64)
 }

@@ -6,8 +6,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,25 +52,8 @@ func (b *bench) tables(ctx context.Context) (*tablesResult, error) {
 		return nil, err
 	}
 	defer s.cleanup()
-	b.logf("tables: creating %d quiet and %d busy tables", quiet, busy)
-	var ddl []string
-	var quietIDs, all []change.ExportID
-	for i := range quiet {
-		e := exportID(fmt.Sprintf("public.quiet_%04d", i))
-		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, g FROM generate_series(1, 10) g", e.Quoted(), e.Quoted()))
-		quietIDs, all = append(quietIDs, e), append(all, e)
-	}
-	for i := range busy {
-		e := exportID(fmt.Sprintf("public.busy_%02d", i))
-		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g", e.Quoted(), e.Quoted()))
-		all = append(all, e)
-	}
-	for i := 0; i < len(ddl); i += 100 {
-		if err := s.db.exec(ctx, strings.Join(ddl[i:min(i+100, len(ddl))], ";\n")); err != nil {
-			return res, err
-		}
-	}
-	if err := s.db.exec(ctx, "CREATE PUBLICATION "+s.pub+" FOR ALL TABLES"); err != nil {
+	quietIDs, all, err := s.createQuietBusyTables(ctx, quiet, busy)
+	if err != nil {
 		return res, err
 	}
 	p, err := s.startCDC(map[string]string{"CDC_PUBLICATION_POLL_INTERVAL": "1s"})
@@ -80,95 +61,28 @@ func (b *bench) tables(ctx context.Context) (*tablesResult, error) {
 		return res, err
 	}
 	defer p.stop(time.Minute)
-	wt, err := b.watchCDC(ctx, p, s.watermarkTopic())
-	if err != nil {
+	if err := s.hydrateAll(ctx, p, all, res); err != nil {
 		return res, err
 	}
-	defer wt.close()
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
-	hydratedAt, err := wt.until(wctx, "hydration of every table", allHydrated(0, all...), p.check)
-	if err != nil {
-		return res, err
-	}
-	res.HydrateSeconds = hydratedAt.Sub(p.started).Seconds()
-	topics, err := b.k.adm.ListTopics(ctx)
-	if err != nil {
-		return res, err
-	}
-	for t := range topics {
-		if strings.HasPrefix(t, s.prefix+".") && t != s.watermarkTopic() {
-			res.Topics++
-		}
-	}
-	b.logf("tables: %d tables hydrated %.1fs after cdc started; %d topics", len(all), res.HydrateSeconds, res.Topics)
 
 	// The busy writer.
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	var writerErr error
-	var wg sync.WaitGroup
-	var txns atomic.Int64
-	conn, err := pgx.Connect(ctx, s.db.url)
+	writer, err := startSteadyWriter(ctx, s.db.url, 10*time.Millisecond, func(i int) (string, []any) {
+		return fmt.Sprintf("UPDATE public.busy_%02d SET v = v + 1 WHERE id = $1", i%busy), []any{1 + (i/busy)%1000}
+	})
 	if err != nil {
 		return res, err
 	}
-	defer conn.Close(context.Background())
-	wg.Go(func() {
-		t := time.NewTicker(10 * time.Millisecond)
-		defer t.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-			}
-			if _, err := conn.Exec(runCtx, fmt.Sprintf("UPDATE public.busy_%02d SET v = v + 1 WHERE id = $1", i%busy), 1+(i/busy)%1000); err != nil {
-				if runCtx.Err() == nil {
-					writerErr = err
-				}
-				return
-			}
-			txns.Add(1)
-		}
-	})
+	defer writer.stop()
 	time.Sleep(5 * time.Second) // steady state
 
-	// Quiet tables' lag, sampled one table at a time, as a consumer waits for it.
-	w, err := wait.New(b.svc.brokers, s.watermarkTopic())
+	startTxns := writer.txns.Load()
+	lags, start, end, err := s.quietLag(ctx, quietIDs)
 	if err != nil {
 		return res, err
 	}
-	defer w.Close()
-	lsnConn, err := pgx.Connect(ctx, s.db.url)
-	if err != nil {
+	res.BusyTxns = writer.txns.Load() - startTxns
+	if err := writer.stop(); err != nil {
 		return res, err
-	}
-	defer lsnConn.Close(context.Background())
-	start := time.Now()
-	startTxns := txns.Load()
-	var lags []float64
-	for i := 0; time.Since(start) < b.o.tablesWindow; i++ {
-		lsn, err := currentLSN(ctx, lsnConn)
-		if err != nil {
-			return res, err
-		}
-		at := time.Now()
-		uctx, ucancel := context.WithTimeout(ctx, time.Minute)
-		_, err = w.Until(uctx, lsn, quietIDs[(i*37)%len(quietIDs)])
-		ucancel()
-		if err != nil {
-			return res, fmt.Errorf("quiet table %s never reached %s: %w", quietIDs[(i*37)%len(quietIDs)], lsn, err)
-		}
-		lags = append(lags, time.Since(at).Seconds())
-		time.Sleep(100 * time.Millisecond)
-	}
-	end := time.Now()
-	res.BusyTxns = txns.Load() - startTxns
-	stopRun()
-	wg.Wait()
-	if writerErr != nil {
-		return res, fmt.Errorf("writer: %w", writerErr)
 	}
 	if err := p.stop(time.Minute); err != nil {
 		return res, err
@@ -187,6 +101,89 @@ func (b *bench) tables(ctx context.Context) (*tablesResult, error) {
 	res.OwnPerSec, res.QuietPerSec, res.CheckpointPerSec = float64(own)/res.WindowSeconds, float64(qr)/res.WindowSeconds, float64(cp)/res.WindowSeconds
 	b.logf("tables: %.1f table records/s, %.1f quiet records/s, %.1f checkpoints/s; quiet lag p99 %.2fs", res.OwnPerSec, res.QuietPerSec, res.CheckpointPerSec, res.LagP99Sec)
 	return res, nil
+}
+
+// createQuietBusyTables creates quiet tables of 10 rows and busy ones of 1,000, and a
+// publication FOR ALL TABLES; it returns the quiet ones and all.
+func (s *scenario) createQuietBusyTables(ctx context.Context, quiet, busy int) (quietIDs, all []change.ExportID, err error) {
+	s.b.logf("tables: creating %d quiet and %d busy tables", quiet, busy)
+	var ddl []string
+	for i := range quiet {
+		e := exportID(fmt.Sprintf("public.quiet_%04d", i))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, g FROM generate_series(1, 10) g", e.Quoted(), e.Quoted()))
+		quietIDs, all = append(quietIDs, e), append(all, e)
+	}
+	for i := range busy {
+		e := exportID(fmt.Sprintf("public.busy_%02d", i))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g", e.Quoted(), e.Quoted()))
+		all = append(all, e)
+	}
+	for i := 0; i < len(ddl); i += 100 {
+		if err := s.db.exec(ctx, strings.Join(ddl[i:min(i+100, len(ddl))], ";\n")); err != nil {
+			return nil, nil, err
+		}
+	}
+	return quietIDs, all, s.db.exec(ctx, "CREATE PUBLICATION "+s.pub+" FOR ALL TABLES")
+}
+
+// hydrateAll waits until cdc has hydrated every table and counts the topics it created.
+func (s *scenario) hydrateAll(ctx context.Context, p *cdcProc, all []change.ExportID, res *tablesResult) error {
+	wt, err := s.b.watchCDC(ctx, p, s.watermarkTopic())
+	if err != nil {
+		return err
+	}
+	defer wt.close()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	hydratedAt, err := wt.until(wctx, "hydration of every table", allHydrated(0, all...), p.check)
+	if err != nil {
+		return err
+	}
+	res.HydrateSeconds = hydratedAt.Sub(p.started).Seconds()
+	topics, err := s.b.k.adm.ListTopics(ctx)
+	if err != nil {
+		return err
+	}
+	for t := range topics {
+		if strings.HasPrefix(t, s.prefix+".") && t != s.watermarkTopic() {
+			res.Topics++
+		}
+	}
+	s.b.logf("tables: %d tables hydrated %.1fs after cdc started; %d topics", len(all), res.HydrateSeconds, res.Topics)
+	return nil
+}
+
+// quietLag samples the quiet tables' lag for -tables-window, one table at a time, as a consumer
+// waits for it: the seconds from reading the WAL position until the table's watermark reaches it.
+func (s *scenario) quietLag(ctx context.Context, quietIDs []change.ExportID) (lags []float64, start, end time.Time, err error) {
+	w, err := wait.New(s.b.svc.brokers, s.watermarkTopic())
+	if err != nil {
+		return nil, start, end, err
+	}
+	defer w.Close()
+	conn, err := pgx.Connect(ctx, s.db.url)
+	if err != nil {
+		return nil, start, end, err
+	}
+	defer conn.Close(context.Background())
+	start = time.Now()
+	for i := 0; time.Since(start) < s.b.o.tablesWindow; i++ {
+		lsn, err := currentLSN(ctx, conn)
+		if err != nil {
+			return nil, start, end, err
+		}
+		at := time.Now()
+		e := quietIDs[(i*37)%len(quietIDs)]
+		uctx, ucancel := context.WithTimeout(ctx, time.Minute)
+		_, err = w.Until(uctx, lsn, e)
+		ucancel()
+		if err != nil {
+			return nil, start, end, fmt.Errorf("quiet table %s never reached %s: %w", e, lsn, err)
+		}
+		lags = append(lags, time.Since(at).Seconds())
+		time.Sleep(100 * time.Millisecond)
+	}
+	return lags, start, time.Now(), nil
 }
 
 // countWatermarkRecords reads topic (read-committed) to its end and counts the records produced

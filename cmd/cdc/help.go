@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
+
+	"github.com/tidemark/cdc/internal/envdoc"
 )
 
 const usage = `Usage: cdc [run|check|help|watermarks|resnapshot schema.table|health [ready]|version]
@@ -39,32 +39,10 @@ they describe the connection alone. Unknown CDC_* variables are an error.
 func writeHelp(w io.Writer) {
 	fmt.Fprint(w, usage)
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
-	for _, v := range envVars() {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, v.Shown, v.Desc)
-	}
-	tw.Flush()
+	envdoc.WriteTable(w, envdoc.Vars[Env]())
 	fmt.Fprintln(w)
 	fmt.Fprint(w, pgNote)
 }
 
 // helpMarkdown is the variable table of writeHelp in Markdown, as docs/configuration.md shows it.
-func helpMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| Variable | Default | Meaning |\n")
-	b.WriteString("|---|---|---|\n")
-	for _, v := range envVars() {
-		def := "`" + strings.ReplaceAll(v.Shown, "|", `\|`) + "`"
-		if strings.HasPrefix(v.Shown, "(") {
-			def = mdEscape(v.Shown) // (required), (none), ...: words, not a value
-		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", v.Name, def, mdEscape(v.Desc))
-	}
-	return b.String()
-}
-
-// mdEscape keeps plain cell text from ending the cell or being read as markup.
-func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;", "*", `\*`).Replace(s)
-}
+func helpMarkdown() string { return envdoc.Markdown(envdoc.Vars[Env]()) }

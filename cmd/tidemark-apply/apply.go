@@ -244,15 +244,11 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 			if err := unmarshalKey(s.newKey, &newKey); err != nil {
 				return 0, fmt.Errorf("read %s header: %w", "tidemark.new_key", err)
 			}
-			set, args, err := a.assignments(t, newKey, conv, 0)
+			sql, args, err := a.updateSQL(t, newKey, r.key, conv)
 			if err != nil {
 				return 0, err
 			}
-			where, wargs, err := a.keyMatch(t, r.key, conv, len(args))
-			if err != nil {
-				return 0, err
-			}
-			pb.Queue("UPDATE "+t.name.Sanitize()+" SET "+set+" WHERE "+where, append(args, wargs...)...)
+			pb.Queue(sql, args...)
 			*want = append(*want, pending{want: 1, export: s.export, what: "move row"})
 			return 1, nil
 		}
@@ -269,15 +265,11 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 		}
 		if s.unchanged {
 			// Unchanged TOAST columns are left out: set only the columns carried.
-			set, args, err := a.assignments(t, row, conv, 0)
+			sql, args, err := a.updateSQL(t, row, r.key, conv)
 			if err != nil {
 				return 0, err
 			}
-			where, wargs, err := a.keyMatch(t, r.key, conv, len(args))
-			if err != nil {
-				return 0, err
-			}
-			pb.Queue("UPDATE "+t.name.Sanitize()+" SET "+set+" WHERE "+where, append(args, wargs...)...)
+			pb.Queue(sql, args...)
 			*want = append(*want, pending{want: 1, export: s.export, what: "update"})
 			return 1, nil
 		}
@@ -358,6 +350,20 @@ func (t *target) upsertSQL(names []string) string {
 // regclass, for one, is a function that refuses the '-' that regclass's output writes.)
 func param(n int, c *column) string {
 	return "$" + strconv.Itoa(n) + "::" + c.typ
+}
+
+// updateSQL is the UPDATE that sets the columns of row on the target row whose key is key, and
+// its arguments.
+func (a *applier) updateSQL(t *target, row, key map[string]json.RawMessage, conv func(string, json.RawMessage) (any, error)) (string, []any, error) {
+	set, args, err := a.assignments(t, row, conv, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	where, wargs, err := a.keyMatch(t, key, conv, len(args))
+	if err != nil {
+		return "", nil, err
+	}
+	return "UPDATE " + t.name.Sanitize() + " SET " + set + " WHERE " + where, append(args, wargs...), nil
 }
 
 // assignments is "c1 = $n::..., c2 = ..." of row's columns, parameters numbered after base.

@@ -6,15 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/internal/envdoc"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -103,7 +102,7 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 	}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "APPLY_") && !slices.ContainsFunc(envVars(), func(v envVar) bool { return v.Name == name }) {
+		if strings.HasPrefix(name, "APPLY_") && !declared(name) {
 			add(name, "", "unknown variable (see tidemark-apply help)")
 		}
 	}
@@ -218,30 +217,18 @@ func unwrapAll(err error) []error {
 	return []error{err}
 }
 
-// envVar describes one variable of Env, read from its struct tags.
-type envVar struct {
-	Name, Default, Shown, Desc string
-}
-
 // envVars lists the variables of Env in declaration order.
-func envVars() []envVar {
-	var vars []envVar
-	for f := range reflect.TypeFor[Env]().Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-		v := envVar{Name: name, Default: f.Tag.Get("envDefault"), Shown: f.Tag.Get("helpDefault"), Desc: f.Tag.Get("desc")}
-		if v.Shown == "" {
-			v.Shown = v.Default
-		}
-		vars = append(vars, v)
-	}
-	return vars
+func envVars() []envdoc.Var { return envdoc.Vars[Env]() }
+
+// declared reports whether Env declares the variable name.
+func declared(name string) bool {
+	_, ok := envdoc.Find(envVars(), name)
+	return ok
 }
 
 func describe(name string) string {
-	for _, v := range envVars() {
-		if v.Name == name {
-			return v.Desc
-		}
+	if v, ok := envdoc.Find(envVars(), name); ok {
+		return v.Desc
 	}
 	return "see `tidemark-apply help`"
 }
@@ -264,12 +251,7 @@ Configuration is read from environment variables only:
 func writeHelp(w io.Writer) {
 	fmt.Fprint(w, usage)
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  VARIABLE\tDEFAULT\tMEANING")
-	for _, v := range envVars() {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", v.Name, v.Shown, v.Desc)
-	}
-	tw.Flush()
+	envdoc.WriteTable(w, envVars())
 	fmt.Fprintf(w, "\nKafka TLS and SASL: %s, as cdc reads them (see cdc help).\n", strings.Join(securityVars, ", "))
 	fmt.Fprintln(w, "Unknown APPLY_* variables are an error.")
 }

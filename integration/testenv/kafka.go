@@ -2,11 +2,10 @@ package testenv
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -29,39 +28,14 @@ func Admin(t testing.TB) *kadm.Client {
 // cleanup every topic named prefix.* is deleted.
 func NewTopicPrefix(t testing.TB) string {
 	t.Helper()
-	prefix := "t" + randomHex(5)
+	prefix := "t" + testsvc.RandomHex(5)
 	adm := Admin(t)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
 		defer cancel()
-		if err := deleteTopics(ctx, adm, prefix+"."); err != nil {
+		if err := testsvc.DeleteTopics(ctx, adm, prefix+"."); err != nil {
 			t.Errorf("testenv: %v", err)
 		}
 	})
 	return prefix
-}
-
-// deleteTopics deletes every topic whose name starts with prefix.
-func deleteTopics(ctx context.Context, adm *kadm.Client, prefix string) error {
-	topics, err := adm.ListTopics(ctx)
-	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
-	}
-	var names []string
-	for _, name := range topics.Names() {
-		if strings.HasPrefix(name, prefix) {
-			names = append(names, name)
-		}
-	}
-	if len(names) == 0 {
-		return nil
-	}
-	resps, err := adm.DeleteTopics(ctx, names...)
-	if err != nil {
-		return fmt.Errorf("delete topics %s*: %w", prefix, err)
-	}
-	if err := resps.Error(); err != nil {
-		return fmt.Errorf("delete topics %s*: %w", prefix, err)
-	}
-	return nil
 }

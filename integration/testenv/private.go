@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/tidemark/cdc/internal/testsvc"
 )
 
 // PrivateOptions tunes StartPrivate.
@@ -31,12 +29,8 @@ type PrivateOptions struct {
 // restart them. They are removed at the test's cleanup (their state folder is kept when the test
 // failed or CDC_TEST_KEEP_STATE=1).
 type Servers struct {
-	t      testing.TB
-	script string
-	state  string
-	env    []string
-	pgPort int
-	kPort  int
+	t testing.TB
+	l *testsvc.Local
 }
 
 // StartPrivate starts private servers for t. It skips under -short; when the servers cannot start
@@ -47,109 +41,61 @@ func StartPrivate(t testing.TB, opts PrivateOptions) *Servers {
 	if testing.Short() {
 		t.Skip("testenv: integration test skipped in -short mode")
 	}
-	root, err := repoRoot()
-	if err != nil {
-		unavailable(t, err)
-	}
-	script := filepath.Join(root, "scripts", "services.sh")
-	ports, err := freePorts(3)
-	if err != nil {
-		unavailable(t, err)
-	}
-	// Not t.TempDir: the folder must be searchable by the postgres user when we are root.
-	state, err := os.MkdirTemp("", "tidemark-private-")
-	if err != nil {
-		t.Fatalf("testenv: create state folder: %v", err)
-	}
-	if err := os.Chmod(state, 0o755); err != nil {
-		t.Fatalf("testenv: chmod state folder: %v", err)
-	}
-	s := &Servers{t: t, script: script, state: state, pgPort: ports[0], kPort: ports[1]}
-	s.env = append(os.Environ(),
-		"TIDEMARK_STATE="+state,
-		"TIDEMARK_PG_PORT="+strconv.Itoa(ports[0]),
-		"TIDEMARK_KAFKA_PORT="+strconv.Itoa(ports[1]),
-		"TIDEMARK_KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[2]),
-		"TIDEMARK_WATCH_PID="+strconv.Itoa(os.Getpid()),
-	)
-	if opts.KafkaAdvertisedPort != 0 {
-		s.env = append(s.env, "TIDEMARK_KAFKA_ADVERTISED_PORT="+strconv.Itoa(opts.KafkaAdvertisedPort))
-	}
 	start := time.Now()
-	if out, err := s.run(acquireTimeout, "up"); err != nil {
-		_, _ = s.run(2*time.Minute, "clean")
-		_ = os.RemoveAll(state)
-		unavailable(t, fmt.Errorf("services.sh up: %w\n%s", err, tail(out, 60)))
+	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
+	l, err := testsvc.Start(ctx, testsvc.Options{StatePrefix: "tidemark-private-",
+		KafkaAdvertisedPort: opts.KafkaAdvertisedPort})
+	cancel()
+	if err != nil {
+		unavailable(t, err)
 	}
-	fmt.Fprintf(os.Stderr, "testenv: private servers (PostgreSQL 127.0.0.1:%d, Kafka 127.0.0.1:%d, state %s) ready in %s\n",
-		ports[0], ports[1], state, time.Since(start).Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "testenv: private servers (PostgreSQL %s, Kafka %s, state %s) ready in %s\n",
+		l.PGAddr(), l.KafkaAddr(), l.State, time.Since(start).Round(100*time.Millisecond))
 	t.Cleanup(func() {
-		sub := "clean"
-		if t.Failed() || flagSet(os.Getenv, EnvKeepState) {
-			sub = "down"
+		keep := t.Failed() || flagSet(os.Getenv, EnvKeepState)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := l.Stop(ctx, keep); err != nil {
+			t.Errorf("testenv: %v", err)
 		}
-		if out, err := s.run(2*time.Minute, sub); err != nil {
-			t.Errorf("testenv: services.sh %s (state %s): %v\n%s", sub, state, err, tail(out, 30))
-		}
-		if sub == "down" {
-			fmt.Fprintf(os.Stderr, "testenv: private server logs kept in %s\n", state)
+		if keep {
+			fmt.Fprintf(os.Stderr, "testenv: private server logs kept in %s\n", l.State)
 		}
 	})
-	return s
+	return &Servers{t: t, l: l}
 }
 
+// run runs `services.sh sub` on the servers within timeout.
 func (s *Servers) run(timeout time.Duration, sub string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", s.script, sub)
-	cmd.Env = s.env
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	return out.String(), err
+	return s.l.Run(ctx, sub)
 }
 
 // PGURL returns the URL of the "tidemark" database (user postgres, sslmode=disable).
-func (s *Servers) PGURL() string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/tidemark?sslmode=disable", s.pgPort)
-}
+func (s *Servers) PGURL() string { return s.l.PGURL() }
 
 // PGAddr is the PostgreSQL server's host:port.
-func (s *Servers) PGAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.pgPort)) }
+func (s *Servers) PGAddr() string { return s.l.PGAddr() }
 
 // KafkaAddr is the broker's own listener host:port (what a proxy forwards to). With
 // KafkaAdvertisedPort set, clients that bootstrap here are sent to the advertised port.
-func (s *Servers) KafkaAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.kPort)) }
+func (s *Servers) KafkaAddr() string { return s.l.KafkaAddr() }
 
 // State is the servers' state folder (logs under postgres/ and kafka/).
-func (s *Servers) State() string { return s.state }
+func (s *Servers) State() string { return s.l.State }
 
 // NewDB creates a fresh database on the private server and returns its URL; it is dropped, with
 // its replication slots, at cleanup.
 func (s *Servers) NewDB(t testing.TB) string {
 	t.Helper()
-	name := "tidemark_" + randomHex(6)
-	dbURL, err := withDatabase(s.PGURL(), name)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	Exec(t, s.PGURL(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
-		defer cancel()
-		if err := dropDB(ctx, s.PGURL(), name); err != nil {
-			t.Errorf("testenv: %v", err)
-		}
-	})
-	return dbURL
+	return newDB(t, s.PGURL())
 }
 
 // kafkaPID is the broker JVM's process id, from its pid file.
 func (s *Servers) kafkaPID() (int, string) {
 	s.t.Helper()
-	pidFile := filepath.Join(s.state, "kafka", "kafka.pid")
+	pidFile := filepath.Join(s.l.State, "kafka", "kafka.pid")
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		s.t.Fatalf("testenv: kafka pid: %v", err)
@@ -223,7 +169,7 @@ func alive(pid int) bool {
 func (s *Servers) StartKafka() {
 	s.t.Helper()
 	if out, err := s.run(3*time.Minute, "up"); err != nil {
-		s.t.Fatalf("testenv: restart kafka: %v\n%s", err, tail(out, 60))
+		s.t.Fatalf("testenv: restart kafka: %v\n%s", err, testsvc.Tail(out, 60))
 	}
 }
 
@@ -232,6 +178,6 @@ func (s *Servers) StartKafka() {
 func (s *Servers) RestartPostgres() {
 	s.t.Helper()
 	if out, err := s.run(2*time.Minute, "pg-crash"); err != nil {
-		s.t.Fatalf("testenv: restart postgres: %v\n%s", err, tail(out, 40))
+		s.t.Fatalf("testenv: restart postgres: %v\n%s", err, testsvc.Tail(out, 40))
 	}
 }

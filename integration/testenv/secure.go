@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/cdc/internal/testsvc"
 )
 
 // SecureKafka is a Kafka broker of one test with secured listeners, started from the jars that
@@ -59,7 +61,7 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 	if testing.Short() {
 		t.Skip("testenv: integration test skipped in -short mode")
 	}
-	root, err := repoRoot()
+	root, err := testsvc.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 		t.Fatalf("testenv: Kafka jars: %v", err)
 	}
 	dir := t.TempDir()
-	ports, err := freePorts(4)
+	ports, err := testsvc.FreePorts(4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,50 +79,16 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 		SASLSSL:       fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		SASLPlaintext: fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		MTLS:          fmt.Sprintf("127.0.0.1:%d", ports[2]),
-		ScramUser:     "tidemark-scram", ScramPassword: "scram-" + randHex(8),
-		PlainUser: "tidemark-plain", PlainPassword: "plain-" + randHex(8),
-		RestrictedUser: "tidemark-restricted", RestrictedPassword: "restricted-" + randHex(8),
+		ScramUser:     "tidemark-scram", ScramPassword: "scram-" + testsvc.RandomHex(8),
+		PlainUser: "tidemark-plain", PlainPassword: "plain-" + testsvc.RandomHex(8),
+		RestrictedUser: "tidemark-restricted", RestrictedPassword: "restricted-" + testsvc.RandomHex(8),
 	}
 	if err := k.writeCerts(); err != nil {
 		t.Fatal(err)
 	}
-	props := fmt.Sprintf(`process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@127.0.0.1:%[4]d
-listeners=SASL_SSL://127.0.0.1:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
-advertised.listeners=SASL_SSL://localhost:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://localhost:%[3]d
-listener.security.protocol.map=SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=MTLS
-controller.listener.names=CONTROLLER
-sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
-ssl.keystore.type=PEM
-ssl.keystore.location=%[5]s
-ssl.truststore.type=PEM
-ssl.truststore.location=%[6]s
-ssl.endpoint.identification.algorithm=
-listener.name.mtls.ssl.client.auth=required
-log.dirs=%[7]s
-authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
-allow.everyone.if.no.acl.found=false
-super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
-num.partitions=1
-default.replication.factor=1
-auto.create.topics.enable=false
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-group.initial.rebalance.delay.ms=0
-log.cleaner.dedupe.buffer.size=33554432
-`, ports[0], ports[1], ports[2], ports[3], filepath.Join(dir, "keystore.pem"), k.CAFile, filepath.Join(dir, "data"))
-	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
-		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
-		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
-		props += fmt.Sprintf("listener.name.%s.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
-		props += fmt.Sprintf("listener.name.%s.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\";\n", l)
+	props, err := k.serverProperties(root, ports)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
 	}
 	cfgPath := filepath.Join(dir, "server.properties")
 	if err := os.WriteFile(cfgPath, []byte(props), 0o600); err != nil {
@@ -170,6 +138,52 @@ rootLogger.appenderRef.file.ref = file
 			<-done
 		}
 	})
+	waitKafkaStarted(t, dir, logFile, done)
+	return k
+}
+
+// serverProperties is the broker's server.properties: its listeners on ports (SASL_SSL,
+// SASL_PLAINTEXT, MTLS, CONTROLLER), the single-node settings of scripts/services.sh and the
+// JAAS lines of each SASL listener.
+func (k *SecureKafka) serverProperties(root string, ports []int) (string, error) {
+	props := fmt.Sprintf(`process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:%[4]d
+listeners=SASL_SSL://127.0.0.1:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
+advertised.listeners=SASL_SSL://localhost:%[1]d,SASL_PLAINTEXT://127.0.0.1:%[2]d,MTLS://localhost:%[3]d
+listener.security.protocol.map=SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,MTLS:SSL,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=MTLS
+controller.listener.names=CONTROLLER
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
+ssl.keystore.type=PEM
+ssl.keystore.location=%[5]s
+ssl.truststore.type=PEM
+ssl.truststore.location=%[6]s
+ssl.endpoint.identification.algorithm=
+listener.name.mtls.ssl.client.auth=required
+log.dirs=%[7]s
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
+`, ports[0], ports[1], ports[2], ports[3], filepath.Join(k.Dir, "keystore.pem"), k.CAFile, filepath.Join(k.Dir, "data"))
+	singleNode, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	if err != nil {
+		return "", err
+	}
+	props += string(singleNode)
+	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
+		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
+		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
+		props += fmt.Sprintf("listener.name.%s.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
+		props += fmt.Sprintf("listener.name.%s.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\";\n", l)
+	}
+	return props, nil
+}
+
+// waitKafkaStarted waits until the broker's log (logFile, in dir) says it started; it fails the
+// test when the broker exits first (done closed) or takes over 90s.
+func waitKafkaStarted(t testing.TB, dir, logFile string, done <-chan struct{}) {
+	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		b, _ := os.ReadFile(logFile)
@@ -179,25 +193,20 @@ rootLogger.appenderRef.file.ref = file
 		select {
 		case <-done:
 			o, _ := os.ReadFile(filepath.Join(dir, "kafka.out"))
-			t.Fatalf("testenv: secure Kafka exited during start-up:\n%s\n%s", tail(string(b), 3000), tail(string(o), 2000))
+			t.Fatalf("testenv: secure Kafka exited during start-up:\n%s\n%s", testsvc.Tail(string(b), 3000), testsvc.Tail(string(o), 2000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: secure Kafka did not start within 90s:\n%s", tail(string(b), 3000))
+			t.Fatalf("testenv: secure Kafka did not start within 90s:\n%s", testsvc.Tail(string(b), 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return k
 }
 
 // kafkaLib finds the Kafka jars scripts/services.sh installed (`scripts/services.sh install`,
 // which make test runs first).
 func kafkaLib(string) (string, error) {
-	cache := os.Getenv("TIDEMARK_CACHE")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "tidemark")
-	}
+	cache := testsvc.CacheDir()
 	matches, _ := filepath.Glob(filepath.Join(cache, "kafka-*", "lib"))
 	if len(matches) == 0 {
 		return "", fmt.Errorf("no Kafka jars under %s: run scripts/services.sh install", cache)
@@ -288,10 +297,4 @@ func newLeaf(caKey *ecdsa.PrivateKey, ca *x509.Certificate, cn string, usage []x
 
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%x", b)
 }

@@ -6,19 +6,20 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tidemark/cdc/internal/testsvc"
 )
 
 // Environment variables read by this package.
 const (
-	EnvPGURL     = "CDC_TEST_PG_URL"        // PostgreSQL URL of an already running server
-	EnvBrokers   = "CDC_TEST_KAFKA_BROKERS" // comma-separated Kafka seed brokers
-	EnvRequire   = "CDC_TEST_REQUIRE"       // "1": fail instead of skip when services are missing
-	EnvNoDocker  = "CDC_TEST_NO_DOCKER"     // "1": do not try testcontainers
-	EnvKeepState = "CDC_TEST_KEEP_STATE"    // "1": keep the local services' state folder
+	EnvPGURL     = testsvc.EnvPGURL      // PostgreSQL URL of an already running server
+	EnvBrokers   = testsvc.EnvBrokers    // comma-separated Kafka seed brokers
+	EnvRequire   = "CDC_TEST_REQUIRE"    // "1": fail instead of skip when services are missing
+	EnvNoDocker  = "CDC_TEST_NO_DOCKER"  // "1": do not try testcontainers
+	EnvKeepState = "CDC_TEST_KEEP_STATE" // "1": keep the local services' state folder
 )
 
 // acquireTimeout bounds how long the first test waits for services (a first run downloads the
@@ -164,25 +165,9 @@ func acquire(ctx context.Context) (*services, error) {
 
 // fromEnv returns the services named by the environment, nil when neither variable is set.
 func fromEnv(getenv func(string) string) (*services, error) {
-	pg := strings.TrimSpace(getenv(EnvPGURL))
-	brokers := parseBrokers(getenv(EnvBrokers))
-	switch {
-	case pg == "" && len(brokers) == 0:
-		return nil, nil
-	case pg == "":
-		return nil, fmt.Errorf("%s is set but %s is not: set both or neither", EnvBrokers, EnvPGURL)
-	case len(brokers) == 0:
-		return nil, fmt.Errorf("%s is set but %s is not: set both or neither", EnvPGURL, EnvBrokers)
+	pg, brokers, err := testsvc.FromEnv(getenv)
+	if err != nil || pg == "" {
+		return nil, err
 	}
 	return &services{pgURL: pg, brokers: brokers, source: "the environment (" + EnvPGURL + ")"}, nil
-}
-
-func parseBrokers(s string) []string {
-	var out []string
-	for b := range strings.SplitSeq(s, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	return out
 }

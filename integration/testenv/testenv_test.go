@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -70,7 +71,7 @@ func TestServicesReachable(t *testing.T) {
 			t.Fatalf("consumed %v, want one record k=v", recs)
 		}
 
-		if err := deleteTopics(ctx, adm, prefix+"."); err != nil {
+		if err := testsvc.DeleteTopics(ctx, adm, prefix+"."); err != nil {
 			t.Fatal(err)
 		}
 		topics, err := adm.ListTopics(ctx)
@@ -199,46 +200,6 @@ func TestRequired(t *testing.T) {
 				t.Errorf("required() = %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestWithDatabase(t *testing.T) {
-	tests := []struct {
-		name, in, want string
-		wantErr        bool
-	}{
-		{name: "plain", in: "postgres://postgres@127.0.0.1:5432/tidemark?sslmode=disable",
-			want: "postgres://postgres@127.0.0.1:5432/x?sslmode=disable"},
-		{name: "password kept", in: "postgresql://u:p%40ss@h:1/db", want: "postgresql://u:p%40ss@h:1/x"},
-		{name: "no path", in: "postgres://u@h:1", want: "postgres://u@h:1/x"},
-		{name: "not a url", in: "host=h dbname=db", wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := withDatabase(tc.in, "x")
-			if tc.wantErr {
-				if err == nil {
-					t.Fatalf("withDatabase(%q) = %q, want error", tc.in, got)
-				}
-				if strings.Contains(err.Error(), "p%40ss") {
-					t.Errorf("error leaks the password: %v", err)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Errorf("withDatabase(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-			}
-		})
-	}
-}
-
-func TestFreePortsDistinct(t *testing.T) {
-	ports, err := freePorts(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ports) != 3 || ports[0] == ports[1] || ports[1] == ports[2] || ports[0] == ports[2] {
-		t.Errorf("freePorts(3) = %v, want 3 distinct ports", ports)
 	}
 }
 
