@@ -9,13 +9,14 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tidemark/cdc/internal/envdoc"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -237,34 +238,8 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	return s, nil
 }
 
-// envVar describes one variable of Env, read from its struct tags.
-type envVar struct {
-	Name     string
-	Default  string // envDefault
-	Shown    string // the default as help shows it
-	Required bool
-	Desc     string
-}
-
 // envVars lists the variables of Env in declaration order.
-func envVars() []envVar {
-	var vars []envVar
-	for f := range reflect.TypeFor[Env]().Fields() {
-		name, opts, _ := strings.Cut(f.Tag.Get("env"), ",")
-		v := envVar{
-			Name:     name,
-			Default:  f.Tag.Get("envDefault"),
-			Shown:    f.Tag.Get("helpDefault"),
-			Required: slices.Contains(strings.Split(opts, ","), "required"),
-			Desc:     f.Tag.Get("desc"),
-		}
-		if v.Shown == "" {
-			v.Shown = v.Default
-		}
-		vars = append(vars, v)
-	}
-	return vars
-}
+func envVars() []envdoc.Var { return envdoc.Vars[Env]() }
 
 // checker collects problems; each method validates one kind of value, records what is wrong and
 // returns the zero value when something is.

@@ -6,13 +6,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/tidemark/cdc/internal/envdoc"
 )
 
 // declaredVars reads the variable names, defaults and descriptions straight from Env's tags, so
 // that a variable added to Env cannot be left out of the help.
-func declaredVars(tb testing.TB) []envVar {
+func declaredVars(tb testing.TB) []envdoc.Var {
 	tb.Helper()
-	var vars []envVar
+	var vars []envdoc.Var
 	for f := range reflect.TypeFor[Env]().Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
 		if !strings.HasPrefix(name, "CDC_") {
@@ -21,7 +23,7 @@ func declaredVars(tb testing.TB) []envVar {
 		if f.Tag.Get("desc") == "" {
 			tb.Fatalf("field %s (%s) has no desc tag", f.Name, name)
 		}
-		vars = append(vars, envVar{Name: name, Default: f.Tag.Get("envDefault"), Desc: f.Tag.Get("desc")})
+		vars = append(vars, envdoc.Var{Name: name, Default: f.Tag.Get("envDefault"), Desc: f.Tag.Get("desc")})
 	}
 	if len(vars) < 19 {
 		tb.Fatalf("Env declares %d variables, want at least 19", len(vars))
