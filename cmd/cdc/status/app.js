@@ -190,6 +190,8 @@
     title.textContent = "lag over the last 15 minutes, max " + maxS.toFixed(1) + "s (" + series.t.length + " samples)";
     svg.appendChild(title);
     td.appendChild(svg);
+    td.appendChild(el("div", "copytext", "max " + fmtDur(series.s.reduce(function (a, b) { return Math.max(a, b); }, 0)) +
+      " over " + fmtDur(-series.t[0])));
     td.title = title.textContent;
   }
 
