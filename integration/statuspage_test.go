@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -189,6 +190,23 @@ func TestStatusPage(t *testing.T) {
 		}
 		shot("08-recopy")
 	})
+
+	t.Run("standby instance", func(t *testing.T) {
+		// A second instance on the same slot waits; its page says so.
+		standby := maps.Clone(vars)
+		standby["CDC_HTTP_ADDR"] = freeAddr(t)
+		e.startCDC(standby)
+		waitServing(t, "http://"+standby["CDC_HTTP_ADDR"]+"/healthz", time.Minute)
+		if err := chromedp.Do(bctx, chromedp.Navigate("http://"+standby["CDC_HTTP_ADDR"]+"/")); err != nil {
+			t.Fatalf("open the standby's status page: %v", err)
+		}
+		waitJS(t, bctx, "the second instance shown as standby", 2*time.Minute,
+			`document.getElementById("role").textContent === "standby"`)
+		shot("09-standby")
+	})
+
+	_, body := httpCall(t, http.MethodGet, base+"/status", nil, "")
+	t.Logf("GET /status with 1,000 tables: %d bytes", len(body))
 }
 
 // chromiumPath finds Debian's chromium. Without it the test skips, or fails with CI=true.
@@ -317,6 +335,22 @@ func waitHydrated(t *testing.T, p *proc, base string, n int, timeout time.Durati
 			t.Fatalf("%d tables not hydrated within %s: /exports %d, %d hydrated", n, timeout, code, strings.Count(body, `"state":"hydrated"`))
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// waitServing waits until url answers 200.
+func waitServing(t *testing.T, url string, timeout time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not answer within %s", url, timeout)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // statusAssets is the status page: HTML, one script, one style sheet, nothing from elsewhere.
@@ -33,7 +34,8 @@ type exportStatus struct {
 	// sample (absent without a watermark).
 	LagBytes   *int64   `json:"lag_bytes,omitempty"`
 	LagSeconds *float64 `json:"lag_seconds,omitempty"`
-	// RowsPerSecond and ETASeconds: of a copy, between the last two samples.
+	// RowsPerSecond and ETASeconds: of a copy, from the rows copied over the last samples (up
+	// to 30 s) to now.
 	RowsPerSecond *float64 `json:"rows_per_second,omitempty"`
 	ETASeconds    *float64 `json:"eta_seconds,omitempty"`
 }
@@ -69,11 +71,10 @@ type statusReport struct {
 	Exports    []exportStatus `json:"exports"`
 }
 
-// report builds GET /status; full keeps the error texts, which can quote row values.
-func (b *statusBoard) report(version string, full bool, token secret.Token) statusReport {
+// report builds GET /status at now; full keeps the error texts, which can quote row values.
+func (b *statusBoard) report(now time.Time, version string, full bool, token secret.Token) statusReport {
 	ready, reasons, failed := b.src.Ready()
 	exports := b.src.Exports()
-	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r := statusReport{Version: version, StartedAt: b.started, UptimeSeconds: math.Round(now.Sub(b.started).Seconds()),
@@ -88,6 +89,7 @@ func (b *statusBoard) report(version string, full bool, token secret.Token) stat
 		r.Role = "active"
 	case b.slot.Active:
 		r.Role = "standby"
+		r.Reasons = append(r.Reasons, "another process streams from slot "+b.slot.Name+"; this instance takes over when it lets go")
 	default:
 		r.Role = "starting"
 	}
@@ -110,12 +112,14 @@ func (b *statusBoard) report(version string, full bool, token secret.Token) stat
 				row.LagBytes, row.LagSeconds = &last.bytes, &secs
 			}
 		}
-		if c, ok := b.rate[name]; ok && c.known {
-			rate := math.Round(c.perSec)
-			row.RowsPerSecond = &rate
-			if c.perSec > 0 && s.Estimated > s.Rows {
-				eta := math.Round(float64(s.Estimated-s.Rows) / c.perSec)
-				row.ETASeconds = &eta
+		if c := b.rate[name]; c != nil && c.attempt == s.Attempt && s.State == watermark.StateHydrating {
+			if perSec, ok := c.perSecond(s.Rows, now); ok {
+				rate := math.Round(perSec)
+				row.RowsPerSecond = &rate
+				if perSec > 0 && s.Estimated > s.Rows {
+					eta := math.Round(float64(s.Estimated-s.Rows) / perSec)
+					row.ETASeconds = &eta
+				}
 			}
 		}
 		r.Exports = append(r.Exports, row)
@@ -168,7 +172,7 @@ func addStatusRoutes(mux *http.ServeMux, b *statusBoard, version string, token s
 		if !ok {
 			return
 		}
-		writeJSON(w, b.report(version, full, token))
+		writeJSON(w, b.report(time.Now(), version, full, token))
 	})
 	mux.HandleFunc("GET /status/lag", func(w http.ResponseWriter, r *http.Request) {
 		names := r.URL.Query()["export"]

@@ -48,10 +48,10 @@ type statusBoard struct {
 	pg    connStatus
 	kafka connStatus
 	slot  slotStatus
-	at    time.Time           // of the last sample
-	wal   ring[walSample]     // the server's WAL position over the window
-	lag   map[string]*lagRing // by export
-	rate  map[string]copyRate // by export, while copying
+	at    time.Time            // of the last sample
+	wal   ring[walSample]      // the server's WAL position over the window
+	lag   map[string]*lagRing  // by export
+	rate  map[string]*copyRate // by export, while copying
 }
 
 // connStatus is one connection as the board last saw it.
@@ -94,19 +94,34 @@ type lagSample struct {
 
 type lagRing = ring[lagSample]
 
-// copyRate is an export's copy progress at the previous sample, and the rate since.
+// copyRate is an export's copy progress at the last samples of its current attempt: the rate
+// is measured against the oldest of them (up to copyRateSamples, 30 s).
 type copyRate struct {
 	attempt int
-	rows    int64
-	at      time.Time
-	perSec  float64
-	known   bool
+	samples ring[copySample]
+}
+
+type copySample struct {
+	at   time.Time
+	rows int64
+}
+
+const copyRateSamples = 7
+
+// perSecond is the copy's rate from the oldest sample to rows at now (false when the oldest
+// sample is less than a second old).
+func (c *copyRate) perSecond(rows int64, now time.Time) (float64, bool) {
+	first, ok := c.samples.first()
+	if el := now.Sub(first.at).Seconds(); ok && el >= 1 {
+		return float64(rows-first.rows) / el, true
+	}
+	return 0, false
 }
 
 func newStatusBoard(cfg pipeline.Config, postures []tlsPosture, src exportSource, log *slog.Logger) *statusBoard {
 	return &statusBoard{cfg: cfg, src: src, postures: postures, started: time.Now(), log: log.With("stage", "status"),
 		pg: connStatus{State: "unknown"}, kafka: connStatus{State: "unknown"}, slot: slotStatus{Name: cfg.Slot},
-		wal: newRing[walSample](statusRing), lag: map[string]*lagRing{}, rate: map[string]copyRate{}}
+		wal: newRing[walSample](statusRing), lag: map[string]*lagRing{}, rate: map[string]*copyRate{}}
 }
 
 // run samples until ctx ends.
@@ -256,12 +271,12 @@ func (b *statusBoard) sampleExports(now time.Time) {
 			delete(b.rate, name)
 			continue
 		}
-		prev, ok := b.rate[name]
-		next := copyRate{attempt: s.Attempt, rows: s.Rows, at: now}
-		if ok && prev.attempt == s.Attempt && now.After(prev.at) {
-			next.perSec, next.known = float64(s.Rows-prev.rows)/now.Sub(prev.at).Seconds(), true
+		c := b.rate[name]
+		if c == nil || c.attempt != s.Attempt {
+			c = &copyRate{attempt: s.Attempt, samples: newRing[copySample](copyRateSamples)}
+			b.rate[name] = c
 		}
-		b.rate[name] = next
+		c.samples.push(copySample{at: now, rows: s.Rows})
 	}
 	for name := range b.lag {
 		if !seen[name] {
@@ -324,6 +339,14 @@ func (r *ring[T]) all() func(yield func(T) bool) {
 			}
 		}
 	}
+}
+
+func (r *ring[T]) first() (T, bool) {
+	if r.n == 0 {
+		var zero T
+		return zero, false
+	}
+	return r.buf[(r.next-r.n+len(r.buf))%len(r.buf)], true
 }
 
 func (r *ring[T]) last() (T, bool) {
