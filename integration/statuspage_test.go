@@ -205,8 +205,9 @@ func TestStatusPage(t *testing.T) {
 		shot("09-standby")
 	})
 
-	_, body := httpCall(t, http.MethodGet, base+"/status", nil, "")
-	t.Logf("GET /status with 1,000 tables: %d bytes", len(body))
+	_, plain := httpCall(t, http.MethodGet, base+"/status", map[string]string{"Accept-Encoding": "identity"}, "")
+	_, zipped := httpCall(t, http.MethodGet, base+"/status", map[string]string{"Accept-Encoding": "gzip"}, "")
+	t.Logf("GET /status with 1,000 tables: %d bytes, %d gzipped", len(plain), len(zipped))
 }
 
 // chromiumPath finds Debian's chromium. Without it the test skips, or fails with CI=true.

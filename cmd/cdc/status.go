@@ -1,11 +1,13 @@
 package main
 
 import (
+	"compress/gzip"
 	"embed"
 	"encoding/json"
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/pipeline"
@@ -172,7 +174,7 @@ func addStatusRoutes(mux *http.ServeMux, b *statusBoard, version string, token s
 		if !ok {
 			return
 		}
-		writeJSON(w, b.report(time.Now(), version, full, token))
+		writeJSON(w, r, b.report(time.Now(), version, full, token))
 	})
 	mux.HandleFunc("GET /status/lag", func(w http.ResponseWriter, r *http.Request) {
 		names := r.URL.Query()["export"]
@@ -180,7 +182,7 @@ func addStatusRoutes(mux *http.ServeMux, b *statusBoard, version string, token s
 			http.Error(w, "ask for at most 200 exports at a time", http.StatusBadRequest)
 			return
 		}
-		writeJSON(w, struct {
+		writeJSON(w, r, struct {
 			Interval float64              `json:"interval_seconds"`
 			Window   float64              `json:"window_seconds"`
 			Exports  map[string]lagSeries `json:"exports"`
@@ -188,10 +190,34 @@ func addStatusRoutes(mux *http.ServeMux, b *statusBoard, version string, token s
 	})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(v)
+// writeJSON answers v as JSON, gzipped when the client takes it (GET /status with 1,000 tables
+// is about 250 KB, 7 KB gzipped).
+func writeJSON(w http.ResponseWriter, r *http.Request, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Add("Vary", "Accept-Encoding")
+	if !acceptsGzip(r) {
+		_ = json.NewEncoder(w).Encode(v)
+		return
+	}
+	h.Set("Content-Encoding", "gzip")
+	zw := gzip.NewWriter(w)
+	_ = json.NewEncoder(zw).Encode(v)
+	_ = zw.Close()
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding names gzip (and does not refuse it
+// with q=0).
+func acceptsGzip(r *http.Request) bool {
+	for part := range strings.SplitSeq(r.Header.Get("Accept-Encoding"), ",") {
+		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			q := strings.ReplaceAll(params, " ", "")
+			return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+		}
+	}
+	return false
 }
 
 // asset serves one embedded file of the status page.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -237,5 +239,35 @@ func TestStatusPageHeaders(t *testing.T) {
 	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/nothing", nil))
 	if rec.Code != http.StatusNotFound {
 		t.Errorf("GET /nothing: %d, want 404 (only / is the page)", rec.Code)
+	}
+}
+
+// TestStatusGzip: /status is gzipped for clients that take it, plain for the others.
+func TestStatusGzip(t *testing.T) {
+	mux := statusMux(newTestBoard(fakeService{}), secret.Token{})
+	for _, tc := range []struct {
+		accept string
+		gzip   bool
+	}{{"", false}, {"gzip, deflate, br", true}, {"br;q=1.0, GZIP;q=0.5", true}, {"gzip;q=0", false}, {"deflate", false}} {
+		r := httptest.NewRequest(http.MethodGet, "/status", nil)
+		r.Header.Set("Accept-Encoding", tc.accept)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, r)
+		body := io.Reader(rec.Body)
+		if got := rec.Header().Get("Content-Encoding") == "gzip"; got != tc.gzip {
+			t.Errorf("Accept-Encoding %q: gzipped %v, want %v", tc.accept, got, tc.gzip)
+			continue
+		}
+		if tc.gzip {
+			zr, err := gzip.NewReader(rec.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body = zr
+		}
+		var rep statusReport
+		if err := json.NewDecoder(body).Decode(&rep); err != nil || rep.Version != "v1.2.3" {
+			t.Errorf("Accept-Encoding %q: %v, version %q", tc.accept, err, rep.Version)
+		}
 	}
 }
