@@ -37,7 +37,8 @@ const (
 //   - GET /readyz: 200 when the pipeline streams and no live table failed, else 503, with the
 //     reasons as JSON (readiness);
 //   - GET /exports: each table's state, phase, watermark and copy progress, as JSON;
-//   - GET /metrics: Prometheus metrics of the process and the pipeline.
+//   - GET /metrics: Prometheus metrics of the process and the pipeline;
+//   - GET /: the status page, with GET /status and /status/lag (addStatusRoutes).
 //
 // A failed table's error text can quote row values: without the admin token, /readyz and
 // /exports show its class instead (see pipeline.ExportState.RedactError).
@@ -50,12 +51,12 @@ const (
 //     (guardStateChange);
 //   - GET /debug/pprof/...: profiles, with CDC_HTTP_PPROF=true;
 //   - GET /readyz and /exports with the full error texts.
-func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, log *slog.Logger) (stop func(), err error) {
+func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CDC_HTTP_ADDR: listen on %s: %w", addr, err)
 	}
-	srv := newHTTPServer(cfg, httpHandler(cfg, p, log), log)
+	srv := newHTTPServer(cfg, httpHandler(cfg, p, board, log), log)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
@@ -97,10 +98,11 @@ type service interface {
 	Exports() []pipeline.ExportState
 }
 
-func httpHandler(cfg httpConfig, p *pipeline.Pipeline, log *slog.Logger) http.Handler {
+func httpHandler(cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.Metrics(), promhttp.HandlerOpts{}))
 	addServiceRoutes(mux, p, cfg.Token, log)
+	addStatusRoutes(mux, board, version, cfg.Token, log)
 	addPprofRoutes(mux, cfg, log)
 	return limitBody(mux)
 }

@@ -108,12 +108,17 @@ func command(ctx context.Context, stop *stopper, args []string, getenv func(stri
 	logPostures(log, settings.TLS)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
-		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, log)
+		board := newStatusBoard(cfg, settings.TLS, p, log)
+		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, board, log)
 		if err != nil {
 			log.Error("stopped", "err", err)
 			return exitFailed
 		}
 		defer stop()
+		sampled := make(chan struct{})
+		bctx, cancel := context.WithCancel(ctx)
+		go func() { defer close(sampled); board.run(bctx) }()
+		defer func() { cancel(); <-sampled }()
 	}
 	if err := p.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
