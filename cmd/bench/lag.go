@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -34,8 +35,8 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 	big := exportID("public.lag_big")
 	for _, e := range small {
 		if err := s.db.exec(ctx,
-			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", e.Quoted()),
-			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", e.Quoted())); err != nil {
+			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", pgcat.Table(e)),
+			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", pgcat.Table(e))); err != nil {
 			return nil, err
 		}
 	}
@@ -95,7 +96,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 			}
 			e := small[i%len(small)]
 			_, err := writerConn.Exec(runCtx, fmt.Sprintf(
-				"UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()), 1+(i/2)%1000)
+				"UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", pgcat.Table(e)), 1+(i/2)%1000)
 			if err != nil {
 				if runCtx.Err() == nil {
 					writerErr = fmt.Errorf("writer: %w", err)
@@ -143,7 +144,7 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 	}
 	addedAt := time.Now()
 	b.logf("%s: ALTER PUBLICATION %s ADD TABLE %s", name, s.pub, big)
-	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, big.Quoted())); err != nil {
+	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, pgcat.Table(big))); err != nil {
 		return nil, err
 	}
 	hydrated := func(m map[change.ExportID]watermark.Record) bool {

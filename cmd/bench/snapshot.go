@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -294,7 +295,7 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	if err != nil {
 		return readResult{}, errors.New("parse PostgreSQL URL")
 	}
-	for k, v := range snapshot.SessionParams() {
+	for k, v := range pgcat.SessionParams() {
 		cfg.RuntimeParams[k] = v
 	}
 	exporter, err := pgx.ConnectConfig(ctx, cfg)
@@ -312,11 +313,11 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 		return readResult{}, fmt.Errorf("export snapshot: %w", err)
 	}
 	if err := exporter.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
-		e.Quoted()).Scan(&blocks); err != nil {
+		pgcat.Table(e)).Scan(&blocks); err != nil {
 		return readResult{}, fmt.Errorf("size of %s: %w", e, err)
 	}
 	rows, err := exporter.Query(ctx, `SELECT attname FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, pgcat.Table(e))
 	if err != nil {
 		return readResult{}, fmt.Errorf("columns of %s: %w", e, err)
 	}
@@ -367,7 +368,7 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 		wg.Go(func() {
 			cw := &countingWriter{}
 			for r := range queue {
-				sql := "COPY (SELECT " + strings.Join(quoted, ", ") + " FROM ONLY " + e.Quoted()
+				sql := "COPY (SELECT " + strings.Join(quoted, ", ") + " FROM ONLY " + pgcat.Table(e)
 				if p := r.Predicate(); p != "" {
 					sql += " WHERE " + p
 				}

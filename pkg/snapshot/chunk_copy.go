@@ -12,6 +12,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // copy reads ch's rows inside the chunk's transaction and encodes them as snapshot reads at the
@@ -24,17 +25,17 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	// The lock comes first, before the transaction's snapshot: a rewrite (ALTER COLUMN TYPE,
 	// a volatile default) committed before it is in the snapshot, and none can commit between
 	// the snapshot and the COPY (an older snapshot would see the rewritten table empty).
-	if err := execSimple(ctx, w.conn, "LOCK TABLE "+t.job.Export.Quoted()+" IN ACCESS SHARE MODE"); err != nil {
+	if err := execSimple(ctx, w.conn, "LOCK TABLE "+pgcat.Table(t.job.Export)+" IN ACCESS SHARE MODE"); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-			return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, ErrTableNotFound, pgErr)}
+			return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, pgcat.ErrTableNotFound, pgErr)}
 		}
 		return nil, fmt.Errorf("lock %s: %w", t.job.Export, err)
 	}
 	var fp string
 	err := w.conn.QueryRow(ctx, fingerprintSQL(w.conn), t.oid()).Scan(&fp)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, &permanentError{fmt.Errorf("copy %s: %w", t.job.Export, ErrTableNotFound)}
+		return nil, &permanentError{fmt.Errorf("copy %s: %w", t.job.Export, pgcat.ErrTableNotFound)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read schema of %s: %w", t.job.Export, err)
@@ -54,7 +55,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(quoteIdent(col.Name))
+		b.WriteString(pgcat.Ident(col.Name))
 	}
 	b.WriteString(t.from)
 	t.planMu.Unlock()
@@ -90,7 +91,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		if errors.As(err, &pgErr) {
 			switch pgErr.Code {
 			case "42P01": // undefined_table
-				return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, ErrTableNotFound, pgErr)}
+				return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, pgcat.ErrTableNotFound, pgErr)}
 			case "42501": // insufficient_privilege
 				return nil, &permanentError{fmt.Errorf("copy %s: %w (grant SELECT on it to the replication user)", t.job.Export, pgErr)}
 			case "42703", "42804", "22P02", "42883": // the table's columns or key changed

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // plan sets t up on first use and cuts its next chunk: up to chunkRows keys after the cursor.
@@ -96,15 +97,15 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	// The fingerprint first: a change committed between it and LoadTable (outside a chunk's
 	// transaction) shows as a changed schema at the next chunk.
 	var fp string
-	err := w.conn.QueryRow(ctx, strings.Replace(fingerprintSQL(w.conn), "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), e.Quoted()).Scan(&fp)
+	err := w.conn.QueryRow(ctx, strings.Replace(fingerprintSQL(w.conn), "c.oid = $1", "c.oid = pg_catalog.to_regclass($1)", 1), pgcat.Table(e)).Scan(&fp)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return &permanentError{fmt.Errorf("load table %s: %w", e, ErrTableNotFound)}
+		return &permanentError{fmt.Errorf("load table %s: %w", e, pgcat.ErrTableNotFound)}
 	}
 	if err != nil {
 		return fmt.Errorf("read schema of %s: %w", e, err)
 	}
-	table, err := LoadTable(ctx, w.conn, w.c.cfg.Publication, e)
-	if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
+	table, err := pgcat.LoadTable(ctx, w.conn, w.c.cfg.Publication, e)
+	if errors.Is(err, pgcat.ErrTableNotFound) || errors.Is(err, pgcat.ErrUnsupportedTable) {
 		return &permanentError{err}
 	}
 	if err != nil {
@@ -118,7 +119,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 		return &permanentError{fmt.Errorf("snapshot %s: permission denied (grant SELECT on it to the replication user)", e)}
 	}
 	if len(table.KeyColumns()) == 0 {
-		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, ErrUnsupportedTable)}
+		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, pgcat.ErrUnsupportedTable)}
 	}
 	if err := w.c.cfg.Codec.Prepare(ctx, table); errors.Is(err, codec.ErrTypeNotFound) {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
@@ -137,9 +138,9 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
 	}
 	t.table, t.enc, t.fingerprint = table, enc, fp
-	t.from = " FROM ONLY " + e.Quoted()
+	t.from = " FROM ONLY " + pgcat.Table(e)
 	if st.relkind == "p" {
-		t.from = " FROM " + e.Quoted()
+		t.from = " FROM " + pgcat.Table(e)
 	}
 	width := int64(0)
 	if st.estimated > 0 && st.blocks > 0 {
@@ -201,7 +202,7 @@ func (w *chunkWorker) rangeKey(ctx context.Context, t *chunkTable, oid uint32) e
 		if name == nil || typ == nil {
 			return &permanentError{fmt.Errorf("chunked copy of %s: a key column it is cut by was dropped during the copy; restart the service to copy the table again", e)}
 		}
-		nums, names, typs = append(nums, num), append(names, quoteIdent(*name)), append(typs, *typ)
+		nums, names, typs = append(nums, num), append(names, pgcat.Ident(*name)), append(typs, *typ)
 		return nil
 	})
 	var perm *permanentError
@@ -212,7 +213,7 @@ func (w *chunkWorker) rangeKey(ctx context.Context, t *chunkTable, oid uint32) e
 		return fmt.Errorf("read key of %s: %w", e, err)
 	}
 	if len(nums) == 0 {
-		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, ErrUnsupportedTable)}
+		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, pgcat.ErrUnsupportedTable)}
 	}
 	t.keyNums, t.keyNames, t.keyTypes = nums, names, typs
 	return nil

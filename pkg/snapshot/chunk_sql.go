@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // schemaFingerprintSQL identifies what a chunk's records depend on: the published columns (name,
@@ -34,7 +35,7 @@ const (
 // from the next chunk on, as it does in the stream (the publication poll then copies the table
 // again).
 func fingerprintSQL(conn *pgx.Conn) string {
-	if ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 15 {
+	if pgcat.ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 15 {
 		return schemaFingerprintSQL
 	}
 	return fingerprintColumns + fingerprintPublications + fingerprintFrom
@@ -70,7 +71,7 @@ func (t *chunkTable) literal(vals []string) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(escapedLiteral(v))
+		b.WriteString(pgcat.Literal(v))
 		b.WriteString("::")
 		if i < len(t.keyTypes) {
 			b.WriteString(t.keyTypes[i])
@@ -80,10 +81,4 @@ func (t *chunkTable) literal(vals []string) string {
 	}
 	b.WriteString(")")
 	return b.String()
-}
-
-// escapedLiteral renders s as an E” literal, whatever standard_conforming_strings says.
-func escapedLiteral(s string) string {
-	s = strings.ReplaceAll(s, `\`, `\\`)
-	return "E'" + strings.ReplaceAll(s, "'", "''") + "'"
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -28,7 +29,7 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 		}
 		if conn == nil || conn.IsClosed() {
 			closeQuietly(conn)
-			conn, err = pgx.ConnectConfig(ctx, workerConfig(c.connConfig, c.cfg.Timeouts))
+			conn, err = pgcat.Dial(ctx, workerConfig(c.connConfig, c.cfg.Timeouts))
 			if err != nil {
 				c.done(t, ch, false)
 				if ctx.Err() != nil {
