@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -97,8 +98,8 @@ func (b *bench) lag(ctx context.Context, mode string, bigRows int64) (*lagResult
 func (s *scenario) createLagTables(ctx context.Context, small []change.ExportID, big change.ExportID, bigRows int64) error {
 	for _, e := range small {
 		if err := s.db.exec(ctx,
-			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", e.Quoted()),
-			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", e.Quoted())); err != nil {
+			fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, n bigint NOT NULL, note text NOT NULL)", pgcat.Table(e)),
+			fmt.Sprintf("INSERT INTO %s SELECT g, 0, md5(g::text) FROM generate_series(1, 1000) g", pgcat.Table(e))); err != nil {
 			return err
 		}
 	}
@@ -111,7 +112,7 @@ func (s *scenario) createLagTables(ctx context.Context, small []change.ExportID,
 func (s *scenario) addAndCopy(ctx context.Context, wt *watcher, p *cdcProc, big change.ExportID) (added, copyStart, done time.Time, err error) {
 	added = time.Now()
 	s.b.logf("%s: ALTER PUBLICATION %s ADD TABLE %s", s.name, s.pub, big)
-	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, big.Quoted())); err != nil {
+	if err := s.db.exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", s.pub, pgcat.Table(big))); err != nil {
 		return added, added, added, err
 	}
 	hydrated := func(m map[change.ExportID]watermark.Record) bool {
@@ -151,7 +152,7 @@ func startLagLoad(ctx context.Context, dbURL string, wt *watcher, small []change
 	}
 	writer, err := startSteadyWriter(ctx, dbURL, time.Second/time.Duration(rate), func(i int) (string, []any) {
 		e := small[i%len(small)]
-		return fmt.Sprintf("UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", e.Quoted()),
+		return fmt.Sprintf("UPDATE %s SET n = n + 1, note = md5(random()::text) WHERE id = $1", pgcat.Table(e)),
 			[]any{1 + (i/2)%1000}
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -315,7 +316,7 @@ func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int
 	if err != nil {
 		return readResult{}, errors.New("parse PostgreSQL URL")
 	}
-	for k, v := range snapshot.SessionParams() {
+	for k, v := range pgcat.SessionParams() {
 		cfg.RuntimeParams[k] = v
 	}
 	exporter, err := pgx.ConnectConfig(ctx, cfg)
@@ -354,11 +355,11 @@ func exportTable(ctx context.Context, conn *pgx.Conn, e change.ExportID) (snapID
 		return "", 0, nil, fmt.Errorf("export snapshot: %w", err)
 	}
 	if err := conn.QueryRow(ctx, "SELECT pg_relation_size($1::regclass) / current_setting('block_size')::bigint",
-		e.Quoted()).Scan(&blocks); err != nil {
+		pgcat.Table(e)).Scan(&blocks); err != nil {
 		return "", 0, nil, fmt.Errorf("size of %s: %w", e, err)
 	}
 	rows, err := conn.Query(ctx, `SELECT attname FROM pg_attribute
-		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, e.Quoted())
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, pgcat.Table(e))
 	if err != nil {
 		return "", 0, nil, fmt.Errorf("columns of %s: %w", e, err)
 	}
@@ -408,7 +409,7 @@ func copyRanges(ctx context.Context, conns []*pgx.Conn, e change.ExportID, cols 
 		wg.Go(func() {
 			cw := &countingWriter{}
 			for r := range queue {
-				sql := "COPY (SELECT " + strings.Join(quoted, ", ") + " FROM ONLY " + e.Quoted()
+				sql := "COPY (SELECT " + strings.Join(quoted, ", ") + " FROM ONLY " + pgcat.Table(e)
 				if p := r.Predicate(); p != "" {
 					sql += " WHERE " + p
 				}

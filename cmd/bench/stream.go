@@ -19,8 +19,8 @@ import (
 
 	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
-	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // pgbenchTables are the tables of `pgbench -i`; history gets a primary key so cdc accepts it.
@@ -357,7 +357,7 @@ func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, 
 	}
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["application_name"] = "tidemark-bench-read"
-	for k, v := range snapshot.SessionParams() {
+	for k, v := range pgcat.SessionParams() {
 		cfg.RuntimeParams[k] = v
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)

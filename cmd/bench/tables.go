@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/wait"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -110,12 +111,12 @@ func (s *scenario) createQuietBusyTables(ctx context.Context, quiet, busy int) (
 	var ddl []string
 	for i := range quiet {
 		e := exportID(fmt.Sprintf("public.quiet_%04d", i))
-		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, g FROM generate_series(1, 10) g", e.Quoted(), e.Quoted()))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, g FROM generate_series(1, 10) g", pgcat.Table(e), pgcat.Table(e)))
 		quietIDs, all = append(quietIDs, e), append(all, e)
 	}
 	for i := range busy {
 		e := exportID(fmt.Sprintf("public.busy_%02d", i))
-		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g", e.Quoted(), e.Quoted()))
+		ddl = append(ddl, fmt.Sprintf("CREATE TABLE %s (id int PRIMARY KEY, v int); INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g", pgcat.Table(e), pgcat.Table(e)))
 		all = append(all, e)
 	}
 	for i := 0; i < len(ddl); i += 100 {

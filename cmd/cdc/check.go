@@ -16,10 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
-	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // checkLine is one prerequisite: ok, what was found, and for a failure the fix. A line that is
@@ -105,7 +105,7 @@ func (p *preflight) postgres(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, cfg.PGURL)
+	conn, err := pgcat.Connect(cctx, cfg.PGURL, pgcat.Timeouts{Connect: cfg.ConnectTimeout})
 	if err != nil {
 		p.fail("check CDC_PG_URL (host, port, database, user, password) and that the server is running",
 			"PostgreSQL: cannot connect: %v", secret.ScrubError(err, cfg.PGURL))
@@ -144,7 +144,7 @@ func (p *preflight) postgres(ctx context.Context) {
 
 // connectionTLS reports whether the connection just made is actually encrypted: with
 // sslmode=prefer or allow, that depends on the server, which the configuration cannot tell.
-func (p *preflight) connectionTLS(conn *pgx.Conn) {
+func (p *preflight) connectionTLS(conn *pgcat.Conn) {
 	if tc, ok := conn.PgConn().Conn().(*tls.Conn); ok {
 		p.pass("PostgreSQL connection: encrypted (%s)", tls.VersionName(tc.ConnectionState().Version))
 		return
@@ -164,7 +164,7 @@ func (p *preflight) connectionTLS(conn *pgx.Conn) {
 // capacity checks headroom in replication slots and WAL senders: the main slot (unless it
 // exists) and its stream need one each; a copy with the copy strategy needs one more of each
 // while it starts.
-func (p *preflight) capacity(ctx context.Context, conn *pgx.Conn) {
+func (p *preflight) capacity(ctx context.Context, conn *pgcat.Conn) {
 	var maxSlots, usedSlots, maxSenders, usedSenders int
 	var haveSlot bool
 	err := conn.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int,
@@ -198,7 +198,7 @@ func (p *preflight) capacity(ctx context.Context, conn *pgx.Conn) {
 
 // publication checks the publication (or, with CDC_TABLES, that it can be created or extended)
 // and returns the tables to check.
-func (p *preflight) publication(ctx context.Context, conn *pgx.Conn) []change.ExportID {
+func (p *preflight) publication(ctx context.Context, conn *pgcat.Conn) []change.ExportID {
 	pub := p.cfg.Publication
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
@@ -265,7 +265,7 @@ func containsExport(list []change.ExportID, e change.ExportID) bool {
 }
 
 // table checks that t exists, can be read, and what its replica identity means.
-func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID) {
+func (p *preflight) table(ctx context.Context, conn *pgcat.Conn, t change.ExportID) {
 	var ident string
 	var hasPK, canSelect, toastable bool
 	err := conn.QueryRow(ctx, `SELECT c.relreplident::text,
@@ -286,7 +286,7 @@ func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID
 	if canSelect {
 		p.pass("table %s: SELECT granted", t)
 	} else {
-		p.fail(fmt.Sprintf("GRANT SELECT ON %s TO %s", t.Quoted(), change.QuoteIdent(p.user)), "table %s: no SELECT privilege", t)
+		p.fail(fmt.Sprintf("GRANT SELECT ON %s TO %s", pgcat.Table(t), change.QuoteIdent(p.user)), "table %s: no SELECT privilege", t)
 	}
 	large := ""
 	if toastable {
@@ -300,13 +300,13 @@ func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID
 	case ident == "d" && hasPK:
 		p.pass("table %s: replica identity default (primary key): deletes carry the key only%s", t, large)
 	default:
-		p.fail(fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...); or ALTER TABLE %s REPLICA IDENTITY FULL", t.Quoted(), t.Quoted()),
+		p.fail(fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...); or ALTER TABLE %s REPLICA IDENTITY FULL", pgcat.Table(t), pgcat.Table(t)),
 			"table %s has no primary key or replica identity: PostgreSQL rejects UPDATE and DELETE on it once published, and its records have no key", t)
 	}
 	// The publication's column list and row filter (PostgreSQL 15).
-	tbl, err := snapshot.LoadTable(ctx, conn, p.cfg.Publication, t)
+	tbl, err := pgcat.LoadTable(ctx, conn, p.cfg.Publication, t)
 	switch {
-	case errors.Is(err, snapshot.ErrUnsupportedTable):
+	case errors.Is(err, pgcat.ErrUnsupportedTable):
 		p.fail("", "table %s: %v", t, err) // the error says how to fix it
 	case err == nil && tbl.Published.Digest() != "":
 		p.pass("table %s: published with %s; copies and changes carry only those", t, tbl.Published)
@@ -314,7 +314,7 @@ func (p *preflight) table(ctx context.Context, conn *pgx.Conn, t change.ExportID
 }
 
 // slot reports the main slot's state, the WAL it holds and max_slot_wal_keep_size.
-func (p *preflight) slot(ctx context.Context, conn *pgx.Conn) {
+func (p *preflight) slot(ctx context.Context, conn *pgcat.Conn) {
 	slot := p.cfg.Slot
 	var (
 		plugin, walStatus *string

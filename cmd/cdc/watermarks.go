@@ -9,11 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
-	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -41,8 +39,8 @@ func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) erro
 	var current change.LSN
 	cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
-	if conn, err := pgx.Connect(cctx, cfg.PGURL); err == nil {
-		current, _ = replication.CurrentWAL(ctx, conn)
+	if conn, err := pgcat.Connect(cctx, cfg.PGURL, pgcat.Timeouts{Connect: cfg.ConnectTimeout}); err == nil {
+		current, _ = pgcat.CurrentWAL(ctx, conn)
 		conn.Close(context.Background())
 	}
 	exports := make([]change.ExportID, 0, len(last))

@@ -15,11 +15,6 @@ type ExportID struct {
 // identifiers, the way PostgreSQL's quote_ident would.
 func (e ExportID) String() string { return QuoteIdent(e.Schema) + "." + QuoteIdent(e.Table) }
 
-// Quoted renders the name for use in SQL: always double-quoted.
-func (e ExportID) Quoted() string {
-	return `"` + strings.ReplaceAll(e.Schema, `"`, `""`) + `"."` + strings.ReplaceAll(e.Table, `"`, `""`) + `"`
-}
-
 // MarshalText implements encoding.TextMarshaler so ExportID can key JSON maps.
 func (e ExportID) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
 
@@ -49,7 +44,9 @@ func ParseExportID(s string) (ExportID, error) {
 	}
 }
 
-// QuoteIdent double-quotes an identifier unless it is a plain lower-case one.
+// QuoteIdent double-quotes an identifier unless it is a plain lower-case one: the display form of
+// names (ExportID.String), for logs, errors and advice. SQL that Tidemark runs quotes with
+// pgcat.Ident and pgcat.Table instead, which quote every name (a plain keyword too).
 func QuoteIdent(s string) string {
 	plain := s != ""
 	for i, r := range s {

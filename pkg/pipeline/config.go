@@ -121,11 +121,11 @@ type Config struct {
 	StandbyPoll time.Duration
 
 	// ConnectTimeout bounds each connection attempt to PostgreSQL (unless CDC_PG_URL sets
-	// connect_timeout) and each dial to a Kafka broker. Default liveness.DefaultConnect (10s).
+	// connect_timeout) and each dial to a Kafka broker. Default pgcat.DefaultConnect (10s).
 	ConnectTimeout time.Duration
 	// ReceiveTimeout bounds every wait for PostgreSQL's next bytes, on every connection: the
 	// replication stream (changes or keepalives), copies and catalog queries. A connection
-	// that hears nothing for longer is dropped and reopened. Default liveness.DefaultReceive.
+	// that hears nothing for longer is dropped and reopened. Default pgcat.DefaultReceive.
 	ReceiveTimeout time.Duration
 	// ShutdownTimeout bounds an orderly stop, from the moment Run's context ends: the stages
 	// stop, the sink drains what it holds, the slot confirms what Kafka has. What is not

@@ -5,11 +5,9 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tidemark/cdc/pkg/liveness"
-	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // ErrFatal marks errors that retrying cannot fix; Run returns them. Check with errors.Is.
@@ -39,12 +37,12 @@ func connectionLost(err error) bool {
 	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
 		return false
 	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return replication.TransientSQLState(pgErr.Code)
+	if code, ok := pgcat.SQLState(err); ok {
+		return pgcat.TransientSQLState(code)
 	}
-	// pgconn.ErrConnClosed: a connection pgx closed after a read or write on it failed. pgx's
+	// pgcat.ErrConnClosed: a connection pgx closed after a read or write on it failed. pgx's
 	// simple-protocol Exec drops a reset's own error and returns this one instead.
-	// liveness.ErrSilent: a connection that heard nothing for the receive timeout (a dead path).
-	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, liveness.ErrSilent) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+	// pgcat.ErrSilent: a connection that heard nothing for the receive timeout (a dead path).
+	return errors.Is(err, pgcat.ErrConnClosed) || errors.Is(err, pgcat.ErrSilent) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

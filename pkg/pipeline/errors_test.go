@@ -12,7 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -79,7 +79,7 @@ func pgConnect(t *testing.T, addr string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	conn, err := connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3", liveness.Timeouts{})
+	conn, err := connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3", pgcat.Timeouts{})
 	if err == nil {
 		conn.Close(ctx)
 		t.Fatal("connected to a fake server that never accepts a login")
@@ -172,7 +172,7 @@ func TestConnectionLost(t *testing.T) {
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 	})
-	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3", liveness.Timeouts{})
+	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3", pgcat.Timeouts{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestExitNow(t *testing.T) {
 		{"unreachable on a later attempt", refused, 2, false, time.Second, false},
 		{"unreachable after the start-up window", refused, 1, false, 16 * time.Second, false},
 		{"silent until the connect timeout", fmt.Errorf("connect: %w", context.DeadlineExceeded), 1, false, 11 * time.Second, true},
-		{"a dead path at start", fmt.Errorf("read: %w", &liveness.SilentError{Idle: time.Minute}), 1, false, time.Second, false},
+		{"a dead path at start", fmt.Errorf("read: %w", &pgcat.SilentError{Idle: time.Minute}), 1, false, time.Second, false},
 		{"unreachable after the stages ran", refused, 1, true, time.Second, false},
 		{"fenced with no other instance", fmt.Errorf("commit: %w", sink.ErrFenced), 1, false, time.Second, false},
 		{"fatal", fatal(errors.New("bad")), 3, true, time.Minute, true},

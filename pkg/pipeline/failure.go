@@ -3,9 +3,8 @@ package pipeline
 import (
 	"errors"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // FailureUnknown is the class of a failure whose error is not known any more (an export that
@@ -16,8 +15,8 @@ const FailureUnknown = "permanent error"
 // quote data. An export's error text can quote row values (a value that cannot be encoded is
 // shown as it is), so places that must not show row data show the class instead.
 func failureClass(err error) string {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return "PostgreSQL error SQLSTATE " + pgErr.Code
+	if code, ok := pgcat.SQLState(err); ok {
+		return "PostgreSQL error SQLSTATE " + code
 	}
 	switch {
 	case err == nil:

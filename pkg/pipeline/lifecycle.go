@@ -10,10 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -128,7 +127,7 @@ type lifecycle struct {
 
 	// keyConn opens connections to read key columns (replica identity FULL) and tables to
 	// reconcile.
-	keyConn   func(ctx context.Context) (*pgx.Conn, error)
+	keyConn   func(ctx context.Context) (*pgcat.Conn, error)
 	keyConnMu sync.Mutex
 	// codec encodes reconcile deletes. reconciles (under mu) are the exports to reconcile, in
 	// order; reconcileSig (capacity 1) says it is not empty. Queuing never blocks: it happens
@@ -207,7 +206,7 @@ func (lc *lifecycle) resume(ctx context.Context, cat catalog, published map[chan
 			continue
 		}
 		t, err := cat.LoadTable(ctx, e)
-		if errors.Is(err, snapshot.ErrUnsupportedTable) {
+		if errors.Is(err, pgcat.ErrUnsupportedTable) {
 			// E.g. the publication's column list leaves out a key column now: e alone stops.
 			lc.log.Error("export failed", "export", e.String(), "err", err)
 			lc.mu.Lock()
@@ -706,7 +705,7 @@ func (lc *lifecycle) KeyColumns(ctx context.Context, e change.ExportID) ([]strin
 	// Every column, whatever the publication's column list: the names only pick the key out
 	// of a Relation message's columns, and a key column the list leaves out must not fail the
 	// stream (the copy refuses that table alone).
-	t, err := snapshot.LoadTable(ctx, conn, "", e)
+	t, err := pgcat.LoadTable(ctx, conn, "", e)
 	if err != nil {
 		return nil, err
 	}

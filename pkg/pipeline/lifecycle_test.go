@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -86,9 +87,9 @@ type fakeCatalog struct{ wal change.LSN }
 func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
 	switch {
 	case strings.HasPrefix(e.Table, "gone"):
-		return nil, snapshot.ErrTableNotFound
+		return nil, pgcat.ErrTableNotFound
 	case strings.HasPrefix(e.Table, "unlisted"):
-		return nil, fmt.Errorf("load key of %s: %w: the column list leaves out the key", e, snapshot.ErrUnsupportedTable)
+		return nil, fmt.Errorf("load key of %s: %w: the column list leaves out the key", e, pgcat.ErrUnsupportedTable)
 	case strings.HasPrefix(e.Table, "keyless"):
 		return &change.Table{Export: e, Columns: []change.Column{{Name: "v"}}}, nil
 	}

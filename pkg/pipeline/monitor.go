@@ -8,10 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -76,7 +76,7 @@ type slotSample struct {
 type monitor struct {
 	p       *Pipeline
 	slot    string
-	connect func(context.Context) (*pgx.Conn, error)
+	connect func(context.Context) (*pgcat.Conn, error)
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -90,7 +90,7 @@ func newMonitor(p *Pipeline) *monitor {
 	return &monitor{
 		p:       p,
 		slot:    cfg.Slot,
-		connect: func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) },
+		connect: func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) },
 		log:     cfg.Logger.With("stage", "monitor"),
 		now:     time.Now,
 	}
@@ -113,7 +113,7 @@ func (m *monitor) start(ctx context.Context) (stop func()) {
 func (m *monitor) run(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
-	var conn *pgx.Conn
+	var conn *pgcat.Conn
 	defer func() {
 		if conn != nil {
 			conn.Close(context.Background())
@@ -145,7 +145,7 @@ func (m *monitor) run(ctx context.Context) {
 }
 
 // sample reads the server's WAL position and the slot, connecting first if *conn is nil.
-func (m *monitor) sample(ctx context.Context, conn **pgx.Conn) error {
+func (m *monitor) sample(ctx context.Context, conn **pgcat.Conn) error {
 	if *conn == nil {
 		c, err := m.connect(ctx)
 		if err != nil {

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -168,8 +167,8 @@ func exitNow(err error, attempt int, ran bool, elapsed, window time.Duration) bo
 func (cfg Config) startupWindow() time.Duration { return cfg.ConnectTimeout + 5*time.Second }
 
 // timeouts are the bounds of every PostgreSQL connection.
-func (cfg Config) timeouts() liveness.Timeouts {
-	return liveness.Timeouts{Connect: cfg.ConnectTimeout, Receive: cfg.ReceiveTimeout}
+func (cfg Config) timeouts() pgcat.Timeouts {
+	return pgcat.Timeouts{Connect: cfg.ConnectTimeout, Receive: cfg.ReceiveTimeout}
 }
 
 func (cfg Config) withDefaults() Config {
@@ -219,10 +218,10 @@ func (cfg Config) withDefaults() Config {
 		cfg.SlotWaitTimeout = 5 * time.Minute
 	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = liveness.DefaultConnect
+		cfg.ConnectTimeout = pgcat.DefaultConnect
 	}
 	if cfg.ReceiveTimeout <= 0 {
-		cfg.ReceiveTimeout = liveness.DefaultReceive
+		cfg.ReceiveTimeout = pgcat.DefaultReceive
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
@@ -277,10 +276,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
-	if err := replication.EnsurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+	if err := pgcat.EnsurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
 		return err
 	}
-	published, err := replication.PublishedTables(ctx, conn, cfg.Publication)
+	published, err := pgcat.PublishedTables(ctx, conn, cfg.Publication)
 	if err != nil {
 		return err
 	}
@@ -358,7 +357,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 				return nil, err
 			}
 			defer conn.Close(context.Background())
-			return codec.QueryTypes(ctx, conn, oids)
+			return pgcat.QueryTypes(ctx, conn, oids)
 		}),
 		Placeholder: cfg.UnchangedPlaceholder,
 	}
@@ -368,12 +367,12 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
 	lc.startLSN = slot.Confirmed
 	lc.sink, lc.topics, lc.codec = sk, sk, codecCfg
-	lc.keyConn = func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
+	lc.keyConn = func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
 	repl := replication.New(replication.Config{
 		ConnString:    cfg.PGURL,
 		Slot:          cfg.Slot,
 		Publication:   cfg.Publication,
-		SessionParams: snapshot.SessionParams(),
+		SessionParams: pgcat.SessionParams(),
 		HoldMemory:    cfg.HoldMemory,
 		SpillDir:      cfg.SpillDir,
 		MarkerTag:     markerTag,
@@ -415,7 +414,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		repl.ResumePartial(p)
 		log.Info("resuming a transaction published in part", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
 	}
-	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }, lc, log)
+	poll := newPoller(cfg, func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }, lc, log)
 	poll.toast = &life.toast
 	// Exports restored from the watermark topic go on; their topics must exist.
 	if err := lc.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
@@ -530,7 +529,7 @@ func stopBudget(begin time.Time, timeout time.Duration) (drainBy, confirmBy time
 }
 
 // confirmFinal advances the slot to lsn once the replication connection has let go of it.
-func confirmFinal(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN, log *slog.Logger) {
+func confirmFinal(ctx context.Context, conn *pgcat.Conn, slot string, lsn change.LSN, log *slog.Logger) {
 	for {
 		s, err := replication.ReadSlot(ctx, conn, slot)
 		if err == nil && s.Exists && !s.Active {

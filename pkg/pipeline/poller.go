@@ -7,11 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
-	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // poller polls the publication and hands what it sees to the lifecycle owner, which decides
@@ -19,8 +17,8 @@ import (
 type poller struct {
 	cfg Config
 	// conn is the poller's own connection (nil after a failure), made with connect.
-	conn    *pgx.Conn
-	connect func(context.Context) (*pgx.Conn, error)
+	conn    *pgcat.Conn
+	connect func(context.Context) (*pgcat.Conn, error)
 	lc      *lifecycle
 	log     *slog.Logger
 	wakeCh  chan struct{}
@@ -28,7 +26,7 @@ type poller struct {
 	toast *toastWarnings
 }
 
-func newPoller(cfg Config, connect func(context.Context) (*pgx.Conn, error), lc *lifecycle, log *slog.Logger) *poller {
+func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), lc *lifecycle, log *slog.Logger) *poller {
 	p := &poller{cfg: cfg, connect: connect, lc: lc, log: log.With("stage", "publication"), wakeCh: make(chan struct{}, 1)}
 	lc.wakePoll = p.wake
 	return p
@@ -80,7 +78,7 @@ func (p *poller) poll(ctx context.Context) error {
 		}
 		p.conn = c
 	}
-	published, err := replication.PublishedTables(ctx, p.conn, p.cfg.Publication)
+	published, err := pgcat.PublishedTables(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
 	}
@@ -90,12 +88,12 @@ func (p *poller) poll(ctx context.Context) error {
 	if err := p.lc.published(ctx, connCatalog{conn: p.conn, pub: p.cfg.Publication}, published); err != nil {
 		return err
 	}
-	leaves, err := partitionLeaves(ctx, p.conn, p.cfg.Publication)
+	leaves, err := pgcat.PartitionLeaves(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll partitions: %w", err)
 	}
 	p.lc.partitions(leaves)
-	defs, err := snapshot.PublishedAs(ctx, p.conn, p.cfg.Publication)
+	defs, err := pgcat.PublishedAs(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
 	}
@@ -103,41 +101,16 @@ func (p *poller) poll(ctx context.Context) error {
 	return nil
 }
 
-// partitionLeaves returns, for each partitioned table the publication publishes under its own
-// name (publish_via_partition_root), the OIDs of its leaf partitions.
-func partitionLeaves(ctx context.Context, conn *pgx.Conn, pub string) (map[change.ExportID]string, error) {
-	rows, err := conn.Query(ctx, `SELECT t.schemaname::text, t.tablename::text,
-			coalesce((SELECT string_agg(p.relid::oid::text, ',' ORDER BY p.relid::oid)
-				FROM pg_catalog.pg_partition_tree(c.oid) p WHERE p.isleaf), '')
-		FROM pg_catalog.pg_publication_tables t
-		JOIN pg_catalog.pg_namespace n ON n.nspname = t.schemaname
-		JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename
-		WHERE t.pubname = $1 AND c.relkind = 'p'`, pub)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[change.ExportID]string)
-	var (
-		e      change.ExportID
-		leaves string
-	)
-	_, err = pgx.ForEachRow(rows, []any{&e.Schema, &e.Table, &leaves}, func() error {
-		out[e] = leaves
-		return nil
-	})
-	return out, err
-}
-
 // connCatalog reads the catalog on one connection: tables as the publication pub publishes them.
 type connCatalog struct {
-	conn *pgx.Conn
+	conn *pgcat.Conn
 	pub  string
 }
 
 func (c connCatalog) LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error) {
-	return snapshot.LoadTable(ctx, c.conn, c.pub, e)
+	return pgcat.LoadTable(ctx, c.conn, c.pub, e)
 }
 
 func (c connCatalog) CurrentWAL(ctx context.Context) (change.LSN, error) {
-	return replication.CurrentWAL(ctx, c.conn)
+	return pgcat.CurrentWAL(ctx, c.conn)
 }

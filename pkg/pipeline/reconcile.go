@@ -9,8 +9,8 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/sink"
-	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -67,7 +67,7 @@ func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit
 					break
 				}
 				err := c.reconcile(ctx, job, units)
-				if errors.Is(err, snapshot.ErrUnsupportedTable) {
+				if errors.Is(err, pgcat.ErrUnsupportedTable) {
 					// E.g. the publication's column list lost a key column since the copy
 					// began: the export stops alone (its held changes are dropped).
 					c.Failed(job.export, err)
@@ -91,7 +91,7 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 	if err != nil {
 		return err
 	}
-	table, err := snapshot.LoadTable(ctx, conn, c.cfg.Publication, job.export)
+	table, err := pgcat.LoadTable(ctx, conn, c.cfg.Publication, job.export)
 	conn.Close(context.Background())
 	if err != nil {
 		return err

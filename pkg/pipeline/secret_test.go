@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/secret/secrettest"
 )
@@ -19,13 +19,13 @@ func TestConnectErrorsHidePassword(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			conn, err := connect(ctx, tc.ConnString, liveness.Timeouts{})
+			conn, err := connect(ctx, tc.ConnString, pgcat.Timeouts{})
 			if err == nil {
 				conn.Close(ctx)
 				t.Fatal("connect succeeded, want an error")
 			}
 			secrettest.Check(t, "connect error", err.Error())
-			if err := replication.CreateSlot(ctx, tc.ConnString, "tidemark", liveness.Timeouts{}); err == nil {
+			if err := replication.CreateSlot(ctx, tc.ConnString, "tidemark", pgcat.Timeouts{}); err == nil {
 				t.Fatal("createSlot succeeded, want an error")
 			} else {
 				secrettest.Check(t, "createSlot error", err.Error())

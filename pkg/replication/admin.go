@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -13,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -21,46 +20,12 @@ import (
 // lives here, beside the stage.
 
 // ErrSetup marks an error that a retry cannot fix: the server, the role, the publication or
-// the slot needs a person (the message says what to do).
-var ErrSetup = errors.New("setup needs a fix")
-
-type setupErr struct{ err error }
-
-func (e *setupErr) Error() string   { return e.err.Error() }
-func (e *setupErr) Unwrap() []error { return []error{ErrSetup, e.err} }
-
-// setupError wraps err (nil stays nil) as an ErrSetup.
-func setupError(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &setupErr{err}
-}
-
-// TransientSQLState reports whether PostgreSQL's error code says it cannot serve now but will
-// again: a connection exception (class 08), or a server shutting down or starting up
-// (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now).
-func TransientSQLState(code string) bool {
-	switch code {
-	case "57P01", "57P02", "57P03":
-		return true
-	}
-	return strings.HasPrefix(code, "08")
-}
-
-// refusedSetup marks err as an ErrSetup when PostgreSQL answered it with a refusal (a
-// permission, an object in the way): a person must act. A lost connection, or a code
-// TransientSQLState accepts, is left as it is: a retry fixes it.
-func refusedSetup(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !TransientSQLState(pgErr.Code) {
-		return setupError(err)
-	}
-	return err
-}
+// the slot needs a person (the message says what to do). It is pgcat.ErrSetup: the catalog's
+// set-up checks (pgcat.EnsurePublication) and the slot's match the same sentinel.
+var ErrSetup = pgcat.ErrSetup
 
 // CheckServer verifies what logical replication needs and says how to fix what is missing.
-func CheckServer(ctx context.Context, conn *pgx.Conn) error {
+func CheckServer(ctx context.Context, conn pgcat.Querier) error {
 	var walLevel string
 	var canReplicate bool
 	var user string
@@ -74,106 +39,9 @@ func CheckServer(ctx context.Context, conn *pgx.Conn) error {
 		problems = append(problems, fmt.Errorf("PostgreSQL has wal_level=%s; set wal_level=logical (ALTER SYSTEM SET wal_level = logical, then restart PostgreSQL)", walLevel))
 	}
 	if !canReplicate {
-		problems = append(problems, fmt.Errorf("role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION", user, pgx.Identifier{user}.Sanitize()))
+		problems = append(problems, fmt.Errorf("role %q lacks the REPLICATION attribute; run ALTER ROLE %s REPLICATION", user, pgcat.Ident(user)))
 	}
-	return setupError(errors.Join(problems...))
-}
-
-// EnsurePublication creates the publication or adds missing tables when tables are
-// configured; otherwise it checks that the publication exists.
-func EnsurePublication(ctx context.Context, conn *pgx.Conn, pub string, tables []change.ExportID) error {
-	var exists bool
-	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
-		return fmt.Errorf("read publication %s: %w", pub, err)
-	}
-	if len(tables) == 0 {
-		if !exists {
-			return setupError(fmt.Errorf("publication %q does not exist; create it (CREATE PUBLICATION %s FOR TABLE ...) or set CDC_TABLES so Tidemark creates it",
-				pub, pgx.Identifier{pub}.Sanitize()))
-		}
-		return nil
-	}
-	var problems []error
-	for _, t := range tables {
-		problem, err := checkIdentity(ctx, conn, t)
-		if err != nil {
-			return err
-		}
-		if problem != nil {
-			problems = append(problems, problem)
-		}
-	}
-	if err := errors.Join(problems...); err != nil {
-		return setupError(err)
-	}
-	if !exists {
-		names := make([]string, len(tables))
-		for i, t := range tables {
-			names[i] = t.Quoted()
-		}
-		_, err := conn.Exec(ctx, fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", pgx.Identifier{pub}.Sanitize(), strings.Join(names, ", ")))
-		if err != nil {
-			return refusedSetup(fmt.Errorf("create publication %s: %w", pub, err))
-		}
-		return nil
-	}
-	current, err := PublishedTables(ctx, conn, pub)
-	if err != nil {
-		return err
-	}
-	for _, t := range tables {
-		if _, ok := current[t]; ok {
-			continue
-		}
-		if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER PUBLICATION %s ADD TABLE %s", pgx.Identifier{pub}.Sanitize(), t.Quoted())); err != nil {
-			// A partitioned table published without publish_via_partition_root is listed by
-			// its partitions, not by its own name: it is a member already.
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-				continue
-			}
-			return refusedSetup(fmt.Errorf("add %s to publication %s: %w", t, pub, err))
-		}
-	}
-	return nil
-}
-
-// checkIdentity returns a problem for a table PostgreSQL would stop accepting UPDATE and
-// DELETE on once it is published (one with neither a primary key nor a replica identity) or
-// that does not exist; err is a failed query.
-func checkIdentity(ctx context.Context, conn *pgx.Conn, t change.ExportID) (problem, err error) {
-	var ident string
-	var hasPK bool
-	err = conn.QueryRow(ctx, `SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r','p')`,
-		t.Schema, t.Table).Scan(&ident, &hasPK)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("CDC_TABLES names %s, which does not exist", t), nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read replica identity of %s: %w", t, err)
-	}
-	if ident == "n" || (ident == "d" && !hasPK) {
-		return fmt.Errorf("table %s has no primary key or replica identity, so PostgreSQL would reject UPDATE and DELETE on it once published; add a primary key, or run ALTER TABLE %s REPLICA IDENTITY FULL", t, t.Quoted()), nil
-	}
-	return nil, nil
-}
-
-// PublishedTables lists the tables of the publication.
-func PublishedTables(ctx context.Context, conn *pgx.Conn, pub string) (map[change.ExportID]struct{}, error) {
-	rows, err := conn.Query(ctx, `SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = $1`, pub)
-	if err != nil {
-		return nil, fmt.Errorf("list tables of publication %s: %w", pub, err)
-	}
-	out := make(map[change.ExportID]struct{})
-	for rows.Next() {
-		var e change.ExportID
-		if err := rows.Scan(&e.Schema, &e.Table); err != nil {
-			return nil, err
-		}
-		out[e] = struct{}{}
-	}
-	return out, rows.Err()
+	return pgcat.SetupError(errors.Join(problems...))
 }
 
 // SlotInfo is the main slot's state.
@@ -185,7 +53,7 @@ type SlotInfo struct {
 }
 
 // ReadSlot reads slot's state; Exists is false when there is no such slot.
-func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error) {
+func ReadSlot(ctx context.Context, conn pgcat.Querier, slot string) (SlotInfo, error) {
 	var s SlotInfo
 	var confirmed *string
 	var walStatus *string
@@ -212,13 +80,11 @@ func ReadSlot(ctx context.Context, conn *pgx.Conn, slot string) (SlotInfo, error
 // CreateSlot creates the main slot on a replication connection (NOEXPORT_SNAPSHOT: the
 // snapshot stage takes its own consistent points). Only the connection attempt is bounded by
 // t: the creation waits for open transactions, as long as ctx allows.
-func CreateSlot(ctx context.Context, url, slot string, t liveness.Timeouts) error {
-	cfg, err := pgconn.ParseConfig(url)
+func CreateSlot(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
+	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
 	if err != nil {
-		return setupError(fmt.Errorf("parse CDC_PG_URL: %w", secret.ScrubError(err, url)))
+		return pgcat.SetupError(err)
 	}
-	t.ConnectOnly().Apply(cfg)
-	cfg.RuntimeParams["replication"] = "database"
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
@@ -228,7 +94,7 @@ func CreateSlot(ctx context.Context, url, slot string, t liveness.Timeouts) erro
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "53400" {
-			return setupError(fmt.Errorf("create replication slot %s: all replication slots are in use; raise max_replication_slots or drop unused slots", slot))
+			return pgcat.SetupError(fmt.Errorf("create replication slot %s: all replication slots are in use; raise max_replication_slots or drop unused slots", slot))
 		}
 		return fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
@@ -237,18 +103,9 @@ func CreateSlot(ctx context.Context, url, slot string, t liveness.Timeouts) erro
 
 // AdvanceSlot confirms lsn on the slot without streaming (used at shutdown, once the sink has
 // drained and the replication connection is gone).
-func AdvanceSlot(ctx context.Context, conn *pgx.Conn, slot string, lsn change.LSN) error {
+func AdvanceSlot(ctx context.Context, conn pgcat.Querier, slot string, lsn change.LSN) error {
 	_, err := conn.Exec(ctx, `SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)`, slot, lsn.String())
 	return err
-}
-
-// CurrentWAL is the server's current WAL insert position.
-func CurrentWAL(ctx context.Context, conn *pgx.Conn) (change.LSN, error) {
-	var s string
-	if err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
-		return 0, err
-	}
-	return change.ParseLSN(s)
 }
 
 // Holder describes the process that streams from a replication slot.
@@ -277,7 +134,7 @@ func (h Holder) String() string {
 }
 
 // SlotHolder returns the process streaming from slot, if any.
-func SlotHolder(ctx context.Context, conn *pgx.Conn, slot string) (Holder, bool, error) {
+func SlotHolder(ctx context.Context, conn pgcat.Querier, slot string) (Holder, bool, error) {
 	var h Holder
 	var app, client *string
 	var since *time.Time
@@ -308,7 +165,7 @@ func SlotHolder(ctx context.Context, conn *pgx.Conn, slot string) (Holder, bool,
 // slot when it starts waiting and then every standbyLogEvery. Nothing is written to Kafka or
 // PostgreSQL while waiting (the transactional producer is initialised only afterwards, so a
 // standby never fences the running instance).
-func WaitAsStandby(ctx context.Context, conn *pgx.Conn, slot string, poll time.Duration, log *slog.Logger) error {
+func WaitAsStandby(ctx context.Context, conn pgcat.Querier, slot string, poll time.Duration, log *slog.Logger) error {
 	var lastLog time.Time
 	waited := false
 	for {
@@ -348,8 +205,8 @@ func ReleaseStale(ctx context.Context, conn *pgconn.PgConn, slot string, pid uin
 	if pid == 0 {
 		return nil
 	}
-	q := fmt.Sprintf("SELECT pg_catalog.pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s' AND active_pid = %d",
-		escapeLiteral(slot), pid)
+	q := fmt.Sprintf("SELECT pg_catalog.pg_terminate_backend(active_pid) FROM pg_catalog.pg_replication_slots WHERE slot_name = %s AND active_pid = %d",
+		pgcat.Literal(slot), pid)
 	res, err := conn.Exec(ctx, q).ReadAll()
 	if err != nil {
 		return fmt.Errorf("end the stale holder of slot %s: %w", slot, err)
@@ -359,7 +216,7 @@ func ReleaseStale(ctx context.Context, conn *pgconn.PgConn, slot string, pid uin
 	}
 	log.Info("the server process of an earlier replication connection of this instance still holds the slot (its path died without closing); ended it",
 		"slot", slot, "pid", pid)
-	check := fmt.Sprintf("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = '%s' AND active_pid = %d", escapeLiteral(slot), pid)
+	check := fmt.Sprintf("SELECT 1 FROM pg_catalog.pg_replication_slots WHERE slot_name = %s AND active_pid = %d", pgcat.Literal(slot), pid)
 	for range 50 {
 		res, err := conn.Exec(ctx, check).ReadAll()
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +19,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -55,7 +54,7 @@ type Config struct {
 	// stream that hears nothing (no change, no keepalive) for Timeouts.Receive is dropped and
 	// reopened, like PostgreSQL's wal_receiver_timeout. Status updates ask the server for a
 	// keepalive at least four times per Receive, so a live stream is never that quiet.
-	Timeouts liveness.Timeouts
+	Timeouts pgcat.Timeouts
 	// StalePID is the walsender of the previous life's replication connection (0: none); the
 	// stage ends it if it still holds the slot (see ReleaseStale).
 	StalePID uint32
@@ -312,16 +311,13 @@ var ErrSlotActive = errors.New("replication slot is active for another process")
 // stream runs one replication connection until it fails or ctx ends. After an earlier
 // connection started streaming, it resumes at the stream position.
 func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
-	cfg, err := pgconn.ParseConfig(s.cfg.ConnString)
+	cfg, err := pgcat.ReplicationConfig(s.cfg.ConnString, "tidemark-replication", s.cfg.Timeouts)
 	if err != nil {
-		return fmt.Errorf("replication connection config: %w: %w", errConfig, secret.ScrubError(err, s.cfg.ConnString))
+		return fmt.Errorf("replication connection config: %w: %w", errConfig, err)
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "tidemark-replication"
 	for k, v := range s.cfg.SessionParams {
 		cfg.RuntimeParams[k] = v
 	}
-	s.cfg.Timeouts.Apply(cfg)
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("replication connect: %w", secret.ScrubError(err, s.cfg.ConnString))
@@ -425,7 +421,7 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, liveness.ErrSilent) {
+			if errors.Is(err, pgcat.ErrSilent) {
 				return fmt.Errorf("receive replication message: no change and no keepalive for %s (the receive timeout): %w", s.cfg.Timeouts.Receive, err)
 			}
 			return fmt.Errorf("receive replication message: %w", err)
@@ -494,17 +490,6 @@ func (s *Stage) sendStatus(ctx context.Context, reply bool) error {
 	return nil
 }
 
-func escapeLiteral(s string) string {
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\'' {
-			out = append(out, '\'')
-		}
-		out = append(out, s[i])
-	}
-	return string(out)
-}
-
 // parsePGDuration parses a GUC time value as current_setting renders it ("60s", "1min", "0").
 func parsePGDuration(s string) (time.Duration, error) {
 	i := 0
@@ -527,5 +512,5 @@ func parsePGDuration(s string) (time.Duration, error) {
 // unquoted ones, so pub is double-quoted inside the literal, as PostgreSQL's own subscriber does:
 // a publication named "People_Pub" is found under its own name.
 func PublicationNamesOption(pub string) string {
-	return "'" + escapeLiteral(`"`+strings.ReplaceAll(pub, `"`, `""`)+`"`) + "'"
+	return pgcat.CommandLiteral(pgcat.Ident(pub))
 }

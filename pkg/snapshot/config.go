@@ -13,8 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidemark/cdc/pkg/codec"
-	"github.com/tidemark/cdc/pkg/liveness"
-	"github.com/tidemark/cdc/pkg/secret"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // Defaults for the zero values of Config.
@@ -37,7 +36,7 @@ type Config struct {
 	// slot connection adds replication=database.
 	ConnString string
 	// Publication is the publication whose column lists and row filters every copy honours
-	// (LoadTable); "" copies every column and row.
+	// (pgcat.LoadTable); "" copies every column and row.
 	Publication string
 	// Workers is the number of parallel COPY connections (CDC_SNAPSHOT_WORKERS); default 4.
 	Workers int
@@ -71,18 +70,7 @@ type Config struct {
 	// server's next bytes (a COPY or query that hears nothing for Timeouts.Receive fails, and
 	// the copy is retried on a new connection). The exporting connection's slot creation may
 	// wait for open transactions up to SlotWaitTimeout: it has the connect bound only.
-	Timeouts liveness.Timeouts
-}
-
-// SessionParams returns the session settings pinned on every connection of the stage (ordinary
-// and replication ones), so text renderings of values do not depend on database defaults.
-func SessionParams() map[string]string {
-	return map[string]string{
-		"DateStyle":          "ISO",
-		"IntervalStyle":      "postgres",
-		"TimeZone":           "UTC",
-		"extra_float_digits": "3",
-	}
+	Timeouts pgcat.Timeouts
 }
 
 // withDefaults fills zero values and checks the rest.
@@ -129,20 +117,14 @@ func (c Config) withDefaults() (Config, error) {
 
 // parseConnConfig parses the connection string once and bounds its connection attempts. Its error
 // is scrubbed of the string's passwords.
-func parseConnConfig(s string, t liveness.Timeouts) (*pgx.ConnConfig, error) {
-	cc, err := pgx.ParseConfig(s)
-	if err != nil {
-		return nil, fmt.Errorf("parse connection string: %w", secret.ScrubError(err, s))
-	}
-	t.ConnectOnly().Apply(&cc.Config)
-	return cc, nil
+func parseConnConfig(s string, t pgcat.Timeouts) (*pgx.ConnConfig, error) {
+	return pgcat.ParseConfig(s, t.ConnectOnly())
 }
 
-// workerConfig is a copy of base with the session settings pinned and reads bounded by t.Receive.
-func workerConfig(base *pgx.ConnConfig, t liveness.Timeouts) *pgx.ConnConfig {
+// workerConfig is a copy of base with reads bounded by t.Receive.
+func workerConfig(base *pgx.ConnConfig, t pgcat.Timeouts) *pgx.ConnConfig {
 	cc := base.Copy()
 	t.Apply(&cc.Config)
-	cc.RuntimeParams = mergeParams(cc.RuntimeParams, nil)
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
 		cc.RuntimeParams["application_name"] = "tidemark-snapshot"
 	}
@@ -153,7 +135,7 @@ func workerConfig(base *pgx.ConnConfig, t liveness.Timeouts) *pgx.ConnConfig {
 // replicationConfig is a copy of base's pgconn config for a logical replication connection.
 func replicationConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
 	cc := base.Copy()
-	cc.RuntimeParams = mergeParams(cc.RuntimeParams, map[string]string{"replication": "database"})
+	cc.RuntimeParams["replication"] = "database"
 	cc.BuildContextWatcherHandler = cancelOnServer
 	return cc
 }
@@ -164,18 +146,4 @@ func replicationConfig(base *pgx.ConnConfig) *pgx.ConnConfig {
 // was given up and hold a WAL sender until the blocking transaction ended.
 func cancelOnServer(c *pgconn.PgConn) ctxwatch.Handler {
 	return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
-}
-
-func mergeParams(base, extra map[string]string) map[string]string {
-	m := make(map[string]string, len(base)+len(extra)+4)
-	for k, v := range base {
-		m[k] = v
-	}
-	for k, v := range SessionParams() {
-		m[k] = v
-	}
-	for k, v := range extra {
-		m[k] = v
-	}
-	return m
 }

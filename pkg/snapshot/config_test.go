@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/liveness"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 type nopHooks struct{}
@@ -56,15 +56,15 @@ func TestNewConfig(t *testing.T) {
 }
 
 func TestSessionParamsPinnedOnEveryConnection(t *testing.T) {
-	base, err := parseConnConfig("postgres://u@localhost/db?application_name=x", liveness.Timeouts{})
+	base, err := parseConnConfig("postgres://u@localhost/db?application_name=x", pgcat.Timeouts{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, params := range map[string]map[string]string{
-		"worker":      workerConfig(base, liveness.Timeouts{}).RuntimeParams,
+		"worker":      workerConfig(base, pgcat.Timeouts{}).RuntimeParams,
 		"replication": replicationConfig(base).RuntimeParams,
 	} {
-		for k, v := range SessionParams() {
+		for k, v := range pgcat.SessionParams() {
 			if params[k] != v {
 				t.Errorf("%s connection: %s = %q, want %q", name, k, params[k], v)
 			}
@@ -76,7 +76,7 @@ func TestSessionParamsPinnedOnEveryConnection(t *testing.T) {
 	if got := replicationConfig(base).RuntimeParams["replication"]; got != "database" {
 		t.Errorf("replication connection: replication = %q", got)
 	}
-	if _, ok := workerConfig(base, liveness.Timeouts{}).RuntimeParams["replication"]; ok {
+	if _, ok := workerConfig(base, pgcat.Timeouts{}).RuntimeParams["replication"]; ok {
 		t.Errorf("worker connection asks for replication")
 	}
 	if _, ok := base.RuntimeParams["replication"]; ok {

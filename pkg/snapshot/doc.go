@@ -49,10 +49,10 @@
 // Per request the stage opens a replication connection, starts a REPEATABLE READ transaction,
 // creates a temporary logical slot with USE_SNAPSHOT (its consistent point is C) and exports that
 // snapshot. Ordinary worker connections (at most Config.Workers, no more than there are ranges)
-// import it; the table schemas (LoadTable), row estimates and sizes are read under it. As soon as
-// every worker holds the snapshot the exporting transaction is committed, which drops the
-// temporary slot: an imported snapshot stays valid in the importing transaction, while a slot held
-// for the whole copy would pin WAL. Then Hooks.Begin learns C and the tables and assigns the
+// import it; the table schemas (pgcat.LoadTable), row estimates and sizes are read under it. As
+// soon as every worker holds the snapshot the exporting transaction is committed, which drops
+// the temporary slot: an imported snapshot stays valid in the importing transaction, while a
+// slot held for the whole copy would pin WAL. Then Hooks.Begin learns C and the tables and assigns the
 // attempt numbers, and the copy starts.
 //
 // Each table is split into ctid block ranges (SplitRanges); the ranges of all tables form one
@@ -84,11 +84,12 @@
 //
 // The publication decides (Config.Publication): every copy, of either kind, reads only the
 // columns of the publication's column list and only the rows its row filter passes (PostgreSQL
-// 15; LoadTable, Table.Published). The Stage reads the definition under its snapshot, as pgoutput
-// applies it to the changes that follow (a chunked copy reads it when it sets the table up). A
-// list that leaves out a key column fails that export alone (ErrUnsupportedTable). PublishedAs
-// reads every table's definition, for the publication poll that notices changes.
+// 15; pgcat.LoadTable, Table.Published). The Stage reads the definition under its snapshot, as
+// pgoutput applies it to the changes that follow (a chunked copy reads it when it sets the
+// table up). A list that leaves out a key column fails that export alone
+// (pgcat.ErrUnsupportedTable). pgcat.PublishedAs reads every table's definition, for the
+// publication poll that notices changes.
 //
-// Every connection pins the session settings of SessionParams, so text renderings of values never
-// depend on database defaults.
+// Every connection is configured by pgcat (pgcat.ParseConfig), which pins the session settings
+// of pgcat.SessionParams, so text renderings of values never depend on database defaults.
 package snapshot

@@ -8,13 +8,14 @@ import (
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 func TestLoadTable(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	q := func(table string) string { return pgcat.Ident(schema) + "." + pgcat.Ident(table) }
 	execTest(t, conn, "CREATE TABLE "+q("pk")+` (a int, "B c" text, gone int, g int GENERATED ALWAYS AS (a * 2) STORED, d numeric(10,2), PRIMARY KEY ("B c", a))`)
 	execTest(t, conn, "ALTER TABLE "+q("pk")+" DROP COLUMN gone")
 	execTest(t, conn, "CREATE TABLE "+q("idx")+" (id int PRIMARY KEY, u text NOT NULL, v varchar(12))")
@@ -42,12 +43,12 @@ func TestLoadTable(t *testing.T) {
 		{name: "full without primary key", table: "full_nopk", wantCols: []string{"id", "v"}},
 		{name: "nothing", table: "nothing", wantCols: []string{"id", "v"}},
 		{name: "no key", table: "nokey", wantCols: []string{"v"}},
-		{name: "missing", table: "missing", wantErr: ErrTableNotFound},
-		{name: "view", table: "view", wantErr: ErrUnsupportedTable},
+		{name: "missing", table: "missing", wantErr: pgcat.ErrTableNotFound},
+		{name: "view", table: "view", wantErr: pgcat.ErrUnsupportedTable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: tt.table})
+			got, err := pgcat.LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: tt.table})
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("LoadTable error = %v, want %v", err, tt.wantErr)
@@ -76,7 +77,7 @@ func TestLoadTable(t *testing.T) {
 		})
 	}
 
-	got, err := LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: "idx"})
+	got, err := pgcat.LoadTable(t.Context(), conn, "", change.ExportID{Schema: schema, Table: "idx"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,22 +95,22 @@ func TestLoadTablePublished(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	q := func(table string) string { return pgcat.Ident(schema) + "." + pgcat.Ident(table) }
 	pub := "Pub " + schema
 	execTest(t, conn, "CREATE TABLE "+q("people")+" (id int NOT NULL, name text, region text NOT NULL, ssn text)")
 	execTest(t, conn, "CREATE UNIQUE INDEX ON "+q("people")+" (id, region)")
-	execTest(t, conn, "ALTER TABLE "+q("people")+" REPLICA IDENTITY USING INDEX "+quoteIdent("people_id_region_idx"))
+	execTest(t, conn, "ALTER TABLE "+q("people")+" REPLICA IDENTITY USING INDEX "+pgcat.Ident("people_id_region_idx"))
 	execTest(t, conn, "CREATE TABLE "+q("nokey")+" (id int PRIMARY KEY, v text)")
 	execTest(t, conn, "CREATE TABLE "+q("plain")+" (id int PRIMARY KEY, v text)")
-	execTest(t, conn, "CREATE PUBLICATION "+quoteIdent(pub)+" FOR TABLE "+q("people")+" (id, name, region) WHERE (region = 'eu'), "+
+	execTest(t, conn, "CREATE PUBLICATION "+pgcat.Ident(pub)+" FOR TABLE "+q("people")+" (id, name, region) WHERE (region = 'eu'), "+
 		q("plain"))
-	execTest(t, conn, "CREATE PUBLICATION "+quoteIdent(pub+" ins")+" FOR TABLE "+q("nokey")+" (v) WITH (publish = 'insert')")
+	execTest(t, conn, "CREATE PUBLICATION "+pgcat.Ident(pub+" ins")+" FOR TABLE "+q("nokey")+" (v) WITH (publish = 'insert')")
 	t.Cleanup(func() {
-		_, _ = conn.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+quoteIdent(pub)+", "+quoteIdent(pub+" ins"))
+		_, _ = conn.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+pgcat.Ident(pub)+", "+pgcat.Ident(pub+" ins"))
 	})
 
 	people := change.ExportID{Schema: schema, Table: "people"}
-	got, err := LoadTable(t.Context(), conn, pub, people)
+	got, err := pgcat.LoadTable(t.Context(), conn, pub, people)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,21 +127,21 @@ func TestLoadTablePublished(t *testing.T) {
 	if got.Published.RowFilter != "(region = 'eu'::text)" || !slices.Equal(got.Published.Columns, []int16{1, 2, 3}) {
 		t.Errorf("published as %+v, want columns 1-3 and the filter", got.Published)
 	}
-	all, err := LoadTable(t.Context(), conn, "", people)
+	all, err := pgcat.LoadTable(t.Context(), conn, "", people)
 	if err != nil || len(all.Columns) != 4 || all.Published.RowFilter != "" {
 		t.Errorf("without a publication: %+v, %v; want 4 columns and no filter", all, err)
 	}
-	plain, err := LoadTable(t.Context(), conn, pub, change.ExportID{Schema: schema, Table: "plain"})
+	plain, err := pgcat.LoadTable(t.Context(), conn, pub, change.ExportID{Schema: schema, Table: "plain"})
 	if err != nil || len(plain.Columns) != 2 || plain.Published.Columns != nil || plain.Published.RowFilter != "" {
 		t.Errorf("table without a list or filter: %+v, %v", plain, err)
 	}
 
-	_, err = LoadTable(t.Context(), conn, pub+" ins", change.ExportID{Schema: schema, Table: "nokey"})
-	if !errors.Is(err, ErrUnsupportedTable) || !strings.Contains(err.Error(), "leaves out the key column(s) id") {
-		t.Errorf("column list without the key: %v, want ErrUnsupportedTable naming id", err)
+	_, err = pgcat.LoadTable(t.Context(), conn, pub+" ins", change.ExportID{Schema: schema, Table: "nokey"})
+	if !errors.Is(err, pgcat.ErrUnsupportedTable) || !strings.Contains(err.Error(), "leaves out the key column(s) id") {
+		t.Errorf("column list without the key: %v, want pgcat.ErrUnsupportedTable naming id", err)
 	}
 
-	polled, err := PublishedAs(t.Context(), conn, pub)
+	polled, err := pgcat.PublishedAs(t.Context(), conn, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +151,8 @@ func TestLoadTablePublished(t *testing.T) {
 	if len(polled) != 1 {
 		t.Errorf("PublishedAs lists %d tables, want only people", len(polled))
 	}
-	execTest(t, conn, "ALTER PUBLICATION "+quoteIdent(pub)+" SET TABLE "+q("people")+" (id, name, region) WHERE (region <> 'us'), "+q("plain"))
-	polled, err = PublishedAs(t.Context(), conn, pub)
+	execTest(t, conn, "ALTER PUBLICATION "+pgcat.Ident(pub)+" SET TABLE "+q("people")+" (id, name, region) WHERE (region <> 'us'), "+q("plain"))
+	polled, err = pgcat.PublishedAs(t.Context(), conn, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -166,7 +167,7 @@ func (s *Stage) createSlotWatched(ctx context.Context, conn *pgconn.PgConn, slot
 			timer.Reset(slotWaitEvery)
 			if monitor == nil {
 				var err error
-				monitor, err = pgx.ConnectConfig(createCtx, workerConfig(s.connConfig, s.cfg.Timeouts))
+				monitor, err = pgcat.Dial(createCtx, workerConfig(s.connConfig, s.cfg.Timeouts))
 				if err != nil {
 					err = secret.ScrubError(err, s.cfg.ConnString)
 					s.log.Warn("slot creation is waiting; cannot connect to look at open transactions",
@@ -229,6 +230,3 @@ func classifyCapacity(err error) error {
 	}
 	return err
 }
-
-// quoteLiteral quotes s as an SQL string literal.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

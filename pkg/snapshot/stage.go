@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // Request asks for one snapshot of Exports, taken together at one consistent point.
@@ -327,8 +327,8 @@ func (s *Stage) prepare(ctx context.Context, conn *pgx.Conn, exports []change.Ex
 	states := make(map[change.ExportID]*exportState, len(exports))
 	var infos []TableInfo
 	for _, id := range exports {
-		t, err := LoadTable(ctx, conn, s.cfg.Publication, id)
-		if errors.Is(err, ErrTableNotFound) || errors.Is(err, ErrUnsupportedTable) {
+		t, err := pgcat.LoadTable(ctx, conn, s.cfg.Publication, id)
+		if errors.Is(err, pgcat.ErrTableNotFound) || errors.Is(err, pgcat.ErrUnsupportedTable) {
 			s.hooks.Failed(id, err)
 			continue
 		}
@@ -383,18 +383,7 @@ func (r *request) tick(ctx context.Context, stop <-chan struct{}) {
 
 // tidRangeScans says whether a server of this version (the server_version parameter, e.g. "15.4"
 // or "14beta1") scans a ctid range without reading the whole table: PostgreSQL 14 and later.
-func tidRangeScans(version string) bool { return ServerMajor(version) >= 14 }
-
-// ServerMajor is the major version of a server_version parameter ("15.4", "14beta1"); 0 when it
-// does not parse.
-func ServerMajor(version string) int {
-	end := 0
-	for end < len(version) && version[end] >= '0' && version[end] <= '9' {
-		end++
-	}
-	major, _ := strconv.Atoi(version[:end])
-	return major
-}
+func tidRangeScans(version string) bool { return pgcat.ServerMajor(version) >= 14 }
 
 func dedupe(ids []change.ExportID) []change.ExportID {
 	seen := make(map[change.ExportID]bool, len(ids))

@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
 // The tests in this file need a PostgreSQL with wal_level=logical: integration/testenv gives
@@ -55,11 +56,11 @@ func execTest(tb testing.TB, conn *pgx.Conn, sql string, args ...any) {
 func testSchema(tb testing.TB, conn *pgx.Conn) string {
 	tb.Helper()
 	name := fmt.Sprintf("Snap Tëst %d", rand.Uint32())
-	execTest(tb, conn, "CREATE SCHEMA "+quoteIdent(name))
+	execTest(tb, conn, "CREATE SCHEMA "+pgcat.Ident(name))
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = conn.Exec(ctx, "DROP SCHEMA "+quoteIdent(name)+" CASCADE")
+		_, _ = conn.Exec(ctx, "DROP SCHEMA "+pgcat.Ident(name)+" CASCADE")
 	})
 	return name
 }
@@ -271,7 +272,7 @@ func TestSnapshotIntegration(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	q := func(table string) string { return pgcat.Ident(schema) + "." + pgcat.Ident(table) }
 
 	execTest(t, conn, "CREATE TABLE "+q("big")+" (id int PRIMARY KEY, payload text, n numeric, ts timestamptz)")
 	execTest(t, conn, "INSERT INTO "+q("big")+` SELECT g, repeat('x', g % 50) || E'\t' || g, g * 1.5, '2024-01-01'::timestamptz + g * interval '1 second' FROM generate_series(1, 50000) g`)
@@ -432,8 +433,8 @@ func TestSnapshotCancel(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	execTest(t, conn, "CREATE TABLE "+quoteIdent(schema)+".t (id int PRIMARY KEY, v text)")
-	execTest(t, conn, "INSERT INTO "+quoteIdent(schema)+".t SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
+	execTest(t, conn, "CREATE TABLE "+pgcat.Ident(schema)+".t (id int PRIMARY KEY, v text)")
+	execTest(t, conn, "INSERT INTO "+pgcat.Ident(schema)+".t SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
 	st, err := New(Config{ConnString: url, Workers: 2, SlotPrefix: "snaptest_cancel", BatchRows: 100, RangeBlocks: 64,
 		Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}, newRecordingHooks())
 	if err != nil {
@@ -483,7 +484,7 @@ func TestSnapshotRewriteAndDrop(t *testing.T) {
 	conn := connectTest(t, url)
 	ddl := connectTest(t, url)
 	schema := testSchema(t, conn)
-	q := func(table string) string { return quoteIdent(schema) + "." + quoteIdent(table) }
+	q := func(table string) string { return pgcat.Ident(schema) + "." + pgcat.Ident(table) }
 	for _, name := range []string{"rewritten", "dropped", "kept"} {
 		execTest(t, conn, "CREATE TABLE "+q(name)+" (id int PRIMARY KEY, v int)")
 		execTest(t, conn, "INSERT INTO "+q(name)+" SELECT g, g FROM generate_series(1, 2000) g")
@@ -523,11 +524,11 @@ func TestSnapshotRewriteAndDrop(t *testing.T) {
 	if _, ok := col.done[ids["dropped"]]; ok {
 		t.Fatal("dropped table got a snapshot-done unit")
 	}
-	if err := hooks.failed[ids["dropped"]]; !errors.Is(err, ErrTableNotFound) {
-		t.Fatalf("dropped table: Failed(%v), want ErrTableNotFound", err)
+	if err := hooks.failed[ids["dropped"]]; !errors.Is(err, pgcat.ErrTableNotFound) {
+		t.Fatalf("dropped table: Failed(%v), want pgcat.ErrTableNotFound", err)
 	}
-	if err := hooks.failed[missing]; !errors.Is(err, ErrTableNotFound) {
-		t.Fatalf("missing table: Failed(%v), want ErrTableNotFound", err)
+	if err := hooks.failed[missing]; !errors.Is(err, pgcat.ErrTableNotFound) {
+		t.Fatalf("missing table: Failed(%v), want pgcat.ErrTableNotFound", err)
 	}
 	if len(hooks.tables) != 3 {
 		t.Fatalf("Begin got %d tables, want 3 (the missing one failed before)", len(hooks.tables))
@@ -541,13 +542,13 @@ func TestSnapshotSlotWait(t *testing.T) {
 	conn := connectTest(t, url)
 	blocker := connectTest(t, url)
 	schema := testSchema(t, conn)
-	execTest(t, conn, "CREATE TABLE "+quoteIdent(schema)+".t (id int PRIMARY KEY)")
+	execTest(t, conn, "CREATE TABLE "+pgcat.Ident(schema)+".t (id int PRIMARY KEY)")
 	tx, err := blocker.Begin(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(t.Context(), "INSERT INTO "+quoteIdent(schema)+".t VALUES (1) /* the blocker */"); err != nil {
+	if _, err := tx.Exec(t.Context(), "INSERT INTO "+pgcat.Ident(schema)+".t VALUES (1) /* the blocker */"); err != nil {
 		t.Fatal(err)
 	}
 	hooks := newRecordingHooks()
@@ -573,7 +574,7 @@ func BenchmarkSnapshotCopy(b *testing.B) {
 	url := testPGURL(b)
 	conn := connectTest(b, url)
 	schema := testSchema(b, conn)
-	table := quoteIdent(schema) + ".bench"
+	table := pgcat.Ident(schema) + ".bench"
 	execTest(b, conn, "CREATE TABLE "+table+" (id bigint PRIMARY KEY, name text, amount numeric(12,2), created timestamptz, flag boolean)")
 	execTest(b, conn, "INSERT INTO "+table+` SELECT g, 'customer ' || g, g * 0.37, '2024-01-01'::timestamptz + g * interval '1 minute', g % 3 = 0 FROM generate_series(1, 500000) g`)
 	execTest(b, conn, "VACUUM ANALYZE "+table)
@@ -598,7 +599,7 @@ func TestSnapshotNoFreeSlot(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	execTest(t, conn, "CREATE TABLE "+quoteIdent(schema)+".t (id int PRIMARY KEY)")
+	execTest(t, conn, "CREATE TABLE "+pgcat.Ident(schema)+".t (id int PRIMARY KEY)")
 	var free int
 	if err := conn.QueryRow(t.Context(), "SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)").Scan(&free); err != nil {
 		t.Fatal(err)
@@ -626,8 +627,8 @@ func TestSnapshotConnectionLostRetries(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	execTest(t, conn, "CREATE TABLE "+quoteIdent(schema)+".t (id int PRIMARY KEY, v text)")
-	execTest(t, conn, "INSERT INTO "+quoteIdent(schema)+".t SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
+	execTest(t, conn, "CREATE TABLE "+pgcat.Ident(schema)+".t (id int PRIMARY KEY, v text)")
+	execTest(t, conn, "INSERT INTO "+pgcat.Ident(schema)+".t SELECT g, repeat('v', 100) FROM generate_series(1, 100000) g")
 	e := change.ExportID{Schema: schema, Table: "t"}
 	hooks := newRecordingHooks()
 	cut := false

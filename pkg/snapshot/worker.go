@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -27,7 +28,7 @@ type worker struct {
 
 // openWorker connects and imports the snapshot snapshotID.
 func (s *Stage) openWorker(ctx context.Context, snapshotID string) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, workerConfig(s.connConfig, s.cfg.Timeouts))
+	conn, err := pgcat.Dial(ctx, workerConfig(s.connConfig, s.cfg.Timeouts))
 	if err != nil {
 		return nil, fmt.Errorf("open worker connection: %w", secret.ScrubError(err, s.cfg.ConnString))
 	}
@@ -35,7 +36,7 @@ func (s *Stage) openWorker(ctx context.Context, snapshotID string) (*pgx.Conn, e
 		closeQuietly(conn)
 		return nil, fmt.Errorf("begin worker transaction: %w", err)
 	}
-	if err := execSimple(ctx, conn, "SET TRANSACTION SNAPSHOT "+quoteLiteral(snapshotID)); err != nil {
+	if err := execSimple(ctx, conn, "SET TRANSACTION SNAPSHOT "+pgcat.Literal(snapshotID)); err != nil {
 		closeQuietly(conn)
 		return nil, fmt.Errorf("import snapshot %s: %w", snapshotID, err)
 	}
@@ -122,7 +123,7 @@ func (w *worker) copyRange(ctx context.Context, e *exportState, rg Range) error 
 	}
 	switch {
 	case verdict.gone != "":
-		w.r.fail(e, fmt.Errorf("copy %s: %w: %s", e.id, ErrTableNotFound, verdict.gone))
+		w.r.fail(e, fmt.Errorf("copy %s: %w: %s", e.id, pgcat.ErrTableNotFound, verdict.gone))
 		return nil
 	case verdict.rewritten != "":
 		w.r.restart(e, verdict.rewritten)
@@ -156,7 +157,7 @@ func (w *worker) checkTable(ctx context.Context, e *exportState) (tableVerdict, 
 	)
 	err := w.conn.QueryRow(ctx, `SELECT c.relfilenode, pg_catalog.pg_relation_filenode(c.oid),
 			pg_catalog.to_regclass($2::text)::oid
-		FROM pg_catalog.pg_class c WHERE c.oid = $1`, e.table.OID, e.id.Quoted()).Scan(&snapNode, &curNode, &byNm)
+		FROM pg_catalog.pg_class c WHERE c.oid = $1`, e.table.OID, pgcat.Table(e.id)).Scan(&snapNode, &curNode, &byNm)
 	if err != nil {
 		return tableVerdict{}, fmt.Errorf("check relfilenode: %w", err)
 	}
@@ -183,9 +184,9 @@ func (w *worker) classifyCopyError(ctx context.Context, e *exportState, rg Range
 	}
 	switch {
 	case verdict.gone != "":
-		w.r.fail(e, fmt.Errorf("copy %s: %w: %s", e.id, ErrTableNotFound, verdict.gone))
+		w.r.fail(e, fmt.Errorf("copy %s: %w: %s", e.id, pgcat.ErrTableNotFound, verdict.gone))
 	case pgErr.Code == "42P01": // undefined_table
-		w.r.fail(e, fmt.Errorf("copy %s: %w: %w", e.id, ErrTableNotFound, pgErr))
+		w.r.fail(e, fmt.Errorf("copy %s: %w: %w", e.id, pgcat.ErrTableNotFound, pgErr))
 	case pgErr.Code == "42501": // insufficient_privilege
 		w.r.fail(e, fmt.Errorf("copy %s: %w (grant SELECT on it to the replication user)", e.id, pgErr))
 	case pgErr.Code == "42703": // undefined_column: renamed or dropped after the snapshot
@@ -334,7 +335,7 @@ func (e *exportState) copySQL(rg Range) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(quoteIdent(c.Name))
+		b.WriteString(pgcat.Ident(c.Name))
 	}
 	// ONLY: rows of inheritance children belong to other tables (and other exports). A
 	// partitioned table has no rows of its own: its partitions are read through it.
@@ -343,7 +344,7 @@ func (e *exportState) copySQL(rg Range) string {
 	} else {
 		b.WriteString(" FROM ONLY ")
 	}
-	b.WriteString(e.id.Quoted())
+	b.WriteString(pgcat.Table(e.id))
 	if p := andFilter(rg.Predicate(), e.table); p != "" {
 		b.WriteString(" WHERE ")
 		b.WriteString(p)
@@ -351,9 +352,6 @@ func (e *exportState) copySQL(rg Range) string {
 	b.WriteString(") TO STDOUT")
 	return b.String()
 }
-
-// quoteIdent always double-quotes an identifier.
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 // andFilter adds t's row filter (the publication's, Table.Published) to the condition cond ("" for
 // none): a copy reads only the rows the publication publishes.

@@ -1,4 +1,4 @@
-package snapshot
+package pgcat
 
 import (
 	"context"
@@ -34,9 +34,9 @@ const publishedAsSQL = `SELECT n.nspname::text, c.relname::text,
 // PublishedAs reads how the publication pub publishes its tables that have a column list or a
 // row filter; a table not in the result publishes every column and row. Before PostgreSQL 15,
 // which has neither, the result is empty.
-func PublishedAs(ctx context.Context, conn *pgx.Conn, pub string) (map[change.ExportID]change.PublishedAs, error) {
+func PublishedAs(ctx context.Context, conn Querier, pub string) (map[change.ExportID]change.PublishedAs, error) {
 	out := make(map[change.ExportID]change.PublishedAs)
-	if ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 15 {
+	if serverMajor(conn) < 15 {
 		return out, nil
 	}
 	rows, err := conn.Query(ctx, publishedAsSQL, pub)
@@ -58,9 +58,9 @@ func PublishedAs(ctx context.Context, conn *pgx.Conn, pub string) (map[change.Ex
 }
 
 // publishedAs reads how pub publishes the table with OID oid, under conn's snapshot.
-func publishedAs(ctx context.Context, conn *pgx.Conn, pub string, oid uint32) (change.PublishedAs, error) {
+func publishedAs(ctx context.Context, conn Querier, pub string, oid uint32) (change.PublishedAs, error) {
 	var p change.PublishedAs
-	if pub == "" || ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 15 {
+	if pub == "" || serverMajor(conn) < 15 {
 		return p, nil
 	}
 	rows, err := conn.Query(ctx, publishedAsSQL+` AND pr.prrelid = $2`, pub, oid)

@@ -1,0 +1,156 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
+)
+
+// copy reads ch's rows inside the chunk's transaction and encodes them as snapshot reads at the
+// low marker's position.
+func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk, low change.LSN) (*change.Unit, error) {
+	// The schema as of the chunk's snapshot: a column added, dropped, renamed or retyped, or a
+	// new key, since the table was set up is read again, so that the chunk's rows carry the
+	// same columns and key as the stream's changes around them.
+	//
+	// The lock comes first, before the transaction's snapshot: a rewrite (ALTER COLUMN TYPE,
+	// a volatile default) committed before it is in the snapshot, and none can commit between
+	// the snapshot and the COPY (an older snapshot would see the rewritten table empty).
+	if err := execSimple(ctx, w.conn, "LOCK TABLE "+pgcat.Table(t.job.Export)+" IN ACCESS SHARE MODE"); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, pgcat.ErrTableNotFound, pgErr)}
+		}
+		return nil, fmt.Errorf("lock %s: %w", t.job.Export, err)
+	}
+	var fp string
+	err := w.conn.QueryRow(ctx, fingerprintSQL(w.conn), t.oid()).Scan(&fp)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, &permanentError{fmt.Errorf("copy %s: %w", t.job.Export, pgcat.ErrTableNotFound)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read schema of %s: %w", t.job.Export, err)
+	}
+	t.planMu.Lock()
+	if fp != t.fingerprint {
+		if err := w.setup(ctx, t); err != nil {
+			t.ready = false
+			t.planMu.Unlock()
+			return nil, err
+		}
+	}
+	table, enc, pred := t.table, t.enc, andFilter(t.predicate(ch.rg), t.table)
+	var b strings.Builder
+	b.WriteString("COPY (SELECT ")
+	for i, col := range table.Columns {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(pgcat.Ident(col.Name))
+	}
+	b.WriteString(t.from)
+	t.planMu.Unlock()
+	if pred != "" {
+		b.WriteString(" WHERE ")
+		b.WriteString(pred)
+	}
+	b.WriteString(") TO STDOUT")
+
+	u := &change.Unit{
+		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
+		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Estimated: t.estimated},
+		Records: make([]change.Record, 0, t.chunkRows),
+	}
+	start := time.Now()
+	if w.c.cfg.Codec.Now != nil {
+		start = w.c.cfg.Codec.Now()
+	}
+	cw := &chunkWriter{w: w, t: t, u: u, enc: enc.Clone(), cols: len(table.Columns),
+		src: codec.Source{LSN: low, Snapshot: true, Attempt: t.job.Attempt, Time: start}}
+	_, err = w.conn.PgConn().CopyTo(ctx, cw, b.String())
+	if err == nil && cw.err == nil && len(cw.buf) > 0 {
+		err = fmt.Errorf("stream ended inside a line (%d bytes)", len(cw.buf))
+	}
+	if err == nil {
+		err = cw.err
+		if err != nil {
+			return nil, &permanentError{fmt.Errorf("encode snapshot row of %s: %w", t.job.Export, err)}
+		}
+	}
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch pgErr.Code {
+			case "42P01": // undefined_table
+				return nil, &permanentError{fmt.Errorf("copy %s: %w: %w", t.job.Export, pgcat.ErrTableNotFound, pgErr)}
+			case "42501": // insufficient_privilege
+				return nil, &permanentError{fmt.Errorf("copy %s: %w (grant SELECT on it to the replication user)", t.job.Export, pgErr)}
+			case "42703", "42804", "22P02", "42883": // the table's columns or key changed
+				t.planMu.Lock()
+				t.ready = false // read its schema again
+				t.planMu.Unlock()
+			}
+		}
+		return nil, fmt.Errorf("copy chunk %d of %s: %w", ch.seq, t.job.Export, err)
+	}
+	u.Rows = u.Chunk.Read
+	return u, nil
+}
+
+// chunkWriter receives a chunk's COPY stream and encodes its rows into one unit.
+type chunkWriter struct {
+	w   *chunkWorker
+	t   *chunkTable
+	u   *change.Unit
+	enc *codec.Encoder
+	// cols is the number of columns the COPY reads.
+	cols int
+	src  codec.Source
+	buf  []byte
+	err  error
+}
+
+func (cw *chunkWriter) Write(p []byte) (int, error) {
+	if cw.err == nil {
+		cw.buf = copyLines(cw.buf, p, func(line []byte) bool {
+			cw.row(line)
+			return cw.err == nil
+		})
+	}
+	return len(p), nil
+}
+
+func (cw *chunkWriter) row(line []byte) {
+	cols := cw.cols
+	var (
+		fields [][]byte
+		err    error
+	)
+	if cols > 0 {
+		fields, err = codec.SplitCopyText(line, cw.w.fields[:0])
+	}
+	if err == nil && len(fields) != cols {
+		err = fmt.Errorf("copy line has %d fields, want %d", len(fields), cols)
+	}
+	if err != nil {
+		cw.err = err
+		return
+	}
+	cw.w.fields = fields
+	cw.src.Seq = cw.t.seq.Add(1)
+	cw.u.Records, err = cw.enc.Read(cw.u.Records, cw.src, fields)
+	if err != nil {
+		cw.err = err
+		return
+	}
+	cw.u.Chunk.Read++
+}

@@ -1,0 +1,264 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
+	"github.com/tidemark/cdc/pkg/secret"
+)
+
+// worker reads chunks on its own connection, reconnecting after failures.
+func (c *Chunker) worker(ctx context.Context, n int) {
+	var conn *pgx.Conn
+	defer func() { closeQuietly(conn) }()
+	backoff := retryMin
+	for {
+		t, ch, err := c.take(ctx)
+		if err != nil {
+			return
+		}
+		if conn == nil || conn.IsClosed() {
+			closeQuietly(conn)
+			conn, err = pgcat.Dial(ctx, workerConfig(c.connConfig, c.cfg.Timeouts))
+			if err != nil {
+				c.done(t, ch, false)
+				if ctx.Err() != nil {
+					return
+				}
+				c.log.Warn("chunk worker cannot connect; retrying", slog.Int("worker", n),
+					slog.Any("error", secret.ScrubError(err, c.cfg.ConnString)), slog.Duration("retry_in", backoff))
+				if !sleep(ctx, backoff) {
+					return
+				}
+				backoff = min(2*backoff, retryMax)
+				continue
+			}
+		}
+		w := &chunkWorker{c: c, conn: conn}
+		ch, err = w.chunk(ctx, t, ch)
+		var perm *permanentError
+		switch {
+		case err == nil:
+			backoff = retryMin
+			c.done(t, ch, true)
+		case errors.As(err, &perm):
+			c.done(t, ch, false)
+			c.failTable(t, perm.err)
+		default:
+			c.done(t, ch, false)
+			if ctx.Err() != nil {
+				return
+			}
+			c.log.Warn("chunk failed; reading it again", slog.String("export", t.job.Export.String()),
+				slog.Any("error", err), slog.Duration("retry_in", backoff))
+			closeQuietly(conn)
+			conn = nil
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, retryMax)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// permanentError stops a table's copy for good.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+
+type chunkWorker struct {
+	c      *Chunker
+	conn   *pgx.Conn
+	fields [][]byte
+}
+
+// chunk reads one chunk of t (ch, a chunk to read again, or the next one planned) and hands it
+// over. It returns the chunk it worked on (nil when t had nothing left to plan).
+//
+// Memory: a chunk holds a slot of Chunker.slots from before it is planned until the replication
+// stage published or dropped it, and keeps it while it waits to be read again. Chunks are
+// published in order, so the earliest chunk not yet published always holds a slot and can go
+// on: the slots never run out in a way that blocks it.
+func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk) (*plannedChunk, error) {
+	c := w.c
+	if ch == nil {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		slot := &slot{c: c}
+		var err error
+		if ch, err = w.plan(ctx, t); err != nil || ch == nil {
+			slot.release()
+			return nil, err
+		}
+		ch.slot = slot
+	}
+	if err := w.ready(ctx, t); err != nil {
+		return ch, err
+	}
+	if c.limiter != nil {
+		// Reserve the chunk's rows before reading them: the cap holds for what the primary
+		// reads, not for what was handed over.
+		if err := c.limiter.WaitN(ctx, min(t.chunkRows, c.limiter.Burst())); err != nil {
+			return ch, err
+		}
+	}
+	id := c.nextID.Add(1)
+	c.hooks.OpenWindow(id, t.job.Export, ch.seq)
+	u, err := w.read(ctx, t, ch, id)
+	if err != nil {
+		c.hooks.AbandonWindow(id)
+		return ch, err
+	}
+	handed := ch.slot
+	c.hooks.ChunkRead(id, u, handed.release)
+	if _, err := w.marker(ctx, id, true); err != nil {
+		// The stage drops the rows without freeing the slot: the chunk keeps it for its retry.
+		handed.keep.Store(true)
+		c.hooks.AbandonWindow(id)
+		ch.slot = &slot{c: c}
+		return ch, err
+	}
+	ch.slot = nil
+	t.progress.add(u.Chunk.Read, time.Now())
+	return ch, nil
+}
+
+// slot is one of Chunker.slots, released once.
+type slot struct {
+	c    *Chunker
+	once sync.Once
+	// keep: a release by the replication stage does not free the slot (it moved on to a retry).
+	keep atomic.Bool
+}
+
+func (s *slot) release() {
+	if s == nil || s.keep.Load() {
+		return
+	}
+	s.once.Do(func() { <-s.c.slots })
+}
+
+// marker writes chunk id's low or high marker and returns its WAL position.
+func (w *chunkWorker) marker(ctx context.Context, id uint64, high bool) (change.LSN, error) {
+	var lsn string
+	err := w.conn.QueryRow(ctx, `SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text`,
+		change.MarkerPrefix, change.ChunkMarker(w.c.tag, id, high)).Scan(&lsn)
+	if err != nil {
+		return 0, fmt.Errorf("write chunk marker: %w", err)
+	}
+	return change.ParseLSN(lsn)
+}
+
+// read writes the low marker, waits until every transaction that committed before it is
+// visible, and reads the chunk in its own REPEATABLE READ transaction.
+//
+// Why the wait: PostgreSQL writes a commit record before the transaction stops counting as
+// running for new snapshots (flush, synchronous replication). A snapshot taken right after the
+// low marker may therefore miss a transaction whose changes the stream delivers before the
+// marker, and the chunk's older row would be published after them. Every such transaction is in
+// the running set of a snapshot taken after the marker; the chunk's snapshot is taken once none
+// of them runs any more. Transactions still running after a second without having committed
+// are long-running ones: they commit after the marker, whenever they do, and are not waited for.
+func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk, id uint64) (*change.Unit, error) {
+	low, err := w.marker(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	running, err := w.running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.waitFor(ctx, running); err != nil {
+		return nil, err
+	}
+	if err := execSimple(ctx, w.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return nil, fmt.Errorf("begin chunk transaction: %w", err)
+	}
+	u, err := w.copy(ctx, t, ch, low)
+	if err != nil {
+		_ = execSimple(context.WithoutCancel(ctx), w.conn, "ROLLBACK")
+		return nil, err
+	}
+	if err := execSimple(ctx, w.conn, "COMMIT"); err != nil {
+		return nil, fmt.Errorf("commit chunk transaction: %w", err)
+	}
+	return u, nil
+}
+
+// running returns the ids of the transactions running now.
+func (w *chunkWorker) running(ctx context.Context) ([]uint64, error) {
+	var ids []uint64
+	err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(x::text::int8), '{}') FROM pg_catalog.pg_snapshot_xip(pg_catalog.pg_current_snapshot()) x`).Scan(&ids)
+	if err != nil {
+		return nil, fmt.Errorf("read running transactions: %w", err)
+	}
+	return ids, nil
+}
+
+// waitFor waits until none of ids runs, except long-running transactions that have not
+// committed.
+func (w *chunkWorker) waitFor(ctx context.Context, ids []uint64) error {
+	c := w.c
+	c.longMu.Lock()
+	ids = slices.DeleteFunc(ids, func(x uint64) bool { return c.long[x] })
+	c.longMu.Unlock()
+	start := time.Now()
+	pause := time.Millisecond
+	for len(ids) > 0 {
+		now, err := w.running(ctx)
+		if err != nil {
+			return err
+		}
+		ids = slices.DeleteFunc(ids, func(x uint64) bool { return !slices.Contains(now, x) })
+		if len(ids) == 0 {
+			return nil
+		}
+		if time.Since(start) > time.Second {
+			// Those that have not committed are long-running: they commit after the marker.
+			var committed []uint64
+			err := w.conn.QueryRow(ctx, `SELECT coalesce(array_agg(x), '{}') FROM unnest($1::int8[]) x
+				WHERE pg_catalog.pg_xact_status(x::text::xid8) = 'committed'`, ids).Scan(&committed)
+			if err != nil {
+				return fmt.Errorf("read transaction status: %w", err)
+			}
+			c.longMu.Lock()
+			for _, x := range ids {
+				if !slices.Contains(committed, x) {
+					c.long[x] = true
+				}
+			}
+			if len(c.long) > 10000 {
+				clear(c.long)
+			}
+			c.longMu.Unlock()
+			ids = committed
+		}
+		if !sleep(ctx, pause) {
+			return ctx.Err()
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+	return nil
+}
