@@ -84,7 +84,7 @@ type Env struct {
 	ReceiveTimeout  string `env:"CDC_RECEIVE_TIMEOUT" envDefault:"60s" desc:"a PostgreSQL connection that hears nothing for this long while it waits for an answer (the replication stream: no change and no keepalive) is taken as dead, dropped and reopened, like PostgreSQL's wal_receiver_timeout (1s to 1h)"`
 	ShutdownTimeout string `env:"CDC_SHUTDOWN_TIMEOUT" envDefault:"20s" desc:"bound of an orderly stop after SIGTERM or SIGINT: draining to Kafka and confirming the slot; past it cdc exits anyway, and what was not confirmed is sent again at the next start (2s to 10m; keep it below the orchestrator's grace period, 30s in Kubernetes)"`
 
-	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see docs/production.md, HTTP endpoints)"`
+	HTTPAddr    string `env:"CDC_HTTP_ADDR" helpDefault:"(disabled)" desc:"host:port of the service's HTTP endpoints: the status page (/, /status), /healthz, /readyz, /exports, /metrics (Prometheus), POST /exports/<schema.table>/resnapshot; e.g. 127.0.0.1:9187 (:9187 or 0.0.0.0:9187 listens on every interface: see docs/production.md, HTTP endpoints)"`
 	MetricsAddr string `env:"CDC_METRICS_ADDR" helpDefault:"(none)" desc:"older name of CDC_HTTP_ADDR, still read"`
 
 	HTTPToken       string `env:"CDC_HTTP_TOKEN" helpDefault:"(none: admin endpoints off)" desc:"bearer token of the admin HTTP endpoints (re-copy, pprof, full error texts on /exports and /readyz), sent as Authorization: Bearer <token>; at least 16 printable ASCII characters, no spaces; never logged. cdc resnapshot sends it too"`
