@@ -24,9 +24,9 @@
 #
 # Environment (defaults in brackets):
 #   TIDEMARK_CACHE          cache folder [$HOME/.cache/tidemark]; the root is <cache>/postgresql-17.
-#                           As root, when the user postgres cannot reach that folder (a home of
-#                           mode 0700), the root goes to /var/cache/tidemark/postgresql-17 instead:
-#                           the server runs as postgres.
+#                           As root, when other users cannot reach that folder (a home of mode
+#                           0700), the root goes to /var/cache/tidemark/postgresql-17 instead: the
+#                           server runs as the user postgres.
 #   TIDEMARK_PG17_ROOT      the root folder itself, overriding the above
 #   TIDEMARK_DEBIAN_MIRROR  Debian mirror [http://deb.debian.org/debian]
 set -euo pipefail
@@ -53,7 +53,8 @@ pg_root() {
 		return
 	fi
 	mkdir -p "$CACHE"
-	if is_root && id postgres >/dev/null 2>&1 && ! runuser -u postgres -- test -x "$CACHE"; then
+	# Whether postgres can reach it: judged as nobody, since postgres may not exist yet.
+	if is_root && ! runuser -u nobody -- test -x "$CACHE"; then
 		printf '%s' /var/cache/tidemark/postgresql-17
 		return
 	fi

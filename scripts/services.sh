@@ -141,7 +141,9 @@ apt_install() {
 install_postgres() {
 	case "$PG_VERSION" in
 	15) [ -n "$(pg_bindir || true)" ] || apt_install postgresql-15 ;;
-	17) "$REPO/scripts/postgresql-17.sh" >/dev/null ;;
+	17) # The server runs as postgres (postgresql-common creates the user).
+		! is_root || id postgres >/dev/null 2>&1 || apt_install postgresql-common
+		"$REPO/scripts/postgresql-17.sh" >/dev/null ;;
 	*) die "TIDEMARK_PG_VERSION '$PG_VERSION' is not supported: 15 or 17" ;;
 	esac
 	PG_BIN="$(pg_bindir || true)"
