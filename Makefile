@@ -18,7 +18,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build static image test test-unit bench-smoke test-race test-integration fuzz bench bench-debezium lint fmt up down demo docker clean
+.PHONY: build static image test test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -47,10 +47,32 @@ test-race:
 # pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run).
+# All of this runs on PostgreSQL 15, then test-integration-pg17 runs part of it on 17.
 test-integration:
 	scripts/services.sh install
 	scripts/services.sh install-tools
 	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/
+	$(MAKE) --no-print-directory test-integration-pg17
+
+# The integration tests whose subject changed between PostgreSQL 15 and 17 (pgoutput, catalogs,
+# publications, slots), on a PostgreSQL 17 of their own: Debian 13's packages in a private folder
+# (scripts/postgresql-17.sh, fetched once into $$TIDEMARK_CACHE), Kafka as above. testenv refuses
+# a server of another version (CDC_TEST_PG_VERSION), and TestServerVersion checks it. Which tests,
+# and why: docs/testing.md#postgresql-17.
+PG17_TESTS = TestServerVersion TestSnapshotStreamAndRestart TestTypesSnapshotEqualsReplication \
+	TestUnchangedToast TestTruncateKeyedTable TestUnicodeAndQuotedIdentifiers TestLargeRowsRoundTrip \
+	TestGeneratedColumns TestKeylessTable.* TestPublication.* TestPartitionedTable TestLargeTransaction \
+	TestChunkedNoLongTransaction TestChunkedCopiesRunTogether TestResnapshot \
+	TestSchemaChangesWhileStreaming TestSchemaChangesDuringChunkedCopy TestNewKeyRecopyReconciles \
+	TestKeyLostWhileStopped TestQuietTables TestQuietTablesAdvance TestRemoveAndReAddTable TestCheck \
+	TestStartupWalLevelNotLogical TestStartupRoleWithoutReplication TestStartupMissingPublication
+empty :=
+space := $(empty) $(empty)
+PG17_ENV = env -u CDC_TEST_PG_URL -u CDC_TEST_KAFKA_BROKERS CDC_TEST_PG_VERSION=17 CI=$${CI:-}
+test-integration-pg17:
+	scripts/postgresql-17.sh >/dev/null
+	$(PG17_ENV) $(GO) test -count=1 -timeout 12m -run '^($(subst $(space),|,$(strip $(PG17_TESTS))))$$' ./integration/
+	$(PG17_ENV) $(GO) test -count=1 -timeout 5m ./pkg/snapshot/
 
 # Every Go benchmark, twice, within a time limit per package (scripts/bench-smoke.sh): a
 # benchmark that hangs (as BenchmarkDecodeTxn once did, unnoticed) fails `make test` with the

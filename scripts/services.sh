@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Local real services for Tidemark: a throwaway PostgreSQL 15 cluster and a single-node KRaft
+# Local real services for Tidemark: a throwaway PostgreSQL 15 (or 17) cluster and a single-node KRaft
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
 #
 # Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|up|down|clean|env|status|pg-crash
 #
-#   install  PostgreSQL 15 server binaries, Java and Maven (apt, when root), Kafka jars (Maven
-#            Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the Kafka Connect jars
-#            (install-connect). Idempotent.
+#   install  PostgreSQL 15 server binaries (apt, when root; with TIDEMARK_PG_VERSION=17, Debian
+#            13's in a private folder: scripts/postgresql-17.sh), Java and Maven (apt, when root),
+#            Kafka jars (Maven Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the
+#            Kafka Connect jars (install-connect). Idempotent.
 #   install-tools
 #            buildah, podman, runc, chromium and prometheus (promtool) from Debian's packages when
 #            missing (root only): the container, status page and Prometheus tests use them.
@@ -33,6 +34,7 @@
 #   TIDEMARK_STATE                    state folder [<repo>/.state]
 #   TIDEMARK_CACHE                    jar cache [$HOME/.cache/tidemark]
 #   TIDEMARK_PG_PORT                  PostgreSQL port [55432]
+#   TIDEMARK_PG_VERSION               PostgreSQL major version, 15 or 17 [15]
 #   TIDEMARK_KAFKA_PORT               Kafka PLAINTEXT port [59092]
 #   TIDEMARK_KAFKA_CONTROLLER_PORT    Kafka CONTROLLER port [59093]
 #   TIDEMARK_KAFKA_ADVERTISED_PORT    port the broker advertises to clients on 127.0.0.1 [the
@@ -62,6 +64,7 @@ DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
 DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
+PG_VERSION="${TIDEMARK_PG_VERSION:-15}"
 
 PG_DIR="$STATE/postgres"
 PG_DATA="$PG_DIR/data"
@@ -112,6 +115,7 @@ print_env() {
 # install
 
 pg_bindir() {
+	[ "$PG_VERSION" != 17 ] || { "$REPO/scripts/postgresql-17.sh" --no-install; return; }
 	local initdb=""
 	if command -v dpkg >/dev/null 2>&1; then
 		initdb="$(dpkg -L postgresql-15 2>/dev/null | grep '/bin/initdb$' | head -n1 || true)"
@@ -135,11 +139,15 @@ apt_install() {
 }
 
 install_postgres() {
-	if [ -z "$(pg_bindir || true)" ]; then
-		apt_install postgresql-15
-	fi
+	case "$PG_VERSION" in
+	15) [ -n "$(pg_bindir || true)" ] || apt_install postgresql-15 ;;
+	17) # The server runs as postgres (postgresql-common creates the user).
+		! is_root || id postgres >/dev/null 2>&1 || apt_install postgresql-common
+		"$REPO/scripts/postgresql-17.sh" >/dev/null ;;
+	*) die "TIDEMARK_PG_VERSION '$PG_VERSION' is not supported: 15 or 17" ;;
+	esac
 	PG_BIN="$(pg_bindir || true)"
-	[ -n "$PG_BIN" ] || die "PostgreSQL 15 server binaries not found after install"
+	[ -n "$PG_BIN" ] || die "PostgreSQL $PG_VERSION server binaries not found after install"
 }
 
 # install_tools installs what the operator tests use, from Debian's packages, when missing:
@@ -306,6 +314,9 @@ pg_up() {
 		chown postgres: "$PG_DIR" "$sock"
 		runuser -u postgres -- test -w "$PG_DIR" ||
 			die "user postgres cannot write $PG_DIR (a parent folder is not searchable by others?)"
+	fi
+	if [ -f "$PG_DATA/PG_VERSION" ] && [ "$(cat "$PG_DATA/PG_VERSION")" != "$PG_VERSION" ]; then
+		die "$PG_DATA holds a PostgreSQL $(cat "$PG_DATA/PG_VERSION") cluster, not $PG_VERSION (TIDEMARK_PG_VERSION): clean it first"
 	fi
 	if [ ! -f "$PG_DATA/PG_VERSION" ]; then
 		log "initdb $PG_DATA"

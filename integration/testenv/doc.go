@@ -14,6 +14,11 @@
 //     started by services.sh tears them down. When tests fail, the state folder (server logs) is
 //     kept and its path printed.
 //
+// CDC_TEST_PG_VERSION (15, 17) names the PostgreSQL major version to run against: sources 2 and
+// 3 start that version (3 through scripts/services.sh's TIDEMARK_PG_VERSION, which fetches 17 with
+// scripts/postgresql-17.sh), and a server of another version, from any source, fails every test.
+// PGMajor tells a test the version it runs against.
+//
 // Services start lazily, on the first call to PGURL, Brokers or a helper built on them, so a test
 // binary that runs no integration test (go test -run '^$' -bench .) starts nothing.
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/testcontainers/testcontainers-go"
@@ -12,6 +14,7 @@ import (
 )
 
 const (
+	// postgresImage is the default; CDC_TEST_PG_VERSION picks postgres:<version>.
 	postgresImage = "postgres:15"
 	redpandaImage = "docker.redpanda.com/redpandadata/redpanda:v25.2.4"
 
@@ -43,7 +46,13 @@ func fromDocker(ctx context.Context) (*services, error) {
 		return nil, errors.Join(err, stop(ctx, true))
 	}
 
-	pg, err := postgres.Run(ctx, postgresImage,
+	image := postgresImage
+	if version, err := wantPGVersion(os.Getenv); err != nil {
+		return nil, err
+	} else if version != 0 {
+		image = "postgres:" + strconv.Itoa(version)
+	}
+	pg, err := postgres.Run(ctx, image,
 		postgres.WithDatabase("tidemark"),
 		postgres.WithUsername("postgres"),
 		postgres.WithPassword("postgres"),
@@ -61,7 +70,7 @@ func fromDocker(ctx context.Context) (*services, error) {
 		containers = append(containers, pg)
 	}
 	if err != nil {
-		return fail(fmt.Errorf("run %s: %w", postgresImage, err))
+		return fail(fmt.Errorf("run %s: %w", image, err))
 	}
 	pgURL, err := pg.ConnectionString(ctx, "sslmode=disable")
 	if err != nil {
@@ -82,7 +91,7 @@ func fromDocker(ctx context.Context) (*services, error) {
 	return &services{
 		pgURL:   pgURL,
 		brokers: []string{seed},
-		source:  "testcontainers (" + postgresImage + ", " + redpandaImage + ")",
+		source:  "testcontainers (" + image + ", " + redpandaImage + ")",
 		stop:    stop,
 	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/tidemark/cdc/internal/testsvc"
 )
@@ -16,9 +17,13 @@ const localAttempts = 2
 // fromLocal starts PostgreSQL and Kafka from local binaries with scripts/services.sh, in a
 // private state folder, on free ports.
 func fromLocal(ctx context.Context) (*services, error) {
+	version, err := wantPGVersion(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	var errs []error
 	for range localAttempts {
-		l, err := testsvc.Start(ctx, testsvc.Options{StatePrefix: "tidemark-testenv-"})
+		l, err := testsvc.Start(ctx, testsvc.Options{StatePrefix: "tidemark-testenv-", PGVersion: pgVersionOption(version)})
 		if err == nil {
 			return localServices(l), nil
 		}
@@ -48,4 +53,12 @@ func localServices(l *testsvc.Local) *services {
 			l.PGAddr(), l.KafkaAddr(), l.State),
 		stop: stop,
 	}
+}
+
+// pgVersionOption is testsvc.Options.PGVersion for a wanted major version (0: the default).
+func pgVersionOption(version int) string {
+	if version == 0 {
+		return ""
+	}
+	return strconv.Itoa(version)
 }

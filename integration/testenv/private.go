@@ -41,10 +41,14 @@ func StartPrivate(t testing.TB, opts PrivateOptions) *Servers {
 	if testing.Short() {
 		t.Skip("testenv: integration test skipped in -short mode")
 	}
+	version, err := wantPGVersion(os.Getenv)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 	l, err := testsvc.Start(ctx, testsvc.Options{StatePrefix: "tidemark-private-",
-		KafkaAdvertisedPort: opts.KafkaAdvertisedPort})
+		KafkaAdvertisedPort: opts.KafkaAdvertisedPort, PGVersion: pgVersionOption(version)})
 	cancel()
 	if err != nil {
 		unavailable(t, err)

@@ -31,6 +31,7 @@ type services struct {
 	pgURL   string
 	brokers []string
 	source  string // human-readable origin, for logs
+	pgMajor int    // the PostgreSQL server's major version
 	// stop releases the servers; failed says whether the tests failed (keep logs then).
 	stop func(ctx context.Context, failed bool) error
 }
@@ -43,6 +44,9 @@ type harness struct {
 	started bool
 	svc     *services
 	err     error
+	// wrongVersion: the server is not the version EnvPGVersion asks for, which fails every test
+	// instead of skipping it.
+	wrongVersion bool
 }
 
 var current harness
@@ -102,11 +106,18 @@ func get(t testing.TB) *services {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 		current.svc, current.err = acquire(ctx)
+		if current.err == nil {
+			current.svc.pgMajor, current.err = checkPGVersion(ctx, current.svc.pgURL)
+			current.wrongVersion = current.err != nil
+		}
 		cancel()
 		if current.err == nil {
-			fmt.Fprintf(os.Stderr, "testenv: services from %s ready in %s\n",
-				current.svc.source, time.Since(start).Round(100*time.Millisecond))
+			fmt.Fprintf(os.Stderr, "testenv: services from %s ready in %s (PostgreSQL %d)\n",
+				current.svc.source, time.Since(start).Round(100*time.Millisecond), current.svc.pgMajor)
 		}
+	}
+	if current.wrongVersion {
+		t.Fatalf("testenv: %v", current.err)
 	}
 	if current.err != nil {
 		unavailable(t, current.err)

@@ -209,3 +209,26 @@ func TestRepoRoot(t *testing.T) {
 		t.Errorf("RepoRoot() = %s, which has no scripts/services.sh: %v", root, err)
 	}
 }
+
+func TestWantPGVersion(t *testing.T) {
+	tests := []struct {
+		name, value string
+		want        int
+		wantErr     bool
+	}{
+		{name: "unset", value: "", want: 0},
+		{name: "17", value: "17", want: 17},
+		{name: "spaces", value: " 15 ", want: 15},
+		{name: "minor version", value: "17.2", wantErr: true},
+		{name: "word", value: "latest", wantErr: true},
+		{name: "too old", value: "9", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := wantPGVersion(func(string) string { return tt.value })
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("wantPGVersion(%q) = %d, %v; want %d, error %v", tt.value, got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}

@@ -116,3 +116,18 @@ func RandomHex(n int) string {
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	return hex.EncodeToString(b)
 }
+
+// PGMajor returns the major version of the server at pgURL (17 for 17.2), from
+// server_version_num.
+func PGMajor(ctx context.Context, pgURL string) (int, error) {
+	conn, err := pgx.Connect(ctx, pgURL)
+	if err != nil {
+		return 0, fmt.Errorf("connect %s: %w", Redact(pgURL), err)
+	}
+	defer conn.Close(context.Background())
+	var num int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&num); err != nil {
+		return 0, fmt.Errorf("server version: %w", err)
+	}
+	return num / 10000, nil
+}

@@ -25,6 +25,10 @@ type Options struct {
 	// KafkaAdvertisedPort, when not zero, is the port the broker advertises to clients on
 	// 127.0.0.1 instead of its own (a proxy in front of it).
 	KafkaAdvertisedPort int
+	// PGVersion is the PostgreSQL major version to start (TIDEMARK_PG_VERSION of services.sh):
+	// "15", Debian 12's package, or "17", Debian 13's from scripts/postgresql-17.sh. Empty: the
+	// TIDEMARK_PG_VERSION of the environment, or 15.
+	PGVersion string
 }
 
 // Local is a PostgreSQL server and a Kafka broker started from local binaries by
@@ -70,6 +74,9 @@ func Start(ctx context.Context, opts Options) (*Local, error) {
 	)
 	if opts.KafkaHeap != "" {
 		l.env = append(l.env, "TIDEMARK_KAFKA_HEAP="+opts.KafkaHeap)
+	}
+	if opts.PGVersion != "" {
+		l.env = append(l.env, "TIDEMARK_PG_VERSION="+opts.PGVersion)
 	}
 	if opts.KafkaAdvertisedPort != 0 {
 		l.env = append(l.env, "TIDEMARK_KAFKA_ADVERTISED_PORT="+strconv.Itoa(opts.KafkaAdvertisedPort))
