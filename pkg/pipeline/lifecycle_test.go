@@ -1,175 +1,18 @@
 package pipeline
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// The lifecycle owner's tests: the stages are fakes that record the commands they get.
-
-type recorder struct{ calls []string }
-
-func (r *recorder) add(format string, args ...any) {
-	r.calls = append(r.calls, fmt.Sprintf(format, args...))
-}
-
-// take returns the calls so far and forgets them.
-func (r *recorder) take() []string {
-	c := r.calls
-	r.calls = nil
-	return c
-}
-
-type fakeRepl struct{ *recorder }
-
-func (f fakeRepl) Resume(positions map[change.ExportID]change.LSN) {
-	for _, e := range sortedExports(positions) {
-		f.add("resume %s %s", e, positions[e])
-	}
-}
-func (f fakeRepl) ResumeChunking(e change.ExportID, p change.LSN) {
-	f.add("resume-chunking %s %s", e, p)
-}
-func (f fakeRepl) Detect(_ context.Context, es []change.ExportID) error {
-	f.add("detect %v", es)
-	return nil
-}
-func (f fakeRepl) SetConsistentPoint(_ context.Context, es []change.ExportID, c change.LSN) error {
-	f.add("consistent-point %v %s", es, c)
-	return nil
-}
-func (f fakeRepl) CopyDone(e change.ExportID)              { f.add("copy-done %s", e) }
-func (f fakeRepl) Remove(e change.ExportID, at change.LSN) { f.add("remove %s %s", e, at) }
-func (f fakeRepl) Fail(e change.ExportID)                  { f.add("fail %s", e) }
-func (f fakeRepl) Restart(e change.ExportID)               { f.add("restart %s", e) }
-func (f fakeRepl) StartChunking(_ context.Context, e change.ExportID) error {
-	f.add("start-chunking %s", e)
-	return nil
-}
-func (f fakeRepl) OpenWindow(id uint64, e change.ExportID, seq int) {
-	f.add("open-window %d %s %d", id, e, seq)
-}
-func (f fakeRepl) ChunkRead(id uint64, _ *change.Unit, _ func()) { f.add("chunk-read %d", id) }
-func (f fakeRepl) AbandonWindow(id uint64)                       { f.add("abandon-window %d", id) }
-func (f fakeRepl) CopyComplete(e change.ExportID, total int)     { f.add("copy-complete %s %d", e, total) }
-
-type fakeChunks struct{ *recorder }
-
-func (f fakeChunks) Add(j snapshot.ChunkJob) {
-	f.add("chunk-job %s attempt %d after %v", j.Export, j.Attempt, j.ResumeAfter)
-}
-func (f fakeChunks) Stop(e change.ExportID) { f.add("chunk-stop %s", e) }
-
-type fakeTopics struct{ *recorder }
-
-func (f fakeTopics) EnsureTopics(_ context.Context, specs []sink.TopicSpec) error {
-	for _, s := range specs {
-		f.add("topic %s compact=%v", s.Name, s.Compact)
-	}
-	return nil
-}
-func (f fakeTopics) EndOffsets(string) map[int32]int64 { return map[int32]int64{0: 0} }
-
-// fakeCatalog: tables named "keyless..." have no key; "gone..." do not exist; "unlisted..."
-// are refused (a column list without the key).
-type fakeCatalog struct{ wal change.LSN }
-
-func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
-	switch {
-	case strings.HasPrefix(e.Table, "gone"):
-		return nil, snapshot.ErrTableNotFound
-	case strings.HasPrefix(e.Table, "unlisted"):
-		return nil, fmt.Errorf("load key of %s: %w: the column list leaves out the key", e, snapshot.ErrUnsupportedTable)
-	case strings.HasPrefix(e.Table, "keyless"):
-		return &change.Table{Export: e, Columns: []change.Column{{Name: "v"}}}, nil
-	}
-	return &change.Table{Export: e, Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}, nil
-}
-func (c fakeCatalog) CurrentWAL(context.Context) (change.LSN, error) { return c.wal, nil }
-
-var (
-	exA       = change.ExportID{Schema: "public", Table: "a"}
-	exB       = change.ExportID{Schema: "public", Table: "b"}
-	exKeyless = change.ExportID{Schema: "public", Table: "keyless"}
-)
-
-func newTestLifecycle(t *testing.T, strategy SnapshotStrategy, values [][]byte) (*lifecycle, *recorder) {
-	t.Helper()
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", SnapshotStrategy: strategy}
-	tr := watermark.NewTracker(watermark.Options{})
-	recs, cp, err := watermark.DecodeTopic(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Restore(recs)
-	if cp != nil {
-		tr.RestoreCheckpoint(cp.Position)
-	}
-	lc := newLifecycle(cfg, tr, slog.New(slog.DiscardHandler))
-	rec := &recorder{}
-	lc.repl, lc.chunks, lc.topics = fakeRepl{rec}, fakeChunks{rec}, fakeTopics{rec}
-	return lc, rec
-}
-
-func set(es ...change.ExportID) map[change.ExportID]struct{} {
-	m := map[change.ExportID]struct{}{}
-	for _, e := range es {
-		m[e] = struct{}{}
-	}
-	return m
-}
-
-func wantCalls(t *testing.T, rec *recorder, want ...string) {
-	t.Helper()
-	if got := rec.take(); !slices.Equal(got, want) {
-		t.Fatalf("commands:\n got %q\nwant %q", got, want)
-	}
-}
-
-func wantPhase(t *testing.T, lc *lifecycle, e change.ExportID, want phase) {
-	t.Helper()
-	if got := lc.phase(e); got != want {
-		t.Fatalf("%s is %s, want %s", e, got, want)
-	}
-}
-
-// durable makes units durable and committed, as the sink does, and returns the records.
-func durable(lc *lifecycle, units ...*change.Unit) map[change.ExportID]watermark.Record {
-	out := map[change.ExportID]watermark.Record{}
-	for _, r := range lc.Durable(units, nil) {
-		if v, err := watermark.Decode(r.Value); err == nil {
-			out[v.Export] = v
-		}
-	}
-	lc.Committed()
-	return out
-}
-
-// history collects every record and the last checkpoint a lifecycle made durable: what a
-// restart reads back (watermark.DecodeTopic).
-type history struct {
-	values [][]byte
-}
-
-func (h *history) durable(lc *lifecycle, units ...*change.Unit) {
-	for _, r := range lc.Durable(units, nil) {
-		h.values = append(h.values, r.Value)
-	}
-	lc.Committed()
-}
-
 func TestLifecycleChunked(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
 		t.Fatal(err)
 	}
@@ -181,8 +24,6 @@ func TestLifecycleChunked(t *testing.T) {
 	}
 	wantCalls(t, rec)
 
-	lc.CopyComplete(exA, 2)
-	wantCalls(t, rec, "copy-complete public.a 2")
 	chunk := &change.Unit{Kind: change.KindChunk, Export: exA, Chunk: &change.Chunk{Seq: 0, Range: change.KeyRange{To: []string{"9"}}, Read: 5}}
 	recs := durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100}, chunk)
 	if r := recs[exA]; r.State != watermark.StateHydrating || r.Snapshot.ChunksDone != 1 {
@@ -214,14 +55,14 @@ func TestLifecycleChunked(t *testing.T) {
 
 func TestLifecycleCopy(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	// Keyless: the copy strategy whatever the setting.
 	if err := lc.published(ctx, fakeCatalog{}, set(exKeyless)); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "detect [public.keyless]")
 	wantPhase(t, lc, exKeyless, phaseHolding)
-	if req := <-lc.requests; !slices.Equal(req.Exports, []change.ExportID{exKeyless}) {
+	if req := lc.request(); !slices.Equal(req.Exports, []change.ExportID{exKeyless}) {
 		t.Fatalf("request %v", req)
 	}
 	info := []snapshot.TableInfo{{Table: &change.Table{Export: exKeyless}, EstimatedRows: 10}}
@@ -240,7 +81,7 @@ func TestLifecycleCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "detect [public.keyless]")
-	<-lc.requests
+	lc.request()
 	if _, err := lc.Begin(ctx, 0x400, info); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +98,7 @@ func TestLifecycleCopy(t *testing.T) {
 
 func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
 		t.Fatal(err)
 	}
@@ -298,12 +139,12 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	exF := change.ExportID{Schema: "public", Table: "failed"}
 	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF}
 
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	var h history
 	if err := lc.published(ctx, fakeCatalog{}, set(all...)); err != nil {
 		t.Fatal(err)
 	}
-	<-lc.requests
+	lc.request()
 	var infos []snapshot.TableInfo
 	for _, e := range []change.ExportID{exCopy, exRel} {
 		infos = append(infos, snapshot.TableInfo{Table: &change.Table{Export: e}})
@@ -330,7 +171,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	rec.take()
 
 	// The crash; a new life reads the records back.
-	lc2, rec2 := newTestLifecycle(t, StrategyChunked, h.values)
+	lc2, rec2 := startTestOwner(t, StrategyChunked, h.values)
 	published := set(exH, exC, exCopy, exHold, exRel, exF)
 	if err := lc2.resume(ctx, fakeCatalog{}, published, 0x200); err != nil {
 		t.Fatal(err)
@@ -347,7 +188,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec2, "detect [public.failed public.keyless_copying public.keyless_holding public.keyless_releasing]")
-	req := <-lc2.requests
+	req := lc2.request()
 	if len(req.Exports) != 4 {
 		t.Fatalf("request %v", req.Exports)
 	}
@@ -358,7 +199,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 // TestPartitionsChanged: a published partitioned root whose leaf partitions change is copied
 // again, with the copy strategy (which reconciles), once it is hydrated.
 func TestPartitionsChanged(t *testing.T) {
-	lc, _ := newTestLifecycle(t, StrategyChunked, nil)
+	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated
 	lc.phases[exB] = phaseChunking
 	lc.partitions(map[change.ExportID]string{exA: "1,2", exB: "5"})

@@ -69,34 +69,53 @@ var (
 // Resnapshot copies one hydrated export again while the pipeline runs (a consumer lost its
 // state). It returns at once; the copy shows in the export's watermark records.
 func (p *Pipeline) Resnapshot(e change.ExportID) error {
-	lc := p.life.lc.Load()
-	if lc == nil {
+	r := p.life.owner.Load()
+	if r == nil {
 		return ErrNotRunning
 	}
-	return lc.resnapshot(e)
+	reply := make(chan error, 1)
+	err, qerr := query(context.Background(), r.owner, evResnapshot{e: e, reply: reply}, reply)
+	if qerr != nil {
+		return ErrNotRunning
+	}
+	return err
+}
+
+// running is a life of the pipeline while its stages run.
+type running struct {
+	owner *owner
+	// streaming reports whether the replication stage streams now.
+	streaming func() bool
+}
+
+// states asks the owner for every export's state (nil once it stopped).
+func (r *running) states() []ExportState {
+	reply := make(chan []ExportState, 1)
+	out, _ := query(context.Background(), r.owner, evStates{reply: reply}, reply)
+	return out
 }
 
 // Exports returns each export's state now (nil while the pipeline is not running).
 func (p *Pipeline) Exports() []ExportState {
-	lc := p.life.lc.Load()
-	if lc == nil {
+	r := p.life.owner.Load()
+	if r == nil {
 		return nil
 	}
-	return lc.states()
+	return r.states()
 }
 
 // Ready reports whether the pipeline is streaming and every live export is hydrated or being
 // copied without error. reasons say what is not, apart from the failed exports, which come in
 // failed: their error texts can quote row values, so the caller decides how much to show.
 func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) {
-	lc := p.life.lc.Load()
-	if lc == nil {
+	r := p.life.owner.Load()
+	if r == nil {
 		return false, []string{"the pipeline is starting or restarting"}, nil
 	}
-	if !lc.streaming() {
+	if !r.streaming() {
 		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")
 	}
-	for _, s := range lc.states() {
+	for _, s := range r.states() {
 		if s.State == watermark.StateFailed {
 			failed = append(failed, s)
 		}
@@ -359,10 +378,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	if cfg.UnchangedToast == UnchangedPlaceholder {
 		codecCfg.Unchanged = codec.UnchangedPlaceholder
 	}
-	lc := newLifecycle(cfg, tracker, log.With("stage", "pipeline"))
-	lc.startLSN = slot.Confirmed
-	lc.sink, lc.topics, lc.codec = sk, sk, codecCfg
-	lc.keyConn = func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
+	o := newOwner(cfg, tracker, log.With("stage", "pipeline"))
+	o.startLSN = slot.Confirmed
+	o.topics = sk
+	pgConnect := func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
 	repl := replication.New(replication.Config{
 		ConnString:    cfg.PGURL,
 		Slot:          cfg.Slot,
@@ -376,7 +395,7 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		StalePID:      life.walsender.Load(),
 		Codec:         codecCfg,
 		Logger:        log,
-	}, lc)
+	}, &keyColumns{connect: pgConnect})
 	defer func() { life.walsender.Store(repl.BackendPID()) }()
 	snapCfg := snapshot.Config{
 		Publication:     cfg.Publication,
@@ -392,32 +411,35 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		Logger:          log,
 		Registerer:      reg,
 	}
-	chunker, err := snapshot.NewChunker(snapCfg, markerTag, lc)
+	// The chunker's windows and chunks go to the replication stage directly; its failures and
+	// the snapshot stage's reports go to the owner as events.
+	chunker, err := snapshot.NewChunker(snapCfg, markerTag, chunkWiring{repl: repl, snapshotEvents: snapshotEvents{o}})
 	if err != nil {
 		return fatal(err)
 	}
-	snap, err := snapshot.New(snapCfg, lc)
+	snap, err := snapshot.New(snapCfg, snapshotEvents{o})
 	if err != nil {
 		return fatal(err)
 	}
-	lc.repl, lc.chunks, lc.streaming = repl, chunker, repl.Streaming
+	o.repl, o.chunks, o.facts = repl, chunker, repl.Facts()
 	if checkpoint != nil && checkpoint.Partial != nil {
 		// A transaction published in pieces was cut short: its durable changes are skipped
 		// when the server sends it again, and watermarks wait for the rest.
 		p := *checkpoint.Partial
-		lc.partial = &p
+		o.partial = &p
 		repl.ResumePartial(p)
 		log.Info("resuming a transaction published in part", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
 	}
-	poll := newPoller(cfg, func(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }, lc, log)
+	poll := newPoller(cfg, pgConnect, o, log)
 	poll.toast = &life.toast
+	recon := &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: codecCfg, sink: sk, owner: o}
 	// Exports restored from the watermark topic go on; their topics must exist.
-	if err := lc.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
+	if err := o.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
 		return err
 	}
 
 	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
-	// through mergeUnits, stream first.
+	// through mergeUnits, stream first. The sink reports what Kafka holds to the owner (acks).
 	units := make(chan *change.Unit, unitBuffer)
 	bulk := make(chan *change.Unit, bulkBuffer)
 	merged := make(chan *change.Unit, 2)
@@ -425,14 +447,18 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 	defer sinkCancel()
 	go mergeUnits(sinkCtx, units, bulk, merged)
 	sinkErr := make(chan error, 1)
-	go func() { sinkErr <- sk.Run(sinkCtx, merged, lc) }()
+	sinkDone := make(chan struct{})
+	go func() {
+		defer close(sinkDone)
+		sinkErr <- sk.Run(sinkCtx, merged, o.acks)
+	}()
 
 	g, gctx := errgroup.WithContext(ctx)
-	sinkDone := false
+	sinkStopped := false
 	g.Go(func() error {
 		select {
 		case err := <-sinkErr:
-			sinkDone = true
+			sinkStopped = true
 			if err == nil {
 				err = errors.New("sink stopped")
 			}
@@ -441,13 +467,14 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			return nil
 		}
 	})
+	g.Go(func() error { return o.run(gctx) })
 	g.Go(func() error { return repl.Run(gctx, units) })
-	g.Go(func() error { return snap.Run(gctx, lc.requests, bulk) })
+	g.Go(func() error { return snap.Run(gctx, o.requests, bulk) })
 	g.Go(func() error { return poll.run(gctx) })
-	g.Go(func() error { return lc.runReconciles(gctx, units) })
+	g.Go(func() error { return recon.run(gctx, o.reconciles, units) })
 	g.Go(func() error { return chunker.Run(gctx) })
-	life.lc.Store(lc)
-	defer life.lc.Store(nil)
+	life.owner.Store(&running{owner: o, streaming: repl.Streaming})
+	defer life.owner.Store(nil)
 	life.ran.Store(true)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
 		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
@@ -460,7 +487,13 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		begin = time.Unix(0, at)
 	}
 	drainBy, confirmBy := stopBudget(begin, cfg.ShutdownTimeout)
-	if !sinkDone {
+	// The owner's loop has ended: it answers the sink alone while the sink drains.
+	stopDrain, drained := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(drained)
+		o.drain(sinkDone, stopDrain)
+	}()
+	if !sinkStopped {
 		close(units)
 		close(bulk)
 		drain := time.NewTimer(time.Until(drainBy))
@@ -488,7 +521,9 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		}
 		drain.Stop()
 	}
-	if lsn, ok := lc.Confirmable(); ok {
+	close(stopDrain)
+	<-drained
+	if lsn, ok := o.confirmable(); ok {
 		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), confirmBy)
 		if conn.IsClosed() { // the server restarted under it
 			if c, err := connect(fctx, cfg.PGURL, cfg.timeouts()); err == nil {
@@ -579,8 +614,8 @@ func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID
 type lifeRegistry struct {
 	base    *prometheus.Registry
 	current atomic.Pointer[prometheus.Registry]
-	// lc is the current life's lifecycle owner while its stages run (the control endpoints).
-	lc atomic.Pointer[lifecycle]
+	// owner is the current life's owner while its stages run (the control endpoints).
+	owner atomic.Pointer[running]
 	// toast warns once per process about tables whose updates may omit unchanged values.
 	toast toastWarnings
 	// ran is set once a life has started its stages: from then on a failure is not a start-up

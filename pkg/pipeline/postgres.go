@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/liveness"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -54,4 +55,33 @@ func explainTLS(err error) string {
 		return fmt.Sprintf("PostgreSQL's TLS certificate is not valid for %q: connect by a name it is valid for in CDC_PG_URL, or reissue the server's certificate", hostErr.Host)
 	}
 	return ""
+}
+
+// keyColumns reads key columns for the replication stage (replication.Keys), on a connection
+// of its own per call.
+type keyColumns struct {
+	connect func(context.Context) (*pgx.Conn, error)
+}
+
+// KeyColumns loads the key columns of e (replica identity FULL tables).
+func (k *keyColumns) KeyColumns(ctx context.Context, e change.ExportID) ([]string, error) {
+	conn, err := k.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.Background())
+	// Every column, whatever the publication's column list: the names only pick the key out
+	// of a Relation message's columns, and a key column the list leaves out must not fail the
+	// stream (the copy refuses that table alone).
+	t, err := snapshot.LoadTable(ctx, conn, "", e)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, col := range t.Columns {
+		if col.Key {
+			keys = append(keys, col.Name)
+		}
+	}
+	return keys, nil
 }

@@ -29,14 +29,12 @@ type window struct {
 	touched   map[string]struct{}
 	truncated bool
 	unit      *change.Unit
-	release   func()
 }
 
-// drop releases the window's rows.
+// drop releases the window's rows: their claim goes back to the chunker's budget.
 func (w *window) drop() {
-	if w.release != nil {
-		w.release()
-		w.release = nil
+	if w.unit != nil {
+		w.unit.Claim.Return()
 	}
 	w.unit = nil
 }
@@ -58,11 +56,10 @@ func (s *Stage) OpenWindow(id uint64, e change.ExportID, seq int) {
 }
 
 // ChunkRead hands over the rows of chunk id (a KindChunk unit) before its high marker is
-// written. release is called once nothing holds them any more: it becomes the published unit's
-// Release (called by the pipeline once the sink made it durable), or it is called when the
-// chunk is dropped because the export stopped. It does not block.
-func (s *Stage) ChunkRead(id uint64, u *change.Unit, release func()) {
-	s.post(func(st *streamState) { st.chunkRead(id, u, release) })
+// written. The unit's Claim goes with it to the sink, which returns it once the unit is durable;
+// the stage returns it when it drops the chunk because the export stopped. It does not block.
+func (s *Stage) ChunkRead(id uint64, u *change.Unit) {
+	s.post(func(st *streamState) { st.chunkRead(id, u) })
 }
 
 // AbandonWindow forgets chunk id (its read failed; the snapshot stage reads it again under a
@@ -120,13 +117,13 @@ func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
 	st.windows[id] = w
 }
 
-func (st *streamState) chunkRead(id uint64, u *change.Unit, release func()) {
+func (st *streamState) chunkRead(id uint64, u *change.Unit) {
 	w, ok := st.windows[id]
 	if !ok {
-		release()
+		u.Claim.Return()
 		return
 	}
-	w.unit, w.release = u, release
+	w.unit = u
 }
 
 func (st *streamState) abandonWindow(id uint64) {
@@ -234,8 +231,8 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 		clear(u.Records[len(kept):])
 		u.Records, u.Rows = kept, len(kept)
-		// The rows stay in memory until the sink has them: their slot goes with the unit.
-		u.Release, w.release = w.release, nil
+		// The rows stay in memory until the sink has them: their claim goes with the unit.
+		w.unit = nil
 		st.removeWindow(r, w)
 		c.next++
 		if err := st.emit(u); err != nil {

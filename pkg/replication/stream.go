@@ -315,7 +315,7 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 		}
 	case 'f':
 		// FULL marks every column; the record key is the primary key, as in the snapshot.
-		keys, err := st.s.hooks.KeyColumns(st.ctx, e)
+		keys, err := st.s.keys.KeyColumns(st.ctx, e)
 		if err != nil {
 			return fmt.Errorf("key columns of %s: %w", e, err)
 		}
@@ -340,7 +340,7 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 	st.rels[m.RelationID] = &relation{export: e, enc: enc, ncols: len(t.Columns), keyed: keyed}
 	r, ok := st.routes[e]
 	if !ok {
-		st.s.hooks.UnknownRelation(e)
+		st.s.report(Fact{Kind: FactUnknownRelation, Export: e})
 		return nil
 	}
 	if prev != nil && prev.export == e && prev.keyed && !keyed && r.state != routeGone {
@@ -479,17 +479,18 @@ func (st *streamState) cutPiece() error {
 // emitTxn emits a transaction or a piece of n bytes once they fit in the in-flight budget,
 // applying control calls meanwhile; the sink gives them back once the unit is durable.
 func (st *streamState) emitTxn(u *change.Unit, n int) error {
-	for !st.s.inFlight.take(int64(n)) {
+	for {
+		if u.Claim = st.s.inFlight.Take(int64(n)); u.Claim != nil {
+			break
+		}
 		select {
-		case <-st.s.inFlight.freed:
+		case <-st.s.inFlight.Freed():
 		case <-st.s.ctrlSig:
 			st.control()
 		case <-st.ctx.Done():
 			return st.ctx.Err()
 		}
 	}
-	b := st.s.inFlight
-	u.Release = func() { b.give(int64(n)) }
 	return st.emit(u)
 }
 

@@ -57,3 +57,38 @@ func TestPieceStartsBatch(t *testing.T) {
 		t.Fatalf("%d records committed, want 6", len(got))
 	}
 }
+
+// TestClaimsReturnedWhenDurable (kfake): the sink gives a unit's claim back to its stage's budget
+// once the unit is durable, before it reports the unit durable, and not before.
+func TestClaimsReturnedWhenDurable(t *testing.T) {
+	env := newFakeEnv(t)
+	topic := env.topic("data")
+	s := env.newSink(t, env.config(t, ExactlyOnce))
+	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatal(err)
+	}
+	budget := change.NewBudget(100)
+	units := []*change.Unit{dataUnit(topic, 0x100, "a"), dataUnit(topic, 0x200, "b"), dataUnit(topic, 0x300, "c")}
+	for _, u := range units {
+		u.Claim = budget.Take(10)
+	}
+	in := make(chan *change.Unit, len(units))
+	seen := 0
+	p := newFakeProgress(func(_ int, durable []*change.Unit) []change.Record {
+		seen += len(durable)
+		if got, want := budget.InUse(), int64(10*(len(units)-seen)); got != want {
+			t.Errorf("after %d durable units: %d in use, want %d", seen, got, want)
+		}
+		return nil
+	})
+	for _, u := range units {
+		in <- u
+	}
+	close(in)
+	if err := runSink(t, s, in, p)(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if seen != len(units) || budget.InUse() != 0 {
+		t.Fatalf("%d units durable, %d in use; want %d and 0", seen, budget.InUse(), len(units))
+	}
+}

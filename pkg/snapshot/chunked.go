@@ -28,8 +28,8 @@ type ChunkHooks interface {
 	// OpenWindow registers chunk id, the seq-th of e's copy, before its low marker is written.
 	OpenWindow(id uint64, e change.ExportID, seq int)
 	// ChunkRead hands over the chunk's rows (a KindChunk unit) before its high marker is
-	// written; release is called once they are published or dropped.
-	ChunkRead(id uint64, u *change.Unit, release func())
+	// written; the unit's Claim is returned once they are durable or dropped.
+	ChunkRead(id uint64, u *change.Unit)
 	// AbandonWindow forgets a chunk whose read failed; it is read again under a new id.
 	AbandonWindow(id uint64)
 	// CopyComplete says every chunk of e's copy was handed over, total of them.
@@ -60,8 +60,8 @@ type Chunker struct {
 	mu     sync.Mutex
 	tables []*chunkTable
 	wake   chan struct{}
-	// slots bounds the chunks handed over and not yet published (their rows are in memory).
-	slots  chan struct{}
+	// slots bounds the chunks handed over and not yet durable (their rows are in memory).
+	slots  *change.Budget
 	nextID atomic.Uint64
 
 	// longMu guards long: transaction ids seen running for longer than a chunk may wait.
@@ -85,7 +85,7 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 		metrics: newMetrics(cfg.Registerer),
 		limiter: cfg.Limiter,
 		wake:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, 2*cfg.Workers),
+		slots:   change.NewBudget(int64(2 * cfg.Workers)),
 		long:    make(map[uint64]bool),
 	}, nil
 }
@@ -181,7 +181,7 @@ type chunkTable struct {
 func (t *chunkTable) stop() {
 	t.stopped = true
 	for _, ch := range t.retry {
-		ch.slot.release()
+		ch.slot.Return()
 	}
 	t.retry = nil
 }
@@ -190,7 +190,7 @@ func (t *chunkTable) stop() {
 type plannedChunk struct {
 	seq  int
 	rg   change.KeyRange
-	slot *slot // its memory slot while it is not handed over
+	slot *change.Claim // its memory slot while it is not handed over
 }
 
 // Run runs the chunker's workers until ctx ends.
@@ -268,7 +268,7 @@ func (c *Chunker) done(t *chunkTable, ch *plannedChunk, ok bool) {
 	t.busy--
 	if !ok && ch != nil {
 		if t.stopped {
-			ch.slot.release()
+			ch.slot.Return()
 		} else {
 			t.retry = append(t.retry, ch)
 		}
@@ -388,15 +388,12 @@ type chunkWorker struct {
 func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk) (*plannedChunk, error) {
 	c := w.c
 	if ch == nil {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		slot, err := c.slots.Acquire(ctx, 1)
+		if err != nil {
+			return nil, err
 		}
-		slot := &slot{c: c}
-		var err error
 		if ch, err = w.plan(ctx, t); err != nil || ch == nil {
-			slot.release()
+			slot.Return()
 			return nil, err
 		}
 		ch.slot = slot
@@ -418,33 +415,17 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 		c.hooks.AbandonWindow(id)
 		return ch, err
 	}
-	handed := ch.slot
-	c.hooks.ChunkRead(id, u, handed.release)
+	u.Claim = ch.slot
+	c.hooks.ChunkRead(id, u)
 	if _, err := w.marker(ctx, id, true); err != nil {
 		// The stage drops the rows without freeing the slot: the chunk keeps it for its retry.
-		handed.keep.Store(true)
+		ch.slot = ch.slot.Move()
 		c.hooks.AbandonWindow(id)
-		ch.slot = &slot{c: c}
 		return ch, err
 	}
 	ch.slot = nil
 	t.progress.add(u.Chunk.Read, time.Now())
 	return ch, nil
-}
-
-// slot is one of Chunker.slots, released once.
-type slot struct {
-	c    *Chunker
-	once sync.Once
-	// keep: a release by the replication stage does not free the slot (it moved on to a retry).
-	keep atomic.Bool
-}
-
-func (s *slot) release() {
-	if s == nil || s.keep.Load() {
-		return
-	}
-	s.once.Do(func() { <-s.c.slots })
 }
 
 // marker writes chunk id's low or high marker and returns its WAL position.
