@@ -89,7 +89,7 @@ func (s *Stage) ResumeChunking(e change.ExportID, position change.LSN) {
 
 func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeHydrated {
+	if !ok || r.mode != routeDirect {
 		if ok && r.hold != nil {
 			r.hold.Close()
 		}
@@ -97,13 +97,13 @@ func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) 
 		st.routes[e] = r
 	}
 	st.dropWindows(r)
-	r.state = routeChunking
+	r.mode = routeMerge
 	r.chunks = &chunking{total: -1, windows: make(map[int]*window)}
 }
 
 func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeChunking {
+	if !ok || r.mode != routeMerge {
 		return
 	}
 	if old, ok := r.chunks.windows[seq]; ok { // a retry of the same chunk
@@ -140,7 +140,7 @@ func (st *streamState) abandonWindow(id uint64) {
 
 func (st *streamState) copyComplete(e change.ExportID, total int) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeChunking {
+	if !ok || r.mode != routeMerge {
 		return
 	}
 	r.chunks.total = total
@@ -243,7 +243,7 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 	}
 	if c.total >= 0 && c.next >= c.total {
-		r.state, r.chunks = routeHydrated, nil
+		r.mode, r.chunks = routeDirect, nil
 		st.log.Info("export hydrated", "export", e.String(), "chunks", c.total, "stream_lsn", st.pos.String())
 		return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
 	}
@@ -297,7 +297,7 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 // arrived (a yield point).
 func (st *streamState) chunkingCheck() error {
 	for e, r := range st.routes {
-		if r.state == routeChunking && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
+		if r.mode == routeMerge && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
 			if err := st.publishChunks(e, r); err != nil {
 				return err
 			}

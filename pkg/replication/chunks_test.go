@@ -110,7 +110,7 @@ func TestChunkWindowDropsChangedKeys(t *testing.T) {
 	if slots.InUse() != 0 {
 		t.Fatalf("slot not freed once the chunk is durable")
 	}
-	if st.routes[tB].state != routeHydrated {
+	if st.routes[tB].mode != routeDirect {
 		t.Fatalf("b is not hydrated after its last chunk")
 	}
 }

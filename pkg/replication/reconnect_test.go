@@ -78,8 +78,8 @@ func TestSetConsistentPointReportsBrokenSpill(t *testing.T) {
 		t.Fatal("setConsistentPoint over a broken spill file returned no error")
 	}
 	r := st.routes[tB]
-	if r.hasC || r.hold == nil || r.state != routeHolding {
-		t.Fatalf("after the error: hasC %v, hold %v, state %v; want holding without a consistent point", r.hasC, r.hold != nil, r.state)
+	if r.hasC || r.hold == nil || r.mode != routeHold {
+		t.Fatalf("after the error: hasC %v, hold %v, state %v; want holding without a consistent point", r.hasC, r.hold != nil, r.mode)
 	}
 }
 

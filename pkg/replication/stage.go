@@ -208,7 +208,7 @@ func (s *Stage) ResumePartial(p change.Partial) {
 // Call it before Run.
 func (s *Stage) Resume(positions map[change.ExportID]change.LSN) {
 	for e, p := range positions {
-		s.state.routes[e] = &route{state: routeHydrated, replayBelow: p}
+		s.state.routes[e] = &route{mode: routeDirect, replayBelow: p}
 	}
 }
 
