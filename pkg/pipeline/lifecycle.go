@@ -101,7 +101,11 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 			return fmt.Errorf("read WAL position: %w", err)
 		}
 		o.log.Info("table left the publication", "export", e.String(), "at", at.String())
-		o.setPhase(e, phaseRemoving)
+		if o.phases[e] == phaseHydrated {
+			o.setPhase(e, phaseRemovingHydrated)
+		} else {
+			o.setPhase(e, phaseRemoving)
+		}
 		o.chunks.Stop(e)
 		o.repl.Remove(e, at)
 	}

@@ -112,7 +112,7 @@ func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "chunk-stop public.a", "remove public.a 0/900")
-	wantPhase(t, lc, exA, phaseRemoving)
+	wantPhase(t, lc, exA, phaseRemoving) // being copied: its records say hydrating until the removal passed
 	durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exA, End: 0x900})
 	wantPhase(t, lc, exA, phaseRemoved)
 	// Added again: its topic holds rows of its earlier life, so it takes a copy, which
@@ -137,7 +137,10 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	exRel := change.ExportID{Schema: "public", Table: "keyless_releasing"}
 	exR := change.ExportID{Schema: "public", Table: "removed"}
 	exF := change.ExportID{Schema: "public", Table: "failed"}
-	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF}
+	// Left the publication, the stream not past the removal yet: hydrated, and being copied.
+	exRmH := change.ExportID{Schema: "public", Table: "removing_hydrated"}
+	exRmC := change.ExportID{Schema: "public", Table: "removing_chunking"}
+	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF, exRmH, exRmC}
 
 	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	var h history
@@ -158,6 +161,8 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		&change.Unit{Kind: change.KindChunk, Export: exC, Chunk: &change.Chunk{Read: 7, Range: change.KeyRange{To: []string{"42"}}}},
 		&change.Unit{Kind: change.KindChunk, Export: exR, Chunk: &change.Chunk{Read: 1}},
 		&change.Unit{Kind: change.KindHydrated, Export: exR, End: 0x150},
+		&change.Unit{Kind: change.KindChunk, Export: exRmH, Chunk: &change.Chunk{Read: 1}},
+		&change.Unit{Kind: change.KindHydrated, Export: exRmH, End: 0x150},
 		&change.Unit{Kind: change.KindSnapshotDone, Export: exRel})
 	lc.Failed(exF, fmt.Errorf("boom"))
 	if err := lc.published(ctx, fakeCatalog{wal: 0x180}, set(exH, exC, exCopy, exHold, exRel, exF)); err != nil {
@@ -165,7 +170,8 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	}
 	h.durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exR, End: 0x180}, &change.Unit{Kind: change.KindProgress, End: 0x200})
 	for e, want := range map[change.ExportID]phase{exH: phaseHydrated, exC: phaseChunking, exCopy: phaseCopying,
-		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed} {
+		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed,
+		exRmH: phaseRemovingHydrated, exRmC: phaseRemoving} {
 		wantPhase(t, lc, e, want)
 	}
 	rec.take()
@@ -194,6 +200,18 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	}
 	wantPhase(t, lc2, exR, 0)
 	wantPhase(t, lc2, exH, phaseHydrated)
+	// Removed while stopped, as far as the new life knows: final records, no routes.
+	wantPhase(t, lc2, exRmH, phaseRemoved)
+	wantPhase(t, lc2, exRmC, phaseRemoved)
+	for _, s := range lc2.states() {
+		if (s.Export == exRmH || s.Export == exRmC) && (s.State != watermark.StateRemoved || s.Phase != "removed") {
+			t.Errorf("%s after the restart: %+v, want removed", s.Export, s)
+		}
+	}
+	// What the slot may confirm: the restored checkpoint's position, or more.
+	if got := rec2.lastConfirmed(); got < 0x200 {
+		t.Errorf("the new life lets the slot confirm %s, want 0/200 or more", got)
+	}
 }
 
 // TestPartitionsChanged: a published partitioned root whose leaf partitions change is copied

@@ -335,11 +335,37 @@ func wantCalls(t *testing.T, rec *recorder, want ...string) {
 	}
 }
 
+// wantPhase checks e's phase, and that the state its watermark records say (the tracker's)
+// is the one the phase gives.
 func wantPhase(t *testing.T, l *loop, e change.ExportID, want phase) {
 	t.Helper()
 	if got := l.phase(e); got != want {
 		t.Fatalf("%s is %s, want %s", e, got, want)
 	}
+	for _, s := range l.trackerStatus() {
+		// An export added again holds its changes before its copy begins; its records say
+		// so from the copy's start.
+		again := want == phaseHolding && (s.State == watermark.StateRemoved || s.State == watermark.StateFailed)
+		if s.Export == e && !s.Restored && !again && s.State != want.state() {
+			t.Fatalf("%s is %s, whose records say %s; the tracker's say %s", e, want, want.state(), s.State)
+		}
+	}
+}
+
+// statusReader reads the tracker's view on the owner's goroutine.
+type statusReader struct{ reply chan []watermark.ExportStatus }
+
+func (statusReader) isEvent()       {}
+func (r statusReader) read(o *owner) { r.reply <- o.tracker.Status() }
+
+func (l *loop) trackerStatus() []watermark.ExportStatus {
+	l.start()
+	reply := make(chan []watermark.ExportStatus, 1)
+	s, err := query(context.Background(), l.o, statusReader{reply}, reply)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return s
 }
 
 // durable makes units durable and committed, as the sink does, and returns the records.

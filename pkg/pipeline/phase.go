@@ -27,29 +27,31 @@ const (
 	// phaseChunking: chunked copy; changes flow directly, chunks merge with them.
 	phaseChunking
 	phaseHydrated
-	// phaseRemoving: left the publication; routed until the stream passes the removal.
+	// phaseRemoving: left the publication while it was being copied; routed until the stream
+	// passes the removal. phaseRemovingHydrated: the same for a hydrated export.
 	phaseRemoving
 	phaseRemoved
 	phaseFailed
+	phaseRemovingHydrated
 )
 
-var phaseNames = [...]string{"", "holding", "copying", "releasing", "chunking", "hydrated", "removing", "removed", "failed"}
+var phaseNames = [...]string{"", "holding", "copying", "releasing", "chunking", "hydrated", "removing", "removed", "failed", "removing"}
 
 func (p phase) String() string { return phaseNames[p] }
 
 // known reports whether an export in phase p is routed: published and not re-added by a poll.
-func (p phase) known() bool { return p != 0 && p != phaseRemoving && p != phaseRemoved }
+func (p phase) known() bool {
+	return p != 0 && p != phaseRemoving && p != phaseRemovingHydrated && p != phaseRemoved
+}
 
 // state is what the export's watermark records say in phase p: a copy in any form is
-// hydrating; a removal is hydrated until the stream passed it, then removed. 0 for an export
-// without a phase (restored from the watermark topic and not published any more).
+// hydrating, and so is its removal until the stream passed it; then it is removed. "" for no
+// phase (an export restored from the watermark topic that was not published again).
 func (p phase) state() watermark.State {
 	switch p {
-	case phaseHolding, phaseCopying, phaseReleasing, phaseChunking:
+	case phaseHolding, phaseCopying, phaseReleasing, phaseChunking, phaseRemoving:
 		return watermark.StateHydrating
-	case phaseHydrated:
-		return watermark.StateHydrated
-	case phaseRemoving:
+	case phaseHydrated, phaseRemovingHydrated:
 		return watermark.StateHydrated
 	case phaseRemoved:
 		return watermark.StateRemoved

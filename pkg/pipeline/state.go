@@ -37,8 +37,10 @@ func compareExport(a, b change.ExportID) int {
 type ExportState struct {
 	Export change.ExportID `json:"export"`
 	Topic  string          `json:"topic"`
-	// State is the watermark record's state (hydrating, hydrated, removed, failed); Phase is
-	// where the export is in its lifecycle (chunking, copying, ...).
+	// Phase is where the export is in its life (chunking, copying, ...); State is what its
+	// watermark records say in that phase (hydrating, hydrated, removed, failed), derived from
+	// it. An export restored from the watermark topic and not published again has no phase:
+	// its State is that of its last record.
 	State watermark.State `json:"state"`
 	Phase string          `json:"phase,omitempty"`
 	// Watermark is the last watermark published (null: none yet); Position the own position.
@@ -72,7 +74,7 @@ func (o *owner) states() []ExportState {
 			st.ErrorClass = cmp.Or(o.failures[s.Export], FailureUnknown)
 		}
 		if p := o.phases[s.Export]; p != 0 {
-			st.Phase = p.String()
+			st.Phase, st.State = p.String(), p.state()
 		}
 		if s.HasWatermark {
 			w := s.Watermark
