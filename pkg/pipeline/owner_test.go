@@ -355,7 +355,7 @@ func wantPhase(t *testing.T, l *loop, e change.ExportID, want phase) {
 // statusReader reads the tracker's view on the owner's goroutine.
 type statusReader struct{ reply chan []watermark.ExportStatus }
 
-func (statusReader) isEvent()       {}
+func (statusReader) isEvent()        {}
 func (r statusReader) read(o *owner) { r.reply <- o.tracker.Status() }
 
 func (l *loop) trackerStatus() []watermark.ExportStatus {
