@@ -115,7 +115,7 @@ func command(ctx context.Context, stop *stopper, args []string, getenv func(stri
 		}
 		defer stop()
 	}
-	if err := p.Run(ctx); err != nil {
+	if err := runLives(ctx, p, log); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailed
 	}

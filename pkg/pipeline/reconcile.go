@@ -8,8 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -102,29 +100,12 @@ func (c *reconciler) reconcile(ctx context.Context, job reconcileJob, units chan
 		return err
 	}
 
-	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
-	current := make(map[string]struct{})
-	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) error {
-		if r.Offset >= job.r.Until[r.Partition] {
-			if r.Key != nil && r.Value != nil {
-				current[string(r.Key)] = struct{}{}
-			}
-			return nil
-		}
-		switch {
-		case r.Key == nil && isTruncate(r):
-			clear(alive)
-		case r.Key == nil:
-		case r.Value == nil:
-			delete(alive, string(r.Key))
-		default:
-			alive[string(r.Key)] = true
-		}
-		return nil
-	})
+	keys, err := c.sink.ScanKeys(ctx, job.r.Topic, job.r.From, job.r.Until, job.written,
+		change.Header{Key: codec.HeaderOp, Value: []byte{byte(change.OpTruncate)}})
 	if err != nil {
 		return err
 	}
+	alive, current := keys.Before, keys.After // keys live at the end of the earlier attempts' rows
 	src := codec.Source{LSN: job.r.C - 1, Snapshot: true, Attempt: job.r.Attempt}
 	var recs []change.Record
 	deleted := 0
@@ -159,13 +140,4 @@ func (c *reconciler) reconcile(ctx context.Context, job reconcileJob, units chan
 	c.log.Info("reconciled rows of earlier snapshot attempts", "export", job.export.String(), "attempt", job.r.Attempt,
 		"earlier_keys", len(alive), "deleted", deleted)
 	return nil
-}
-
-func isTruncate(r *kgo.Record) bool {
-	for _, h := range r.Headers {
-		if h.Key == codec.HeaderOp {
-			return string(h.Value) == string(change.OpTruncate)
-		}
-	}
-	return false
 }
