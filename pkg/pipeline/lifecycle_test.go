@@ -36,6 +36,10 @@ func TestLifecycleChunked(t *testing.T) {
 	}
 	wantPhase(t, lc, exA, phaseHydrated)
 	wantCalls(t, rec)
+	// What GET /exports reads without waiting for the loop: published after the commit.
+	if v := lc.o.exports(); len(v) != 1 || v[0].State != watermark.StateHydrated || v[0].Phase != "hydrated" || *v[0].Watermark != 0x200 {
+		t.Fatalf("published view %+v, want a hydrated at 0/200", v)
+	}
 
 	// A re-copy on demand: chunked again, attempt 2; refused while it runs.
 	if err := lc.resnapshot(exA); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
@@ -26,14 +27,14 @@ import (
 //	                reconciler
 //	evReconciled    reconciler    rows of earlier attempts are deleted: release the hold
 //	evResnapshot    HTTP          an operator asks for a re-copy (reply: error)
-//	evStates        HTTP          what GET /exports shows (reply: states)
 //	sink.Ack        sink          units produced, durable, committed (reply: records to write)
 //	replication.Fact replication  a relation of a table that is not exported
 //
 // Commands go to the replication stage (replicationControl: route, hold, release, remove,
 // fail, confirm), the chunker (chunkControl: copy, stop), the snapshot stage (a Request on its
 // channel), the reconciler (a job on its channel), the poller (wake) and Kafka's topics
-// (topicControl).
+// (topicControl). What GET /exports shows is published as an immutable copy (view) after
+// every change, so that reading it never waits for the loop.
 type owner struct {
 	tracker *watermark.Tracker
 	phases  map[change.ExportID]phase
@@ -57,6 +58,8 @@ type owner struct {
 	acks    chan sink.Ack
 	facts   <-chan replication.Fact
 	stopped chan struct{}
+	// view is the exports' states as of the last event that could change them.
+	view atomic.Pointer[[]ExportState]
 
 	// Queues of commands whose receivers may be busy: the owner never waits for them.
 	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
@@ -152,7 +155,6 @@ type (
 		e     change.ExportID
 		reply chan error
 	}
-	evStates struct{ reply chan []ExportState }
 )
 
 type beginReply struct {
@@ -166,7 +168,6 @@ func (evRestart) isEvent()    {}
 func (evFailed) isEvent()     {}
 func (evReconciled) isEvent() {}
 func (evResnapshot) isEvent() {}
-func (evStates) isEvent()     {}
 
 func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 	return &owner{
@@ -192,6 +193,7 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 func (o *owner) run(ctx context.Context) error {
 	defer close(o.stopped)
 	o.confirm()
+	o.publishView()
 	for {
 		var (
 			reqOut chan<- snapshot.Request
@@ -210,8 +212,12 @@ func (o *owner) run(ctx context.Context) error {
 			return ctx.Err()
 		case a := <-o.acks:
 			o.ack(a)
+			if a.Kind == sink.AckCommitted {
+				o.publishView()
+			}
 		case ev := <-o.events:
 			o.handle(ctx, ev)
+			o.publishView()
 		case f := <-o.facts:
 			if f.Kind == replication.FactUnknownRelation {
 				o.log.Debug("relation message for a table that is not exported", "export", f.Export.String())
@@ -262,8 +268,6 @@ func (o *owner) handle(ctx context.Context, ev event) {
 		o.repl.CopyDone(ev.e)
 	case evResnapshot:
 		ev.reply <- o.resnapshot(ev.e)
-	case evStates:
-		ev.reply <- o.states()
 	default:
 		// Tests read the owner's state on its goroutine with events of their own.
 		if r, ok := ev.(interface{ read(*owner) }); ok {
@@ -282,6 +286,21 @@ func (o *owner) ack(a sink.Ack) {
 	case sink.AckCommitted:
 		o.committed()
 	}
+}
+
+// publishView publishes the exports' states for readers on other goroutines (exports).
+func (o *owner) publishView() {
+	v := o.states()
+	o.view.Store(&v)
+}
+
+// exports returns the exports' states as of the last event that could change them: from any
+// goroutine, without waiting for the loop.
+func (o *owner) exports() []ExportState {
+	if v := o.view.Load(); v != nil {
+		return *v
+	}
+	return nil
 }
 
 // confirm tells the replication stage what the slot may confirm, when it changed.

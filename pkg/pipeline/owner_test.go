@@ -238,7 +238,7 @@ func (l *loop) Failed(e change.ExportID, err error) {
 }
 
 // sync returns once the owner handled every event sent before.
-func (l *loop) sync() { l.states() }
+func (l *loop) sync() { l.phase(change.ExportID{}) }
 
 func (l *loop) resnapshot(e change.ExportID) error {
 	l.start()
@@ -250,15 +250,22 @@ func (l *loop) resnapshot(e change.ExportID) error {
 	return err
 }
 
+// states is what GET /exports shows once the owner handled every event sent before.
 func (l *loop) states() []ExportState {
 	l.start()
 	reply := make(chan []ExportState, 1)
-	s, err := query(context.Background(), l.o, evStates{reply: reply}, reply)
+	s, err := query(context.Background(), l.o, statesReader{reply}, reply)
 	if err != nil {
 		l.t.Fatal(err)
 	}
 	return s
 }
+
+// statesReader reads what the owner publishes, on its goroutine.
+type statesReader struct{ reply chan []ExportState }
+
+func (statesReader) isEvent()        {}
+func (r statesReader) read(o *owner) { r.reply <- o.states() }
 
 // ask sends an ack as the sink does and returns the records of the reply.
 func (l *loop) ask(a sink.Ack) []change.Record {

@@ -80,12 +80,8 @@ type running struct {
 	streaming func() bool
 }
 
-// states asks the owner for every export's state (nil once it stopped).
-func (r *running) states() []ExportState {
-	reply := make(chan []ExportState, 1)
-	out, _ := query(context.Background(), r.owner, evStates{reply: reply}, reply)
-	return out
-}
+// states returns every export's state as the owner last published it.
+func (r *running) states() []ExportState { return r.owner.exports() }
 
 // Exports returns each export's state now (nil while the pipeline is not running).
 func (p *Pipeline) Exports() []ExportState {
