@@ -130,11 +130,8 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 		o.tracker.Holding(e)
 		o.phases[e] = phaseHolding
 	}
-	if err := o.repl.Detect(ctx, copies); err != nil {
-		return err
-	}
-	o.log.Info("hydrating tables", "exports", fmt.Sprint(copies))
-	o.requestQ = append(o.requestQ, snapshot.Request{Exports: copies})
+	// The snapshot is requested once the replication stage holds them.
+	o.detecting = append(o.detecting, detectWait{applied: o.repl.Detect(copies), req: snapshot.Request{Exports: copies}})
 	return nil
 }
 
@@ -214,9 +211,7 @@ func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.
 		attempt := o.tracker.StartChunked(e, topic, 0, o.topics.EndOffsets(topic), time.Now())
 		o.phases[e] = phaseChunking
 		o.copiedAs(e, defs[e])
-		if err := o.repl.StartChunking(ctx, e); err != nil {
-			return nil, err
-		}
+		o.repl.StartChunking(e)
 		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
 		o.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
 	}
@@ -251,21 +246,26 @@ func (o *owner) resnapshot(e change.ExportID) error {
 
 // Snapshot stage (copy strategy).
 
-// begin records the start of a snapshot attempt for each table and tells the replication
-// stage the consistent point.
-func (o *owner) begin(ctx context.Context, lsn change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
-	specs := make([]sink.TopicSpec, 0, len(tables))
-	exports := make([]change.ExportID, 0, len(tables))
-	for _, t := range tables {
+// begin handles the start of a snapshot at its consistent point: the tables' topics must exist,
+// then the replication stage learns the consistent point; once it applied it, begun records the
+// attempts and the snapshot stage gets them (run). An error is the answer at once.
+func (o *owner) begin(ctx context.Context, ev evBegin) error {
+	specs := make([]sink.TopicSpec, 0, len(ev.tables))
+	exports := make([]change.ExportID, 0, len(ev.tables))
+	for _, t := range ev.tables {
 		specs = append(specs, sink.TopicSpec{Name: o.topic(t.Table.Export), Compact: len(t.Table.KeyColumns()) > 0})
 		exports = append(exports, t.Table.Export)
 	}
 	if err := o.topics.EnsureTopics(ctx, specs); err != nil {
-		return nil, err
+		return err
 	}
-	if err := o.repl.SetConsistentPoint(ctx, exports, lsn); err != nil {
-		return nil, err
-	}
+	o.beginning = append(o.beginning, beginWait{set: o.repl.SetConsistentPoint(exports, ev.c), ev: ev})
+	return nil
+}
+
+// begun records the start of a snapshot attempt at consistent point lsn for each table and
+// returns the attempt numbers.
+func (o *owner) begun(lsn change.LSN, tables []snapshot.TableInfo) map[change.ExportID]int {
 	now := time.Now()
 	attempts := make(map[change.ExportID]int, len(tables))
 	for _, t := range tables {
@@ -276,7 +276,7 @@ func (o *owner) begin(ctx context.Context, lsn change.LSN, tables []snapshot.Tab
 		o.copiedAs(e, t.Table.Published)
 		o.log.Info("snapshot started", "export", e.String(), "consistent_point", lsn.String(), "attempt", attempts[e], "estimated_rows", t.EstimatedRows)
 	}
-	return attempts, nil
+	return attempts
 }
 
 // restart: the table was rewritten during its copy, or its request failed; hold its changes

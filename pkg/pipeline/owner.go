@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 
@@ -63,10 +64,14 @@ type owner struct {
 
 	// Queues of commands whose receivers may be busy: the owner never waits for them.
 	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
-	requests     chan snapshot.Request
-	requestQ     []snapshot.Request
-	reconciles   chan reconcileJob
-	reconcileQ   []reconcileJob
+	requests   chan snapshot.Request
+	requestQ   []snapshot.Request
+	reconciles chan reconcileJob
+	reconcileQ []reconcileJob
+	// Commands the replication stage applies in order: detecting waits for Detect before the
+	// snapshot is requested, beginning for SetConsistentPoint before a Begin is answered.
+	detecting    []detectWait
+	beginning    []beginWait
 	wake         chan struct{}
 	lastConfirm  change.LSN
 	hasConfirmed bool
@@ -94,13 +99,13 @@ type (
 	replicationControl interface {
 		Resume(positions map[change.ExportID]change.LSN)
 		ResumeChunking(e change.ExportID, position change.LSN)
-		Detect(ctx context.Context, exports []change.ExportID) error
-		SetConsistentPoint(ctx context.Context, exports []change.ExportID, c change.LSN) error
+		Detect(exports []change.ExportID) <-chan struct{}
+		SetConsistentPoint(exports []change.ExportID, c change.LSN) <-chan error
 		CopyDone(e change.ExportID)
 		Remove(e change.ExportID, at change.LSN)
 		Fail(e change.ExportID)
 		Restart(e change.ExportID)
-		StartChunking(ctx context.Context, e change.ExportID) error
+		StartChunking(e change.ExportID)
 		Confirm(lsn change.LSN)
 	}
 	chunkControl interface {
@@ -157,6 +162,17 @@ type (
 	}
 )
 
+type (
+	detectWait struct {
+		applied <-chan struct{}
+		req     snapshot.Request
+	}
+	beginWait struct {
+		set <-chan error
+		ev  evBegin
+	}
+)
+
 type beginReply struct {
 	attempts map[change.ExportID]int
 	err      error
@@ -187,9 +203,10 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 	}
 }
 
-// run serves events until ctx ends; commands that wait for a stage (Detect, SetConsistentPoint,
-// StartChunking, EnsureTopics) wait within ctx. It returns ctx's error. Afterwards drain serves
-// the sink alone until it has stopped.
+// run serves events until ctx ends, and returns ctx's error. It never waits for a stage that may
+// wait for it: commands are queued (requests, reconcile jobs) or posted (the replication
+// stage's, whose outcome it selects on); it waits only for the catalog reads of a poll and for
+// Kafka to create topics. Afterwards drain serves the sink alone until it has stopped.
 func (o *owner) run(ctx context.Context) error {
 	defer close(o.stopped)
 	o.confirm()
@@ -206,6 +223,16 @@ func (o *owner) run(ctx context.Context) error {
 		}
 		if len(o.reconcileQ) > 0 {
 			jobOut, job = o.reconciles, o.reconcileQ[0]
+		}
+		var (
+			detected <-chan struct{}
+			pointSet <-chan error
+		)
+		if len(o.detecting) > 0 {
+			detected = o.detecting[0].applied
+		}
+		if len(o.beginning) > 0 {
+			pointSet = o.beginning[0].set
 		}
 		select {
 		case <-ctx.Done():
@@ -227,6 +254,20 @@ func (o *owner) run(ctx context.Context) error {
 			o.requestQ = o.requestQ[1:]
 		case jobOut <- job:
 			o.reconcileQ = o.reconcileQ[1:]
+		case <-detected:
+			w := o.detecting[0]
+			o.detecting = o.detecting[1:]
+			o.log.Info("hydrating tables", "exports", fmt.Sprint(w.req.Exports))
+			o.requestQ = append(o.requestQ, w.req)
+		case err := <-pointSet:
+			w := o.beginning[0]
+			o.beginning = o.beginning[1:]
+			var attempts map[change.ExportID]int
+			if err == nil {
+				attempts = o.begun(w.ev.c, w.ev.tables)
+			}
+			w.ev.reply <- beginReply{attempts, err}
+			o.publishView()
 		}
 		o.confirm()
 	}
@@ -258,8 +299,9 @@ func (o *owner) handle(ctx context.Context, ev event) {
 		}
 		ev.done <- err
 	case evBegin:
-		attempts, err := o.begin(ctx, ev.c, ev.tables)
-		ev.reply <- beginReply{attempts, err}
+		if err := o.begin(ctx, ev); err != nil {
+			ev.reply <- beginReply{nil, err}
+		}
 	case evRestart:
 		o.restart(ev.e, ev.reason)
 	case evFailed:

@@ -52,22 +52,23 @@ func (f fakeRepl) Resume(positions map[change.ExportID]change.LSN) {
 func (f fakeRepl) ResumeChunking(e change.ExportID, p change.LSN) {
 	f.add("resume-chunking %s %s", e, p)
 }
-func (f fakeRepl) Detect(_ context.Context, es []change.ExportID) error {
+func (f fakeRepl) Detect(es []change.ExportID) <-chan struct{} {
 	f.add("detect %v", es)
-	return nil
+	done := make(chan struct{})
+	close(done)
+	return done
 }
-func (f fakeRepl) SetConsistentPoint(_ context.Context, es []change.ExportID, c change.LSN) error {
+func (f fakeRepl) SetConsistentPoint(es []change.ExportID, c change.LSN) <-chan error {
 	f.add("consistent-point %v %s", es, c)
-	return nil
+	done := make(chan error, 1)
+	done <- nil
+	return done
 }
 func (f fakeRepl) CopyDone(e change.ExportID)              { f.add("copy-done %s", e) }
 func (f fakeRepl) Remove(e change.ExportID, at change.LSN) { f.add("remove %s %s", e, at) }
 func (f fakeRepl) Fail(e change.ExportID)                  { f.add("fail %s", e) }
 func (f fakeRepl) Restart(e change.ExportID)               { f.add("restart %s", e) }
-func (f fakeRepl) StartChunking(_ context.Context, e change.ExportID) error {
-	f.add("start-chunking %s", e)
-	return nil
-}
+func (f fakeRepl) StartChunking(e change.ExportID)         { f.add("start-chunking %s", e) }
 func (f fakeRepl) Confirm(lsn change.LSN) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -24,9 +24,7 @@ func TestPublicationDefinitionChanged(t *testing.T) {
 	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated // resumed: copied with a definition not known
 	// b's copy began under eu (copy strategy).
-	if _, err := lc.begin(t.Context(), 0x100, []snapshot.TableInfo{{Table: &change.Table{Export: exB, Published: eu}}}); err != nil {
-		t.Fatal(err)
-	}
+	lc.begun(0x100, []snapshot.TableInfo{{Table: &change.Table{Export: exB, Published: eu}}})
 
 	lc.publicationDefinitions(map[change.ExportID]change.PublishedAs{exA: eu, exB: eu})
 	if len(lc.pending) != 0 || digest(lc.definitions[exA]) != eu.Digest() {

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"context"
 	"slices"
 
 	"github.com/jackc/pglogrepl"
@@ -75,10 +74,10 @@ func (s *Stage) CopyComplete(e change.ExportID, total int) {
 }
 
 // StartChunking makes e's changes flow to its topic from now on, for a chunked copy of it (a
-// new export, or a re-copy of a hydrated one, which keeps its replay filter). It returns once
-// the stream goroutine applied it.
-func (s *Stage) StartChunking(ctx context.Context, e change.ExportID) error {
-	return s.call(ctx, func(st *streamState) { st.startChunking(e, 0) })
+// new export, or a re-copy of a hydrated one, which keeps its replay filter). It does not
+// block: it is applied before anything queued after it, such as the windows of e's chunks.
+func (s *Stage) StartChunking(e change.ExportID) {
+	s.post(func(st *streamState) { st.startChunking(e, 0) })
 }
 
 // ResumeChunking registers an export whose chunked copy resumes after a restart, like Resume:

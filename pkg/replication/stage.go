@@ -212,21 +212,23 @@ func (s *Stage) Resume(positions map[change.ExportID]change.LSN) {
 	}
 }
 
-// Detect starts holding e's changes, before its snapshot exists. It returns once the stream
-// goroutine applied it, so a snapshot started afterwards sees every change it does not hold.
-func (s *Stage) Detect(ctx context.Context, exports []change.ExportID) error {
-	return s.call(ctx, func(st *streamState) { st.detect(exports) })
+// Detect starts holding exports' changes, before their snapshot exists. It does not block: the
+// returned channel is closed once the stream goroutine applied it, so a snapshot started
+// afterwards sees every change it does not hold.
+func (s *Stage) Detect(exports []change.ExportID) <-chan struct{} {
+	done := make(chan struct{})
+	s.post(func(st *streamState) { st.detect(exports); close(done) })
+	return done
 }
 
 // SetConsistentPoint records the consistent point of exports' snapshot: held changes below it
-// are dropped, later ones kept. An error means some export's held changes could not be kept
-// whole: its snapshot must be restarted (it holds everything until then).
-func (s *Stage) SetConsistentPoint(ctx context.Context, exports []change.ExportID, c change.LSN) error {
-	var err error
-	if cerr := s.call(ctx, func(st *streamState) { err = st.setConsistentPoint(exports, c) }); cerr != nil {
-		return cerr
-	}
-	return err
+// are dropped, later ones kept. It does not block: the outcome arrives on the returned channel
+// once the stream goroutine applied it. An error means some export's held changes could not be
+// kept whole: its snapshot must be restarted (it holds everything until then).
+func (s *Stage) SetConsistentPoint(exports []change.ExportID, c change.LSN) <-chan error {
+	done := make(chan error, 1)
+	s.post(func(st *streamState) { done <- st.setConsistentPoint(exports, c) })
+	return done
 }
 
 // CopyDone says e's copy is durable in Kafka: its hold buffer is released once the stream has
@@ -251,19 +253,8 @@ func (s *Stage) Restart(e change.ExportID) {
 	s.post(func(st *streamState) { st.restartHold(e) })
 }
 
-func (s *Stage) call(ctx context.Context, fn func(*streamState)) error {
-	done := make(chan struct{})
-	s.post(func(st *streamState) { fn(st); close(done) })
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // post queues a control function without blocking the caller (sink callbacks must not block).
-// Functions run in the order they were queued, those of call included.
+// Functions run in the order they were queued.
 func (s *Stage) post(fn func(*streamState)) {
 	s.ctrlMu.Lock()
 	s.ctrlQ = append(s.ctrlQ, fn)
