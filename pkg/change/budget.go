@@ -2,7 +2,6 @@ package change
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 )
 
@@ -12,8 +11,7 @@ import (
 // the unit last gives it back with Claim.Return (the sink once the unit is durable, or the
 // stage that drops it). Nothing is called back: the budget is a value every holder shares.
 type Budget struct {
-	mu    sync.Mutex
-	used  int64
+	used  atomic.Int64
 	limit int64
 	// freed (capacity 1) is signalled when something comes back.
 	freed chan struct{}
@@ -27,19 +25,25 @@ func NewBudget(limit int64) *Budget {
 // Take takes n if it fits, or if nothing is taken (a unit larger than the whole budget goes
 // alone), and returns the claim; nil when it does not fit now (wait for Freed, then try again).
 func (b *Budget) Take(n int64) *Claim {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.used > 0 && b.used+n > b.limit {
-		return nil
+	for {
+		used := b.used.Load()
+		if used > 0 && used+n > b.limit {
+			return nil
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return &Claim{b: b, n: n}
+		}
 	}
-	b.used += n
-	return &Claim{b: b, n: n}
 }
 
 // Acquire takes n, waiting until it fits or ctx ends.
 func (b *Budget) Acquire(ctx context.Context, n int64) (*Claim, error) {
 	for {
 		if c := b.Take(n); c != nil {
+			if b.used.Load() < b.limit {
+				// Returns coalesce into one signal: pass it on to the next waiter.
+				b.signal()
+			}
 			return c, nil
 		}
 		select {
@@ -54,16 +58,14 @@ func (b *Budget) Acquire(ctx context.Context, n int64) (*Claim, error) {
 func (b *Budget) Freed() <-chan struct{} { return b.freed }
 
 // InUse returns what is taken and not given back.
-func (b *Budget) InUse() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.used
-}
+func (b *Budget) InUse() int64 { return b.used.Load() }
 
 func (b *Budget) give(n int64) {
-	b.mu.Lock()
-	b.used -= n
-	b.mu.Unlock()
+	b.used.Add(-n)
+	b.signal()
+}
+
+func (b *Budget) signal() {
 	select {
 	case b.freed <- struct{}{}:
 	default:
