@@ -81,7 +81,7 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 	}
 	// After Due: the records above carry every state transition up to this point, so the
 	// checkpoint applies to exactly the exports they (or earlier records) say follow the stream.
-	// (In exactly-once mode Carry wrote it already, into the same transaction.)
+	// (In exactly-once mode carry wrote it already, into the same transaction.)
 	if lsn, ok := o.tracker.Checkpoint(); ok {
 		out = o.appendCheckpoint(out, lsn, o.partial, now)
 	} else if pieces && o.partial != nil && o.cfg.Delivery == AtLeastOnce {
@@ -95,7 +95,7 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 }
 
 // carry returns the checkpoint of an exactly-once transaction, produced with its units: the end
-// of its last stream unit. Durable, called before the same transaction commits, adds the
+// of its last stream unit. durable, run before the same transaction commits, adds the
 // watermark records of every state transition, so the checkpoint covers the same exports as if
 // it were written after them.
 //
