@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,5 +92,50 @@ func TestClaimsReturnedWhenDurable(t *testing.T) {
 	}
 	if seen != len(units) || budget.InUse() != 0 {
 		t.Fatalf("%d units durable, %d in use; want %d and 0", seen, budget.InUse(), len(units))
+	}
+}
+
+// TestScanKeys (kfake): the keys alive before the cut (tombstones and truncates kill them) and
+// the keys with a value after it.
+func TestScanKeys(t *testing.T) {
+	env := newFakeEnv(t)
+	topic := env.topic("keys")
+	s := env.newSink(t, env.config(t, ExactlyOnce))
+	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatal(err)
+	}
+	op := func(v string) []change.Header { return []change.Header{{Key: "op", Value: []byte(v)}} }
+	rec := func(key, value string, h []change.Header) change.Record {
+		r := change.Record{Topic: topic, Partition: 0, Headers: h}
+		if key != "" {
+			r.Key = []byte(key)
+		}
+		if value != "" {
+			r.Value = []byte(value)
+		}
+		return r
+	}
+	run := func(units ...*change.Unit) {
+		t.Helper()
+		in := make(chan *change.Unit, len(units))
+		for _, u := range units {
+			in <- u
+		}
+		close(in)
+		if err := runSink(t, s, in, newFakeProgress(nil))(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(&change.Unit{Kind: change.KindTxn, End: 1, Records: []change.Record{rec("gone", "v", op("c")), rec("kept", "v", op("c"))}},
+		&change.Unit{Kind: change.KindTxn, End: 2, Records: []change.Record{rec("", "t", op("t")), rec("late", "v", op("c")), rec("dead", "v", op("c")), rec("dead", "", nil)}})
+	cut := s.EndOffsets(topic)
+	run(&change.Unit{Kind: change.KindSnapshot, Records: []change.Record{rec("late", "v", op("r")), rec("new", "v", op("r")), rec("gone2", "", nil)}})
+	k, err := s.ScanKeys(t.Context(), topic, nil, cut, s.EndOffsets(topic), change.Header{Key: "op", Value: []byte("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := slices.Sorted(maps.Keys(k.Before)), slices.Sorted(maps.Keys(k.After))
+	if !slices.Equal(before, []string{"late"}) || !slices.Equal(after, []string{"late", "new"}) {
+		t.Fatalf("before the cut %v, after %v; want [late] and [late new]", before, after)
 	}
 }
