@@ -250,3 +250,51 @@ func TestPartitionsChanged(t *testing.T) {
 		t.Fatalf("reconcileNext of a kept after its copy started")
 	}
 }
+
+// TestOwnerNeverWaitsForReplication: while the replication stage has not applied Detect or
+// SetConsistentPoint (it is reconnecting, or busy), the owner goes on answering the sink; the
+// snapshot is requested once the changes are held, and Begin is answered once the consistent
+// point is set.
+func TestOwnerNeverWaitsForReplication(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := startTestOwner(t, StrategyCopy, nil)
+	rec.detected, rec.pointSet = make(chan struct{}), make(chan error, 1)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.a]")
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100})
+	select {
+	case r := <-lc.o.requests:
+		t.Fatalf("snapshot requested (%v) before the replication stage holds the changes", r.Exports)
+	default:
+	}
+	close(rec.detected)
+	if req := lc.request(); !slices.Equal(req.Exports, []change.ExportID{exA}) {
+		t.Fatalf("request %v", req.Exports)
+	}
+
+	begun := make(chan map[change.ExportID]int, 1)
+	go func() {
+		a, err := lc.Begin(ctx, 0x200, []snapshot.TableInfo{{Table: &change.Table{Export: exA}}})
+		if err != nil {
+			t.Error(err)
+		}
+		begun <- a
+	}()
+	for len(rec.take()) == 0 { // the owner asked for the consistent point
+		durable(lc)
+	}
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x180})
+	wantPhase(t, lc, exA, phaseHolding)
+	select {
+	case a := <-begun:
+		t.Fatalf("Begin answered (%v) before the consistent point was set", a)
+	default:
+	}
+	rec.pointSet <- nil
+	if a := <-begun; a[exA] != 1 {
+		t.Fatalf("attempts %v, want a's first", a)
+	}
+	wantPhase(t, lc, exA, phaseCopying)
+}

@@ -25,6 +25,10 @@ type recorder struct {
 	calls []string
 	// confirmed is the last position the owner told the replication stage to confirm.
 	confirmed change.LSN
+	// detected and pointSet, when set, stand for a replication stage that has not applied
+	// Detect or SetConsistentPoint yet: they answer when the test says.
+	detected chan struct{}
+	pointSet chan error
 }
 
 func (r *recorder) add(format string, args ...any) {
@@ -54,12 +58,18 @@ func (f fakeRepl) ResumeChunking(e change.ExportID, p change.LSN) {
 }
 func (f fakeRepl) Detect(es []change.ExportID) <-chan struct{} {
 	f.add("detect %v", es)
+	if f.detected != nil {
+		return f.detected
+	}
 	done := make(chan struct{})
 	close(done)
 	return done
 }
 func (f fakeRepl) SetConsistentPoint(es []change.ExportID, c change.LSN) <-chan error {
 	f.add("consistent-point %v %s", es, c)
+	if f.pointSet != nil {
+		return f.pointSet
+	}
 	done := make(chan error, 1)
 	done <- nil
 	return done
