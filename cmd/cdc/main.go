@@ -120,7 +120,7 @@ func command(ctx context.Context, stop *stopper, args []string, getenv func(stri
 		go func() { defer close(sampled); board.run(bctx) }()
 		defer func() { cancel(); <-sampled }()
 	}
-	if err := p.Run(ctx); err != nil {
+	if err := runLives(ctx, p, log); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailed
 	}

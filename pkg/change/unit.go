@@ -100,9 +100,10 @@ type Unit struct {
 	Records []Record
 	Err     string // KindFailed
 	Chunk   *Chunk // KindChunk
-	// Release, when set, is called once the sink made the unit durable (a chunk's memory slot,
-	// a piece's share of the replication stage's budget).
-	Release func()
+	// Claim, when set, is the unit's share of its stage's Budget (a chunk's memory slot, a
+	// transaction's bytes in flight): the sink returns it once the unit is durable, a stage
+	// that drops the unit returns it then.
+	Claim *Claim
 	// Piece, on a KindTxn unit, makes it one piece of a transaction too large to hand over
 	// whole (see Piece); nil for a whole transaction.
 	Piece *Piece

@@ -1,176 +1,18 @@
 package pipeline
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/pgcat"
-	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// The lifecycle owner's tests: the stages are fakes that record the commands they get.
-
-type recorder struct{ calls []string }
-
-func (r *recorder) add(format string, args ...any) {
-	r.calls = append(r.calls, fmt.Sprintf(format, args...))
-}
-
-// take returns the calls so far and forgets them.
-func (r *recorder) take() []string {
-	c := r.calls
-	r.calls = nil
-	return c
-}
-
-type fakeRepl struct{ *recorder }
-
-func (f fakeRepl) Resume(positions map[change.ExportID]change.LSN) {
-	for _, e := range sortedExports(positions) {
-		f.add("resume %s %s", e, positions[e])
-	}
-}
-func (f fakeRepl) ResumeChunking(e change.ExportID, p change.LSN) {
-	f.add("resume-chunking %s %s", e, p)
-}
-func (f fakeRepl) Detect(_ context.Context, es []change.ExportID) error {
-	f.add("detect %v", es)
-	return nil
-}
-func (f fakeRepl) SetConsistentPoint(_ context.Context, es []change.ExportID, c change.LSN) error {
-	f.add("consistent-point %v %s", es, c)
-	return nil
-}
-func (f fakeRepl) CopyDone(e change.ExportID)              { f.add("copy-done %s", e) }
-func (f fakeRepl) Remove(e change.ExportID, at change.LSN) { f.add("remove %s %s", e, at) }
-func (f fakeRepl) Fail(e change.ExportID)                  { f.add("fail %s", e) }
-func (f fakeRepl) Restart(e change.ExportID)               { f.add("restart %s", e) }
-func (f fakeRepl) StartChunking(_ context.Context, e change.ExportID) error {
-	f.add("start-chunking %s", e)
-	return nil
-}
-func (f fakeRepl) OpenWindow(id uint64, e change.ExportID, seq int) {
-	f.add("open-window %d %s %d", id, e, seq)
-}
-func (f fakeRepl) ChunkRead(id uint64, _ *change.Unit, _ func()) { f.add("chunk-read %d", id) }
-func (f fakeRepl) AbandonWindow(id uint64)                       { f.add("abandon-window %d", id) }
-func (f fakeRepl) CopyComplete(e change.ExportID, total int)     { f.add("copy-complete %s %d", e, total) }
-
-type fakeChunks struct{ *recorder }
-
-func (f fakeChunks) Add(j snapshot.ChunkJob) {
-	f.add("chunk-job %s attempt %d after %v", j.Export, j.Attempt, j.ResumeAfter)
-}
-func (f fakeChunks) Stop(e change.ExportID) { f.add("chunk-stop %s", e) }
-
-type fakeTopics struct{ *recorder }
-
-func (f fakeTopics) EnsureTopics(_ context.Context, specs []sink.TopicSpec) error {
-	for _, s := range specs {
-		f.add("topic %s compact=%v", s.Name, s.Compact)
-	}
-	return nil
-}
-func (f fakeTopics) EndOffsets(string) map[int32]int64 { return map[int32]int64{0: 0} }
-
-// fakeCatalog: tables named "keyless..." have no key; "gone..." do not exist; "unlisted..."
-// are refused (a column list without the key).
-type fakeCatalog struct{ wal change.LSN }
-
-func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
-	switch {
-	case strings.HasPrefix(e.Table, "gone"):
-		return nil, pgcat.ErrTableNotFound
-	case strings.HasPrefix(e.Table, "unlisted"):
-		return nil, fmt.Errorf("load key of %s: %w: the column list leaves out the key", e, pgcat.ErrUnsupportedTable)
-	case strings.HasPrefix(e.Table, "keyless"):
-		return &change.Table{Export: e, Columns: []change.Column{{Name: "v"}}}, nil
-	}
-	return &change.Table{Export: e, Columns: []change.Column{{Name: "id", Key: true}, {Name: "v"}}}, nil
-}
-func (c fakeCatalog) CurrentWAL(context.Context) (change.LSN, error) { return c.wal, nil }
-
-var (
-	exA       = change.ExportID{Schema: "public", Table: "a"}
-	exB       = change.ExportID{Schema: "public", Table: "b"}
-	exKeyless = change.ExportID{Schema: "public", Table: "keyless"}
-)
-
-func newTestLifecycle(t *testing.T, strategy SnapshotStrategy, values [][]byte) (*lifecycle, *recorder) {
-	t.Helper()
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", SnapshotStrategy: strategy}
-	tr := watermark.NewTracker(watermark.Options{})
-	recs, cp, err := watermark.DecodeTopic(values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Restore(recs)
-	if cp != nil {
-		tr.RestoreCheckpoint(cp.Position)
-	}
-	lc := newLifecycle(cfg, tr, slog.New(slog.DiscardHandler))
-	rec := &recorder{}
-	lc.repl, lc.chunks, lc.topics = fakeRepl{rec}, fakeChunks{rec}, fakeTopics{rec}
-	return lc, rec
-}
-
-func set(es ...change.ExportID) map[change.ExportID]struct{} {
-	m := map[change.ExportID]struct{}{}
-	for _, e := range es {
-		m[e] = struct{}{}
-	}
-	return m
-}
-
-func wantCalls(t *testing.T, rec *recorder, want ...string) {
-	t.Helper()
-	if got := rec.take(); !slices.Equal(got, want) {
-		t.Fatalf("commands:\n got %q\nwant %q", got, want)
-	}
-}
-
-func wantPhase(t *testing.T, lc *lifecycle, e change.ExportID, want phase) {
-	t.Helper()
-	if got := lc.phase(e); got != want {
-		t.Fatalf("%s is %s, want %s", e, got, want)
-	}
-}
-
-// durable makes units durable and committed, as the sink does, and returns the records.
-func durable(lc *lifecycle, units ...*change.Unit) map[change.ExportID]watermark.Record {
-	out := map[change.ExportID]watermark.Record{}
-	for _, r := range lc.Durable(units, nil) {
-		if v, err := watermark.Decode(r.Value); err == nil {
-			out[v.Export] = v
-		}
-	}
-	lc.Committed()
-	return out
-}
-
-// history collects every record and the last checkpoint a lifecycle made durable: what a
-// restart reads back (watermark.DecodeTopic).
-type history struct {
-	values [][]byte
-}
-
-func (h *history) durable(lc *lifecycle, units ...*change.Unit) {
-	for _, r := range lc.Durable(units, nil) {
-		h.values = append(h.values, r.Value)
-	}
-	lc.Committed()
-}
-
 func TestLifecycleChunked(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +24,6 @@ func TestLifecycleChunked(t *testing.T) {
 	}
 	wantCalls(t, rec)
 
-	lc.CopyComplete(exA, 2)
-	wantCalls(t, rec, "copy-complete public.a 2")
 	chunk := &change.Unit{Kind: change.KindChunk, Export: exA, Chunk: &change.Chunk{Seq: 0, Range: change.KeyRange{To: []string{"9"}}, Read: 5}}
 	recs := durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100}, chunk)
 	if r := recs[exA]; r.State != watermark.StateHydrating || r.Snapshot.ChunksDone != 1 {
@@ -196,6 +36,10 @@ func TestLifecycleChunked(t *testing.T) {
 	}
 	wantPhase(t, lc, exA, phaseHydrated)
 	wantCalls(t, rec)
+	// What GET /exports reads without waiting for the loop: published after the commit.
+	if v := lc.o.exports(); len(v) != 1 || v[0].State != watermark.StateHydrated || v[0].Phase != "hydrated" || *v[0].Watermark != 0x200 {
+		t.Fatalf("published view %+v, want a hydrated at 0/200", v)
+	}
 
 	// A re-copy on demand: chunked again, attempt 2; refused while it runs.
 	if err := lc.resnapshot(exA); err != nil {
@@ -215,14 +59,14 @@ func TestLifecycleChunked(t *testing.T) {
 
 func TestLifecycleCopy(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	// Keyless: the copy strategy whatever the setting.
 	if err := lc.published(ctx, fakeCatalog{}, set(exKeyless)); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "detect [public.keyless]")
 	wantPhase(t, lc, exKeyless, phaseHolding)
-	if req := <-lc.requests; !slices.Equal(req.Exports, []change.ExportID{exKeyless}) {
+	if req := lc.request(); !slices.Equal(req.Exports, []change.ExportID{exKeyless}) {
 		t.Fatalf("request %v", req)
 	}
 	info := []snapshot.TableInfo{{Table: &change.Table{Export: exKeyless}, EstimatedRows: 10}}
@@ -241,7 +85,7 @@ func TestLifecycleCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "detect [public.keyless]")
-	<-lc.requests
+	lc.request()
 	if _, err := lc.Begin(ctx, 0x400, info); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +102,7 @@ func TestLifecycleCopy(t *testing.T) {
 
 func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +116,7 @@ func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec, "chunk-stop public.a", "remove public.a 0/900")
-	wantPhase(t, lc, exA, phaseRemoving)
+	wantPhase(t, lc, exA, phaseRemoving) // being copied: its records say hydrating until the removal passed
 	durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exA, End: 0x900})
 	wantPhase(t, lc, exA, phaseRemoved)
 	// Added again: its topic holds rows of its earlier life, so it takes a copy, which
@@ -297,14 +141,17 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	exRel := change.ExportID{Schema: "public", Table: "keyless_releasing"}
 	exR := change.ExportID{Schema: "public", Table: "removed"}
 	exF := change.ExportID{Schema: "public", Table: "failed"}
-	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF}
+	// Left the publication, the stream not past the removal yet: hydrated, and being copied.
+	exRmH := change.ExportID{Schema: "public", Table: "removing_hydrated"}
+	exRmC := change.ExportID{Schema: "public", Table: "removing_chunking"}
+	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF, exRmH, exRmC}
 
-	lc, rec := newTestLifecycle(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, StrategyChunked, nil)
 	var h history
 	if err := lc.published(ctx, fakeCatalog{}, set(all...)); err != nil {
 		t.Fatal(err)
 	}
-	<-lc.requests
+	lc.request()
 	var infos []snapshot.TableInfo
 	for _, e := range []change.ExportID{exCopy, exRel} {
 		infos = append(infos, snapshot.TableInfo{Table: &change.Table{Export: e}})
@@ -318,6 +165,8 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		&change.Unit{Kind: change.KindChunk, Export: exC, Chunk: &change.Chunk{Read: 7, Range: change.KeyRange{To: []string{"42"}}}},
 		&change.Unit{Kind: change.KindChunk, Export: exR, Chunk: &change.Chunk{Read: 1}},
 		&change.Unit{Kind: change.KindHydrated, Export: exR, End: 0x150},
+		&change.Unit{Kind: change.KindChunk, Export: exRmH, Chunk: &change.Chunk{Read: 1}},
+		&change.Unit{Kind: change.KindHydrated, Export: exRmH, End: 0x150},
 		&change.Unit{Kind: change.KindSnapshotDone, Export: exRel})
 	lc.Failed(exF, fmt.Errorf("boom"))
 	if err := lc.published(ctx, fakeCatalog{wal: 0x180}, set(exH, exC, exCopy, exHold, exRel, exF)); err != nil {
@@ -325,13 +174,14 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	}
 	h.durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exR, End: 0x180}, &change.Unit{Kind: change.KindProgress, End: 0x200})
 	for e, want := range map[change.ExportID]phase{exH: phaseHydrated, exC: phaseChunking, exCopy: phaseCopying,
-		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed} {
+		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed,
+		exRmH: phaseRemovingHydrated, exRmC: phaseRemoving} {
 		wantPhase(t, lc, e, want)
 	}
 	rec.take()
 
 	// The crash; a new life reads the records back.
-	lc2, rec2 := newTestLifecycle(t, StrategyChunked, h.values)
+	lc2, rec2 := startTestOwner(t, StrategyChunked, h.values)
 	published := set(exH, exC, exCopy, exHold, exRel, exF)
 	if err := lc2.resume(ctx, fakeCatalog{}, published, 0x200); err != nil {
 		t.Fatal(err)
@@ -348,18 +198,30 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, rec2, "detect [public.failed public.keyless_copying public.keyless_holding public.keyless_releasing]")
-	req := <-lc2.requests
+	req := lc2.request()
 	if len(req.Exports) != 4 {
 		t.Fatalf("request %v", req.Exports)
 	}
 	wantPhase(t, lc2, exR, 0)
 	wantPhase(t, lc2, exH, phaseHydrated)
+	// Removed while stopped, as far as the new life knows: final records, no routes.
+	wantPhase(t, lc2, exRmH, phaseRemoved)
+	wantPhase(t, lc2, exRmC, phaseRemoved)
+	for _, s := range lc2.states() {
+		if (s.Export == exRmH || s.Export == exRmC) && (s.State != watermark.StateRemoved || s.Phase != "removed") {
+			t.Errorf("%s after the restart: %+v, want removed", s.Export, s)
+		}
+	}
+	// What the slot may confirm: the restored checkpoint's position, or more.
+	if got := rec2.lastConfirmed(); got < 0x200 {
+		t.Errorf("the new life lets the slot confirm %s, want 0/200 or more", got)
+	}
 }
 
 // TestPartitionsChanged: a published partitioned root whose leaf partitions change is copied
 // again, with the copy strategy (which reconciles), once it is hydrated.
 func TestPartitionsChanged(t *testing.T) {
-	lc, _ := newTestLifecycle(t, StrategyChunked, nil)
+	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated
 	lc.phases[exB] = phaseChunking
 	lc.partitions(map[change.ExportID]string{exA: "1,2", exB: "5"})
@@ -387,4 +249,52 @@ func TestPartitionsChanged(t *testing.T) {
 	if lc.reconcileNext[exA] {
 		t.Fatalf("reconcileNext of a kept after its copy started")
 	}
+}
+
+// TestOwnerNeverWaitsForReplication: while the replication stage has not applied Detect or
+// SetConsistentPoint (it is reconnecting, or busy), the owner goes on answering the sink; the
+// snapshot is requested once the changes are held, and Begin is answered once the consistent
+// point is set.
+func TestOwnerNeverWaitsForReplication(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := startTestOwner(t, StrategyCopy, nil)
+	rec.detected, rec.pointSet = make(chan struct{}), make(chan error, 1)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.a]")
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100})
+	select {
+	case r := <-lc.o.requests:
+		t.Fatalf("snapshot requested (%v) before the replication stage holds the changes", r.Exports)
+	default:
+	}
+	close(rec.detected)
+	if req := lc.request(); !slices.Equal(req.Exports, []change.ExportID{exA}) {
+		t.Fatalf("request %v", req.Exports)
+	}
+
+	begun := make(chan map[change.ExportID]int, 1)
+	go func() {
+		a, err := lc.Begin(ctx, 0x200, []snapshot.TableInfo{{Table: &change.Table{Export: exA}}})
+		if err != nil {
+			t.Error(err)
+		}
+		begun <- a
+	}()
+	for len(rec.take()) == 0 { // the owner asked for the consistent point
+		durable(lc)
+	}
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x180})
+	wantPhase(t, lc, exA, phaseHolding)
+	select {
+	case a := <-begun:
+		t.Fatalf("Begin answered (%v) before the consistent point was set", a)
+	default:
+	}
+	rec.pointSet <- nil
+	if a := <-begun; a[exA] != 1 {
+		t.Fatalf("attempts %v, want a's first", a)
+	}
+	wantPhase(t, lc, exA, phaseCopying)
 }

@@ -12,31 +12,21 @@ import (
 	"github.com/tidemark/cdc/pkg/replication"
 )
 
-// poller polls the publication and hands what it sees to the lifecycle owner, which decides
+// poller polls the publication and hands what it sees to the owner (evPolled), which decides
 // what is added and removed. It owns its connection.
 type poller struct {
 	cfg Config
 	// conn is the poller's own connection (nil after a failure), made with connect.
 	conn    *pgcat.Conn
 	connect func(context.Context) (*pgcat.Conn, error)
-	lc      *lifecycle
+	owner   *owner
 	log     *slog.Logger
-	wakeCh  chan struct{}
 	// toast, when set, warns about newly published tables whose updates may omit values.
 	toast *toastWarnings
 }
 
-func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), lc *lifecycle, log *slog.Logger) *poller {
-	p := &poller{cfg: cfg, connect: connect, lc: lc, log: log.With("stage", "publication"), wakeCh: make(chan struct{}, 1)}
-	lc.wakePoll = p.wake
-	return p
-}
-
-func (p *poller) wake() {
-	select {
-	case p.wakeCh <- struct{}{}:
-	default:
-	}
+func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), o *owner, log *slog.Logger) *poller {
+	return &poller{cfg: cfg, connect: connect, owner: o, log: log.With("stage", "publication")}
 }
 
 // run polls until ctx ends. A poll that fails on its connection (a server restart, a cut) is
@@ -64,7 +54,7 @@ func (p *poller) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-		case <-p.wakeCh:
+		case <-p.owner.wake:
 		}
 	}
 }
@@ -85,20 +75,27 @@ func (p *poller) poll(ctx context.Context) error {
 	if p.toast != nil {
 		p.toast.check(ctx, p.conn, p.cfg, published, p.log)
 	}
-	if err := p.lc.published(ctx, connCatalog{conn: p.conn, pub: p.cfg.Publication}, published); err != nil {
-		return err
-	}
 	leaves, err := pgcat.PartitionLeaves(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll partitions: %w", err)
 	}
-	p.lc.partitions(leaves)
 	defs, err := pgcat.PublishedAs(ctx, p.conn, p.cfg.Publication)
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
 	}
-	p.lc.publicationDefinitions(defs)
-	return nil
+	// The owner reads the catalog on this connection while it handles the poll: wait for it
+	// to finish, even when ctx ends meanwhile (then it finishes at once).
+	done := make(chan error, 1)
+	if !p.owner.send(ctx, evPolled{published: published, leaves: leaves, defs: defs,
+		cat: connCatalog{conn: p.conn, pub: p.cfg.Publication}, done: done}) {
+		return ctx.Err()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-p.owner.stopped:
+		return ctx.Err()
+	}
 }
 
 // connCatalog reads the catalog on one connection: tables as the publication pub publishes them.

@@ -47,12 +47,12 @@ func digest(p *watermark.PublishedInfo) string {
 	return p.Digest
 }
 
-// copiedAs records that e's current copy attempt reads the rows and columns of def (under
-// lc.mu, after the tracker started the attempt).
-func (lc *lifecycle) copiedAs(e change.ExportID, def change.PublishedAs) {
+// copiedAs records that e's current copy attempt reads the rows and columns of def (after the
+// tracker started the attempt).
+func (o *owner) copiedAs(e change.ExportID, def change.PublishedAs) {
 	p := publishedInfo(def)
-	lc.definitions[e] = p
-	lc.tracker.SetCopiedAs(e, p)
+	o.definitions[e] = p
+	o.tracker.SetCopiedAs(e, p)
 }
 
 // publicationDefinitions handles a poll of the publication's column lists and row filters
@@ -60,35 +60,33 @@ func (lc *lifecycle) copiedAs(e change.ExportID, def change.PublishedAs) {
 // differs from the one its copy read is copied again. One being copied is looked at again once
 // it is hydrated. An export whose copy's definition is not known (no snapshot attempt in its
 // records) takes the first one polled.
-func (lc *lifecycle) publicationDefinitions(defs map[change.ExportID]change.PublishedAs) {
+func (o *owner) publicationDefinitions(defs map[change.ExportID]change.PublishedAs) {
 	type recopy struct {
 		e        change.ExportID
 		was, now *watermark.PublishedInfo
 	}
 	var recopies []recopy
-	lc.mu.Lock()
-	for e, p := range lc.phases {
+	for e, p := range o.phases {
 		if p != phaseHydrated {
 			continue
 		}
 		now := publishedInfo(defs[e])
-		was, ok := lc.definitions[e]
+		was, ok := o.definitions[e]
 		switch {
 		case !ok:
-			lc.definitions[e] = now
+			o.definitions[e] = now
 		case digest(was) != digest(now):
-			lc.definitions[e] = now
-			lc.pending = append(lc.pending, e)
-			lc.reconcileNext[e] = true
+			o.definitions[e] = now
+			o.pending = append(o.pending, e)
+			o.reconcileNext[e] = true
 			recopies = append(recopies, recopy{e, was, now})
 		}
 	}
-	lc.mu.Unlock()
 	for _, r := range recopies {
-		lc.log.Info("the publication's column list or row filter of a table changed; copying it again",
+		o.log.Info("the publication's column list or row filter of a table changed; copying it again",
 			"export", r.e.String(), "was", describe(r.was), "now", describe(r.now))
 	}
 	if len(recopies) > 0 {
-		lc.wakePoll()
+		o.wakePoll()
 	}
 }

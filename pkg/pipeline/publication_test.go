@@ -21,12 +21,10 @@ func TestPublicationDefinitionChanged(t *testing.T) {
 	renamed := us
 	renamed.Names, renamed.RowFilter = []string{"id", "value"}, "(region = 'us')"
 
-	lc, _ := newTestLifecycle(t, StrategyChunked, nil)
+	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated // resumed: copied with a definition not known
 	// b's copy began under eu (copy strategy).
-	if _, err := lc.Begin(t.Context(), 0x100, []snapshot.TableInfo{{Table: &change.Table{Export: exB, Published: eu}}}); err != nil {
-		t.Fatal(err)
-	}
+	lc.begun(0x100, []snapshot.TableInfo{{Table: &change.Table{Export: exB, Published: eu}}})
 
 	lc.publicationDefinitions(map[change.ExportID]change.PublishedAs{exA: eu, exB: eu})
 	if len(lc.pending) != 0 || digest(lc.definitions[exA]) != eu.Digest() {
@@ -64,11 +62,11 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 	ctx := t.Context()
 	eu := change.PublishedAs{Columns: []int16{1, 2}, Names: []string{"id", "v"}, RowFilter: "(r = 'eu')", FilterTree: "{eu}"}
 	us := change.PublishedAs{Columns: []int16{1, 2}, Names: []string{"id", "v"}, RowFilter: "(r = 'us')", FilterTree: "{us}"}
-	lc, _ := newTestLifecycle(t, StrategyCopy, nil)
+	lc, _ := startTestOwner(t, StrategyCopy, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
 		t.Fatal(err)
 	}
-	<-lc.requests
+	lc.request()
 	tables := []snapshot.TableInfo{{Table: &change.Table{Export: exA, Published: eu}}, {Table: &change.Table{Export: exB}}}
 	if _, err := lc.Begin(ctx, 0x100, tables); err != nil {
 		t.Fatal(err)
@@ -88,7 +86,7 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 		{"b got a filter while stopped", map[change.ExportID]change.PublishedAs{exA: eu, exB: us}, []change.ExportID{exB}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			lc2, _ := newTestLifecycle(t, StrategyCopy, h.values)
+			lc2, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyCopy}, nil, h.values)
 			if err := lc2.resume(ctx, fakeCatalog{}, set(exA, exB), 0x200); err != nil {
 				t.Fatal(err)
 			}
@@ -105,11 +103,11 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 func TestResumeRefusedTable(t *testing.T) {
 	ctx := t.Context()
 	exU := change.ExportID{Schema: "public", Table: "unlisted"}
-	lc, _ := newTestLifecycle(t, StrategyCopy, nil)
+	lc, _ := startTestOwner(t, StrategyCopy, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exU)); err != nil {
 		t.Fatal(err)
 	}
-	<-lc.requests
+	lc.request()
 	tables := []snapshot.TableInfo{{Table: &change.Table{Export: exA}}, {Table: &change.Table{Export: exU}}}
 	if _, err := lc.Begin(ctx, 0x100, tables); err != nil {
 		t.Fatal(err)
@@ -119,7 +117,7 @@ func TestResumeRefusedTable(t *testing.T) {
 	h.durable(lc, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x150},
 		&change.Unit{Kind: change.KindHydrated, Export: exU, End: 0x150}, &change.Unit{Kind: change.KindProgress, End: 0x200})
 
-	lc2, rec2 := newTestLifecycle(t, StrategyCopy, h.values)
+	lc2, rec2 := startTestOwner(t, StrategyCopy, h.values)
 	if err := lc2.resume(ctx, fakeCatalog{}, set(exA, exU), 0x200); err != nil {
 		t.Fatalf("resume: %v; want the refused table to fail alone", err)
 	}

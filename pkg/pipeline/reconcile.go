@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/twmb/franz-go/pkg/kgo"
+	"log/slog"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
@@ -24,70 +23,60 @@ type reconcileJob struct {
 	written map[int32]int64
 }
 
-// copyDurable is called (under lc.mu) when e's copy is durable. When earlier attempts left
-// rows in its topic it queues a reconcile, after which the replication stage may release e's
-// hold buffer, and returns true; otherwise the caller releases it at once.
-func (lc *lifecycle) copyDurable(e change.ExportID) bool {
-	r, ok := lc.tracker.ReconcileRange(e)
+// copyDurable is called when e's copy is durable. When earlier attempts left rows in its topic
+// it queues a reconcile, after which the replication stage may release e's hold buffer
+// (evReconciled), and returns true; otherwise the caller releases it at once.
+func (o *owner) copyDurable(e change.ExportID) bool {
+	r, ok := o.tracker.ReconcileRange(e)
 	if !ok || !r.Needed() {
 		return false
 	}
-	lc.reconciles = append(lc.reconciles, reconcileJob{export: e, r: r, written: lc.topics.EndOffsets(r.Topic)})
-	select {
-	case lc.reconcileSig <- struct{}{}:
-	default:
-	}
+	o.reconcileQ = append(o.reconcileQ, reconcileJob{export: e, r: r, written: o.topics.EndOffsets(r.Topic)})
 	return true
 }
 
-// nextReconcile takes the oldest queued reconcile job.
-func (c *lifecycle) nextReconcile() (reconcileJob, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.reconciles) == 0 {
-		return reconcileJob{}, false
-	}
-	job := c.reconciles[0]
-	c.reconciles = c.reconciles[1:]
-	return job, true
+// reconciler serves the owner's reconcile jobs on its own goroutine and reports each outcome
+// as an event: evReconciled, or evFailed for an export that cannot be reconciled.
+type reconciler struct {
+	cfg     Config
+	log     *slog.Logger
+	connect func(context.Context) (*pgcat.Conn, error)
+	codec   codec.Config
+	sink    *sink.Sink
+	owner   *owner
 }
 
-// runReconciles serves reconcile jobs until ctx ends. The deletes it publishes go through the
-// same unit channel, before the export's held changes (released only afterwards), so a key
-// re-inserted after the consistent point is deleted first and inserted again after.
-func (c *lifecycle) runReconciles(ctx context.Context, units chan<- *change.Unit) error {
+// run serves jobs until ctx ends. The deletes it publishes go through the same unit channel,
+// before the export's held changes (released only afterwards), so a key re-inserted after the
+// consistent point is deleted first and inserted again after.
+func (c *reconciler) run(ctx context.Context, jobs <-chan reconcileJob, units chan<- *change.Unit) error {
 	for {
+		var job reconcileJob
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-c.reconcileSig:
-			for {
-				job, ok := c.nextReconcile()
-				if !ok {
-					break
-				}
-				err := c.reconcile(ctx, job, units)
-				if errors.Is(err, pgcat.ErrUnsupportedTable) {
-					// E.g. the publication's column list lost a key column since the copy
-					// began: the export stops alone (its held changes are dropped).
-					c.Failed(job.export, err)
-					continue
-				}
-				if _, ok := errors.AsType[*sink.RecordError](err); ok {
-					// A record the sink never writes: reading it again cannot help.
-					return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
-				}
-				if err != nil {
-					return fmt.Errorf("reconcile %s: %w", job.export, err)
-				}
-				c.repl.CopyDone(job.export)
-			}
+		case job = <-jobs:
 		}
+		err := c.reconcile(ctx, job, units)
+		if errors.Is(err, pgcat.ErrUnsupportedTable) {
+			// E.g. the publication's column list lost a key column since the copy began: the
+			// export stops alone (its held changes are dropped).
+			c.owner.send(ctx, evFailed{e: job.export, err: err})
+			continue
+		}
+		if _, ok := errors.AsType[*sink.RecordError](err); ok {
+			// A record the sink never writes: reading it again cannot help.
+			return fatal(fmt.Errorf("reconcile %s: %w", job.export, err))
+		}
+		if err != nil {
+			return fmt.Errorf("reconcile %s: %w", job.export, err)
+		}
+		c.owner.send(ctx, evReconciled{e: job.export})
 	}
 }
 
-func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<- *change.Unit) error {
-	conn, err := c.keyConn(ctx)
+func (c *reconciler) reconcile(ctx context.Context, job reconcileJob, units chan<- *change.Unit) error {
+	conn, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -109,29 +98,12 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 		return err
 	}
 
-	alive := make(map[string]bool) // keys live at the end of the earlier attempts' rows
-	current := make(map[string]struct{})
-	err = c.sink.ScanTopic(ctx, job.r.Topic, job.r.From, job.written, func(r *kgo.Record) error {
-		if r.Offset >= job.r.Until[r.Partition] {
-			if r.Key != nil && r.Value != nil {
-				current[string(r.Key)] = struct{}{}
-			}
-			return nil
-		}
-		switch {
-		case r.Key == nil && isTruncate(r):
-			clear(alive)
-		case r.Key == nil:
-		case r.Value == nil:
-			delete(alive, string(r.Key))
-		default:
-			alive[string(r.Key)] = true
-		}
-		return nil
-	})
+	keys, err := c.sink.ScanKeys(ctx, job.r.Topic, job.r.From, job.r.Until, job.written,
+		change.Header{Key: codec.HeaderOp, Value: []byte{byte(change.OpTruncate)}})
 	if err != nil {
 		return err
 	}
+	alive, current := keys.Before, keys.After // keys live at the end of the earlier attempts' rows
 	src := codec.Source{LSN: job.r.C - 1, Snapshot: true, Attempt: job.r.Attempt}
 	var recs []change.Record
 	deleted := 0
@@ -166,13 +138,4 @@ func (c *lifecycle) reconcile(ctx context.Context, job reconcileJob, units chan<
 	c.log.Info("reconciled rows of earlier snapshot attempts", "export", job.export.String(), "attempt", job.r.Attempt,
 		"earlier_keys", len(alive), "deleted", deleted)
 	return nil
-}
-
-func isTruncate(r *kgo.Record) bool {
-	for _, h := range r.Headers {
-		if h.Key == codec.HeaderOp {
-			return string(h.Value) == string(change.OpTruncate)
-		}
-	}
-	return false
 }

@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"context"
 	"slices"
 
 	"github.com/jackc/pglogrepl"
@@ -29,14 +28,12 @@ type window struct {
 	touched   map[string]struct{}
 	truncated bool
 	unit      *change.Unit
-	release   func()
 }
 
-// drop releases the window's rows.
+// drop releases the window's rows: their claim goes back to the chunker's budget.
 func (w *window) drop() {
-	if w.release != nil {
-		w.release()
-		w.release = nil
+	if w.unit != nil {
+		w.unit.Claim.Return()
 	}
 	w.unit = nil
 }
@@ -58,11 +55,10 @@ func (s *Stage) OpenWindow(id uint64, e change.ExportID, seq int) {
 }
 
 // ChunkRead hands over the rows of chunk id (a KindChunk unit) before its high marker is
-// written. release is called once nothing holds them any more: it becomes the published unit's
-// Release (called by the pipeline once the sink made it durable), or it is called when the
-// chunk is dropped because the export stopped. It does not block.
-func (s *Stage) ChunkRead(id uint64, u *change.Unit, release func()) {
-	s.post(func(st *streamState) { st.chunkRead(id, u, release) })
+// written. The unit's Claim goes with it to the sink, which returns it once the unit is durable;
+// the stage returns it when it drops the chunk because the export stopped. It does not block.
+func (s *Stage) ChunkRead(id uint64, u *change.Unit) {
+	s.post(func(st *streamState) { st.chunkRead(id, u) })
 }
 
 // AbandonWindow forgets chunk id (its read failed; the snapshot stage reads it again under a
@@ -78,10 +74,10 @@ func (s *Stage) CopyComplete(e change.ExportID, total int) {
 }
 
 // StartChunking makes e's changes flow to its topic from now on, for a chunked copy of it (a
-// new export, or a re-copy of a hydrated one, which keeps its replay filter). It returns once
-// the stream goroutine applied it.
-func (s *Stage) StartChunking(ctx context.Context, e change.ExportID) error {
-	return s.call(ctx, func(st *streamState) { st.startChunking(e, 0) })
+// new export, or a re-copy of a hydrated one, which keeps its replay filter). It does not
+// block: it is applied before anything queued after it, such as the windows of e's chunks.
+func (s *Stage) StartChunking(e change.ExportID) {
+	s.post(func(st *streamState) { st.startChunking(e, 0) })
 }
 
 // ResumeChunking registers an export whose chunked copy resumes after a restart, like Resume:
@@ -92,7 +88,7 @@ func (s *Stage) ResumeChunking(e change.ExportID, position change.LSN) {
 
 func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeHydrated {
+	if !ok || r.mode != routeDirect {
 		if ok && r.hold != nil {
 			r.hold.Close()
 		}
@@ -100,13 +96,13 @@ func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) 
 		st.routes[e] = r
 	}
 	st.dropWindows(r)
-	r.state = routeChunking
+	r.mode = routeMerge
 	r.chunks = &chunking{total: -1, windows: make(map[int]*window)}
 }
 
 func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeChunking {
+	if !ok || r.mode != routeMerge {
 		return
 	}
 	if old, ok := r.chunks.windows[seq]; ok { // a retry of the same chunk
@@ -120,13 +116,13 @@ func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
 	st.windows[id] = w
 }
 
-func (st *streamState) chunkRead(id uint64, u *change.Unit, release func()) {
+func (st *streamState) chunkRead(id uint64, u *change.Unit) {
 	w, ok := st.windows[id]
 	if !ok {
-		release()
+		u.Claim.Return()
 		return
 	}
-	w.unit, w.release = u, release
+	w.unit = u
 }
 
 func (st *streamState) abandonWindow(id uint64) {
@@ -143,7 +139,7 @@ func (st *streamState) abandonWindow(id uint64) {
 
 func (st *streamState) copyComplete(e change.ExportID, total int) {
 	r, ok := st.routes[e]
-	if !ok || r.state != routeChunking {
+	if !ok || r.mode != routeMerge {
 		return
 	}
 	r.chunks.total = total
@@ -234,8 +230,8 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 		clear(u.Records[len(kept):])
 		u.Records, u.Rows = kept, len(kept)
-		// The rows stay in memory until the sink has them: their slot goes with the unit.
-		u.Release, w.release = w.release, nil
+		// The rows stay in memory until the sink has them: their claim goes with the unit.
+		w.unit = nil
 		st.removeWindow(r, w)
 		c.next++
 		if err := st.emit(u); err != nil {
@@ -246,7 +242,7 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 	}
 	if c.total >= 0 && c.next >= c.total {
-		r.state, r.chunks = routeHydrated, nil
+		r.mode, r.chunks = routeDirect, nil
 		st.log.Info("export hydrated", "export", e.String(), "chunks", c.total, "stream_lsn", st.pos.String())
 		return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
 	}
@@ -300,7 +296,7 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 // arrived (a yield point).
 func (st *streamState) chunkingCheck() error {
 	for e, r := range st.routes {
-		if r.state == routeChunking && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
+		if r.mode == routeMerge && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
 			if err := st.publishChunks(e, r); err != nil {
 				return err
 			}

@@ -80,14 +80,16 @@ func ids(t *testing.T, u *change.Unit) []string {
 // its low marker; changes before the low marker and after the high marker do not count.
 func TestChunkWindowDropsChangedKeys(t *testing.T) {
 	st, out, enc := chunkStream(t)
-	released := 0
+	slots := change.NewBudget(1)
 	st.openWindow(7, tB, 0)
 	// Before the low marker: published directly, does not touch the window.
 	feed(t, st, begin(0x100, 1), insert(2, "1", "before"), commit(0x100, 0x108))
 	feed(t, st, markerMsg(0x110, change.ChunkMarker(testTag, 7, false)))
 	// Inside the window: an update of 2, a delete of 3, an insert of 9 (not in the chunk).
 	feed(t, st, begin(0x200, 2), update(2, "2", "new"), deleteMsg(2, "3"), insert(2, "9", "ins"), commit(0x200, 0x208))
-	st.chunkRead(7, chunkUnit(t, enc, 0, 0x110, true, "1", "2", "3", "4"), func() { released++ })
+	u := chunkUnit(t, enc, 0, 0x110, true, "1", "2", "3", "4")
+	u.Claim = slots.Take(1)
+	st.chunkRead(7, u)
 	st.copyComplete(tB, 1)
 	feed(t, st, markerMsg(0x300, change.ChunkMarker(testTag, 7, true)))
 	// After the high marker: not the chunk's business.
@@ -101,14 +103,14 @@ func TestChunkWindowDropsChangedKeys(t *testing.T) {
 		t.Fatalf("chunk published ids %v (rows %d), want [1 4]: 2 and 3 changed in its window", got, units[2].Rows)
 	}
 	// The rows' slot is freed once the sink has them, not when they are handed to it.
-	if released != 0 || units[2].Release == nil {
-		t.Fatalf("released %d times before the sink made the chunk durable", released)
+	if slots.InUse() != 1 || units[2].Claim == nil {
+		t.Fatalf("slot freed before the sink made the chunk durable")
 	}
-	units[2].Release()
-	if released != 1 {
-		t.Fatalf("released %d times, want 1", released)
+	units[2].Claim.Return()
+	if slots.InUse() != 0 {
+		t.Fatalf("slot not freed once the chunk is durable")
 	}
-	if st.routes[tB].state != routeHydrated {
+	if st.routes[tB].mode != routeDirect {
 		t.Fatalf("b is not hydrated after its last chunk")
 	}
 }
@@ -120,11 +122,11 @@ func TestChunksPublishInOrder(t *testing.T) {
 	st.openWindow(1, tB, 0)
 	st.openWindow(2, tB, 1)
 	feed(t, st, markerMsg(0x100, change.ChunkMarker(testTag, 1, false)), markerMsg(0x110, change.ChunkMarker(testTag, 2, false)))
-	st.chunkRead(2, chunkUnit(t, enc, 1, 0x110, true, "5", "6"), func() {})
+	st.chunkRead(2, chunkUnit(t, enc, 1, 0x110, true, "5", "6"))
 	feed(t, st, markerMsg(0x200, change.ChunkMarker(testTag, 2, true)))
 	// Chunk 1 (seq 1) waits for chunk 0; meanwhile 6 changes: it must not be published after.
 	feed(t, st, begin(0x300, 1), update(2, "6", "newer"), commit(0x300, 0x308))
-	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"), func() {})
+	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"))
 	feed(t, st, markerMsg(0x400, change.ChunkMarker(testTag, 1, true)))
 	st.copyComplete(tB, 2)
 	if err := st.yield(); err != nil {
@@ -159,7 +161,7 @@ func TestChunkWindowTruncateAbandonAndForeignMarkers(t *testing.T) {
 	b = append(b, 0)
 	b = binary.BigEndian.AppendUint32(b, 2)
 	feed(t, st, begin(0x200, 1), xlog(b), commit(0x200, 0x208))
-	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"), func() {})
+	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, false, "1", "2"))
 	feed(t, st, markerMsg(0x300, change.ChunkMarker("other/9", 1, true)))
 	for _, u := range drain(out) {
 		if u.Kind == change.KindChunk {
@@ -173,18 +175,20 @@ func TestChunkWindowTruncateAbandonAndForeignMarkers(t *testing.T) {
 		}
 	}
 	// The next chunk is abandoned (its read failed) and read again under a new id.
-	released := 0
+	slots := change.NewBudget(1)
 	st.openWindow(2, tB, 1)
 	feed(t, st, markerMsg(0x400, change.ChunkMarker(testTag, 2, false)))
-	st.chunkRead(2, chunkUnit(t, enc, 1, 0x400, true, "3"), func() { released++ })
+	u := chunkUnit(t, enc, 1, 0x400, true, "3")
+	u.Claim = slots.Take(1)
+	st.chunkRead(2, u)
 	st.abandonWindow(2)
-	if released != 1 {
-		t.Fatalf("abandoned chunk released %d times", released)
+	if slots.InUse() != 0 {
+		t.Fatalf("abandoned chunk's slot not freed")
 	}
 	feed(t, st, markerMsg(0x410, change.ChunkMarker(testTag, 2, true)))
 	st.openWindow(3, tB, 1)
 	feed(t, st, markerMsg(0x500, change.ChunkMarker(testTag, 3, false)))
-	st.chunkRead(3, chunkUnit(t, enc, 1, 0x500, true, "4"), func() {})
+	st.chunkRead(3, chunkUnit(t, enc, 1, 0x500, true, "4"))
 	feed(t, st, markerMsg(0x510, change.ChunkMarker(testTag, 3, true)))
 	var got [][]string
 	for _, u := range drain(out) {

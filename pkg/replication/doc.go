@@ -3,8 +3,13 @@
 // sink one change.Unit per committed PostgreSQL transaction.
 //
 // Inputs: a replication connection (replication=database) on the main slot, starting at the
-// slot's confirmed position; control calls from the pipeline (Detect, SetConsistentPoint,
-// CopyDone, Remove, Fail) that change how exports are routed.
+// slot's confirmed position; commands from the pipeline's owner (Detect, SetConsistentPoint,
+// CopyDone, StartChunking, Remove, Fail, Restart) that set how each export is routed (router.go),
+// and Confirm, the position the slot may confirm, which the status updates send. None of them
+// blocks: they queue for the stream goroutine, in order; Detect and SetConsistentPoint return a
+// channel that says when they were applied. The stage decides nothing about an export's phase:
+// it reports what came of the commands as units (below) and Facts (a relation of a table that
+// is not routed). Key columns of replica identity FULL tables come from a Keys catalog.
 //
 // Outputs: units on one channel, in stream order:
 //
@@ -24,15 +29,16 @@
 // low marker and its publication, every key of the export that a committed transaction changes
 // is noted in the chunk's window; at the high marker, once every earlier chunk of the export was
 // published, its rows are published without the noted keys (a truncate drops them all). The
-// rows' memory is released by the pipeline once the sink made them durable (Unit.Release).
+// chunk's unit carries the chunker's claim on its memory (change.Claim): the sink returns it once
+// the unit is durable, the stage when it drops the chunk.
 //
 // Large transactions (change.Piece): once the records of the open transaction pass
 // Config.PieceBytes, they are handed to the sink as a piece, before the transaction's Commit
 // message, and its held changes go to their hold buffers; at Commit the last piece follows,
 // with the transaction's end LSN. This is safe because, with streaming off, pgoutput sends a
 // transaction only after it committed (and only from WAL flushed to disk). Each piece takes
-// its bytes from an in-flight budget of Config.PiecesInFlight pieces until the sink made it
-// durable (Unit.Release); whole transactions take from the same budget, so the records between
+// its bytes from an in-flight budget (a change.Budget) of Config.PiecesInFlight pieces until the
+// sink made it durable and returned the unit's claim; whole transactions take from the same budget, so the records between
 // this stage and Kafka are bounded whatever the size and number of transactions (a unit larger
 // than the budget goes alone). Every change message of
 // the transaction is counted; a piece names how many it covers. When the server sends the

@@ -40,9 +40,7 @@ func published(t *testing.T, units []*change.Unit) []string {
 		for _, r := range u.Records {
 			ids = append(ids, afterID(t, r))
 		}
-		if u.Release != nil {
-			u.Release()
-		}
+		u.Claim.Return()
 	}
 	return ids
 }
@@ -74,7 +72,7 @@ func TestStreamPieces(t *testing.T) {
 	}
 	for i, u := range units {
 		// The hold-only change (b's) went to the hold buffer without a piece of its own.
-		if u.Piece == nil || u.Piece.Index != i || u.Piece.Last || u.End != 0 || u.Commit != 0x300 || u.Release == nil {
+		if u.Piece == nil || u.Piece.Index != i || u.Piece.Last || u.End != 0 || u.Commit != 0x300 || u.Claim == nil {
 			t.Fatalf("piece %d = %+v (piece %+v), want index %d, not last, no end, commit 0/300", i, u, u.Piece, i)
 		}
 	}
@@ -174,20 +172,20 @@ func TestStreamPiecesInFlight(t *testing.T) {
 		if n := len(out); n != 1 {
 			t.Fatalf("step %d: %d pieces handed over while none is durable, want 1", i, n)
 		}
-		if used := st.s.inFlight.inUse(); used <= 0 {
+		if used := st.s.inFlight.InUse(); used <= 0 {
 			t.Fatalf("step %d: budget in use %d", i, used)
 		}
 		u := <-out
 		got = append(got, u)
-		u.Release()
+		u.Claim.Return()
 	}
 	<-done
 	rest := drain(out)
 	if len(rest) != 1 || !rest[0].Piece.Last || len(got[0].Records) != 1 {
 		t.Fatalf("after releases: %d more units, want the (empty) last piece", len(rest))
 	}
-	rest[0].Release()
-	if used := st.s.inFlight.inUse(); used != 0 {
+	rest[0].Claim.Return()
+	if used := st.s.inFlight.InUse(); used != 0 {
 		t.Fatalf("budget in use %d after every unit was released", used)
 	}
 }

@@ -78,28 +78,33 @@ func TestSetConsistentPointReportsBrokenSpill(t *testing.T) {
 		t.Fatal("setConsistentPoint over a broken spill file returned no error")
 	}
 	r := st.routes[tB]
-	if r.hasC || r.hold == nil || r.state != routeHolding {
-		t.Fatalf("after the error: hasC %v, hold %v, state %v; want holding without a consistent point", r.hasC, r.hold != nil, r.state)
+	if r.hasC || r.hold == nil || r.mode != routeHold {
+		t.Fatalf("after the error: hasC %v, hold %v, state %v; want holding without a consistent point", r.hasC, r.hold != nil, r.mode)
 	}
 }
 
-// TestControlKeepsOrder: control calls run in the order they were made, whether queued by post
-// (sink callbacks) or by call, and no goroutine is left behind.
+// TestControlKeepsOrder: commands run in the order they were posted, a command whose outcome
+// the owner waits for (SetConsistentPoint) included, and no goroutine is left behind.
 func TestControlKeepsOrder(t *testing.T) {
 	s := New(Config{SpillDir: t.TempDir()}, fakeHooks{})
 	var got []int
 	for i := range 200 {
 		s.post(func(*streamState) { got = append(got, i) })
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.call(t.Context(), func(*streamState) { got = append(got, 200) }) }()
+	done := s.SetConsistentPoint(nil, 0x100)
+	s.post(func(*streamState) { got = append(got, 200) })
 	// The stream goroutine's part.
 	for len(got) < 201 {
 		<-s.ctrlSig
 		s.state.control()
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatal("SetConsistentPoint applied, but its outcome is not there")
 	}
 	for i, v := range got {
 		if v != i {

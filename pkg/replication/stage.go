@@ -70,23 +70,40 @@ const (
 	DefaultPiecesInFlight = 8
 )
 
-// Hooks is what the stage needs from the pipeline.
-type Hooks interface {
-	// Confirmable is the LSN the slot may confirm: Kafka holds everything below it.
-	Confirmable() (change.LSN, bool)
-	// KeyColumns returns the names of e's key columns when pgoutput cannot tell them (replica
-	// identity FULL marks every column).
+// Keys is the catalog read the stage needs: the names of e's key columns when pgoutput cannot
+// tell them (replica identity FULL marks every column).
+type Keys interface {
 	KeyColumns(ctx context.Context, e change.ExportID) ([]string, error)
-	// UnknownRelation reports a Relation message for a table that is not an export.
-	UnknownRelation(e change.ExportID)
+}
+
+// FactKind says what a Fact reports.
+type FactKind uint8
+
+// Facts the stage reports besides its units.
+const (
+	// FactUnknownRelation: a Relation message for a table that is not routed (Export).
+	FactUnknownRelation FactKind = iota + 1
+)
+
+// Fact is something the stage saw that its owner may act on. Facts about an export's data
+// (held changes released, a removal passed, a change that could not be encoded) travel as units,
+// in stream order, so that their owner learns of them once they are durable.
+type Fact struct {
+	Kind   FactKind
+	Export change.ExportID
 }
 
 // Stage is the replication stage. Create it with New, give it the exports to resume with
 // Resume, then Run it; the control methods may be called from any goroutine while it runs.
 type Stage struct {
-	cfg   Config
-	hooks Hooks
-	log   *slog.Logger
+	cfg  Config
+	keys Keys
+	log  *slog.Logger
+	// facts (Facts) never blocks the stream: a fact that finds it full is dropped (each says
+	// "look at the publication", which the next one says again).
+	facts chan Fact
+	// confirmable is what the slot may confirm, as its owner last said (Confirm); 0: nothing.
+	confirmable atomic.Uint64
 
 	// Control functions run on the stream goroutine in the order they were queued: ctrlMu
 	// guards the queue, ctrlSig (capacity 1) says it is not empty. The queue holds one entry
@@ -109,8 +126,32 @@ type Stage struct {
 	// streaming: a connection is streaming from the slot now.
 	streaming atomic.Bool
 
-	// inFlight is the byte budget of transactions handed to the sink and not yet durable.
-	inFlight *budget
+	// inFlight is the byte budget of transactions handed to the sink and not yet durable: the
+	// sink returns each unit's claim.
+	inFlight *change.Budget
+}
+
+// Facts returns the facts the stage reports (see Fact).
+func (s *Stage) Facts() <-chan Fact { return s.facts }
+
+// report sends f without blocking.
+func (s *Stage) report(f Fact) {
+	select {
+	case s.facts <- f:
+	default:
+	}
+}
+
+// Confirm says the slot may be confirmed up to lsn (Kafka holds everything below it): the next
+// standby status update sends it. It never moves the confirmed position backwards, and does
+// not block.
+func (s *Stage) Confirm(lsn change.LSN) {
+	for {
+		old := s.confirmable.Load()
+		if uint64(lsn) <= old || s.confirmable.CompareAndSwap(old, uint64(lsn)) {
+			return
+		}
+	}
 }
 
 // Streaming reports whether the stage is streaming from the slot now (false while it connects,
@@ -121,8 +162,8 @@ func (s *Stage) Streaming() bool { return s.streaming.Load() }
 // before the first): the walsender that holds the slot while the stage streams.
 func (s *Stage) BackendPID() uint32 { return s.backendPID.Load() }
 
-// New returns a stage; nothing is connected until Run.
-func New(cfg Config, hooks Hooks) *Stage {
+// New returns a stage that reads key columns from keys; nothing is connected until Run.
+func New(cfg Config, keys Keys) *Stage {
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = time.Second
 	}
@@ -143,10 +184,11 @@ func New(cfg Config, hooks Hooks) *Stage {
 	}
 	s := &Stage{
 		cfg:      cfg,
-		hooks:    hooks,
+		keys:     keys,
 		log:      cfg.Logger.With("stage", "replication"),
+		facts:    make(chan Fact, 16),
 		ctrlSig:  make(chan struct{}, 1),
-		inFlight: newBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),
+		inFlight: change.NewBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),
 	}
 	s.state = newStreamState(s)
 	s.backendPID.Store(cfg.StalePID)
@@ -165,25 +207,27 @@ func (s *Stage) ResumePartial(p change.Partial) {
 // Call it before Run.
 func (s *Stage) Resume(positions map[change.ExportID]change.LSN) {
 	for e, p := range positions {
-		s.state.routes[e] = &route{state: routeHydrated, replayBelow: p}
+		s.state.routes[e] = &route{mode: routeDirect, replayBelow: p}
 	}
 }
 
-// Detect starts holding e's changes, before its snapshot exists. It returns once the stream
-// goroutine applied it, so a snapshot started afterwards sees every change it does not hold.
-func (s *Stage) Detect(ctx context.Context, exports []change.ExportID) error {
-	return s.call(ctx, func(st *streamState) { st.detect(exports) })
+// Detect starts holding exports' changes, before their snapshot exists. It does not block: the
+// returned channel is closed once the stream goroutine applied it, so a snapshot started
+// afterwards sees every change it does not hold.
+func (s *Stage) Detect(exports []change.ExportID) <-chan struct{} {
+	done := make(chan struct{})
+	s.post(func(st *streamState) { st.detect(exports); close(done) })
+	return done
 }
 
 // SetConsistentPoint records the consistent point of exports' snapshot: held changes below it
-// are dropped, later ones kept. An error means some export's held changes could not be kept
-// whole: its snapshot must be restarted (it holds everything until then).
-func (s *Stage) SetConsistentPoint(ctx context.Context, exports []change.ExportID, c change.LSN) error {
-	var err error
-	if cerr := s.call(ctx, func(st *streamState) { err = st.setConsistentPoint(exports, c) }); cerr != nil {
-		return cerr
-	}
-	return err
+// are dropped, later ones kept. It does not block: the outcome arrives on the returned channel
+// once the stream goroutine applied it. An error means some export's held changes could not be
+// kept whole: its snapshot must be restarted (it holds everything until then).
+func (s *Stage) SetConsistentPoint(exports []change.ExportID, c change.LSN) <-chan error {
+	done := make(chan error, 1)
+	s.post(func(st *streamState) { done <- st.setConsistentPoint(exports, c) })
+	return done
 }
 
 // CopyDone says e's copy is durable in Kafka: its hold buffer is released once the stream has
@@ -208,19 +252,8 @@ func (s *Stage) Restart(e change.ExportID) {
 	s.post(func(st *streamState) { st.restartHold(e) })
 }
 
-func (s *Stage) call(ctx context.Context, fn func(*streamState)) error {
-	done := make(chan struct{})
-	s.post(func(st *streamState) { fn(st); close(done) })
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // post queues a control function without blocking the caller (sink callbacks must not block).
-// Functions run in the order they were queued, those of call included.
+// Functions run in the order they were queued.
 func (s *Stage) post(fn func(*streamState)) {
 	s.ctrlMu.Lock()
 	s.ctrlQ = append(s.ctrlQ, fn)
@@ -476,7 +509,7 @@ func (s *Stage) statusLoop(ctx context.Context, interval time.Duration) error {
 func (s *Stage) sendStatus(ctx context.Context, reply bool) error {
 	s.statusMu.Lock()
 	defer s.statusMu.Unlock()
-	if lsn, ok := s.hooks.Confirmable(); ok && lsn > s.lastFlush {
+	if lsn := change.LSN(s.confirmable.Load()); lsn > s.lastFlush {
 		s.lastFlush = lsn
 	}
 	p := pglogrepl.LSN(s.lastFlush)

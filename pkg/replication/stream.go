@@ -13,32 +13,6 @@ import (
 	"github.com/tidemark/cdc/pkg/codec"
 )
 
-type routeState uint8
-
-const (
-	routeHydrated  routeState = iota + 1
-	routeHolding              // hydrating: changes go to the hold buffer
-	routeReleasing            // copy durable; release once the stream passes C
-	routeRemoving             // left the publication; routed until the stream passes removeAt
-	routeGone                 // removed or failed: dropped
-	routeChunking             // copied in chunks: changes flow directly, chunks merge in windows
-)
-
-type route struct {
-	state routeState
-	// replayBelow: a hydrated export drops transactions with commit LSN below it (replay
-	// after a restart).
-	replayBelow change.LSN
-	// c is the consistent point of the export's snapshot; hasC once it is known.
-	c    change.LSN
-	hasC bool
-	hold *holdBuffer
-	// removeAt is the server WAL position at which the removal was noticed.
-	removeAt change.LSN
-	// chunks: the chunked copy of a routeChunking export.
-	chunks *chunking
-}
-
 type relation struct {
 	export change.ExportID
 	enc    *codec.Encoder
@@ -197,12 +171,12 @@ func (st *streamState) yield() error {
 	}
 	for e, r := range st.routes {
 		switch {
-		case r.state == routeReleasing && st.pos >= r.c:
+		case r.mode == routeRelease && st.pos >= r.c:
 			if err := st.release(e, r); err != nil {
 				return err
 			}
-		case r.state == routeRemoving && st.pos >= r.removeAt:
-			r.state = routeGone
+		case r.mode == routeDrain && st.pos >= r.removeAt:
+			r.mode = routeDrop
 			if err := st.emit(&change.Unit{Kind: change.KindRemoved, Export: e, End: st.pos}); err != nil {
 				return err
 			}
@@ -235,7 +209,7 @@ func (st *streamState) release(e change.ExportID, r *route) error {
 		return fmt.Errorf("release hold buffer of %s: %w", e, err)
 	}
 	r.hold = nil
-	r.state = routeHydrated
+	r.mode = routeDirect
 	st.log.Info("export hydrated", "export", e.String(), "held_transactions", n, "stream_lsn", st.pos.String())
 	return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
 }
@@ -315,7 +289,7 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 		}
 	case 'f':
 		// FULL marks every column; the record key is the primary key, as in the snapshot.
-		keys, err := st.s.hooks.KeyColumns(st.ctx, e)
+		keys, err := st.s.keys.KeyColumns(st.ctx, e)
 		if err != nil {
 			return fmt.Errorf("key columns of %s: %w", e, err)
 		}
@@ -340,10 +314,10 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 	st.rels[m.RelationID] = &relation{export: e, enc: enc, ncols: len(t.Columns), keyed: keyed}
 	r, ok := st.routes[e]
 	if !ok {
-		st.s.hooks.UnknownRelation(e)
+		st.s.report(Fact{Kind: FactUnknownRelation, Export: e})
 		return nil
 	}
-	if prev != nil && prev.export == e && prev.keyed && !keyed && r.state != routeGone {
+	if prev != nil && prev.export == e && prev.keyed && !keyed && r.mode != routeDrop {
 		// The export's records are keyed and its topic compacted: records without a key would
 		// be refused by Kafka, and keys of the old identity would never be deleted. It stops
 		// alone; the others go on.
@@ -394,8 +368,8 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	src := st.tx.src
 	src.Seq = st.tx.seq
 	var err error
-	switch r.state {
-	case routeHydrated, routeRemoving, routeChunking:
+	switch r.mode {
+	case routeDirect, routeDrain, routeMerge:
 		if st.tx.commit < r.replayBelow {
 			return nil
 		}
@@ -409,7 +383,7 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 				st.touch(rel.export, r, st.tx.records[n:])
 			}
 		}
-	case routeHolding, routeReleasing:
+	case routeHold, routeRelease:
 		if r.hasC && st.tx.commit < r.c {
 			return nil
 		}
@@ -479,17 +453,18 @@ func (st *streamState) cutPiece() error {
 // emitTxn emits a transaction or a piece of n bytes once they fit in the in-flight budget,
 // applying control calls meanwhile; the sink gives them back once the unit is durable.
 func (st *streamState) emitTxn(u *change.Unit, n int) error {
-	for !st.s.inFlight.take(int64(n)) {
+	for {
+		if u.Claim = st.s.inFlight.Take(int64(n)); u.Claim != nil {
+			break
+		}
 		select {
-		case <-st.s.inFlight.freed:
+		case <-st.s.inFlight.Freed():
 		case <-st.s.ctrlSig:
 			st.control()
 		case <-st.ctx.Done():
 			return st.ctx.Err()
 		}
 	}
-	b := st.s.inFlight
-	u.Release = func() { b.give(int64(n)) }
 	return st.emit(u)
 }
 
@@ -567,78 +542,4 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	}
 	st.failed = st.failed[:0]
 	return nil
-}
-
-// Control functions, run on the stream goroutine.
-
-func (st *streamState) detect(exports []change.ExportID) {
-	for _, e := range exports {
-		if r, ok := st.routes[e]; ok {
-			if r.hold != nil {
-				r.hold.Close()
-			}
-			st.dropWindows(r)
-		}
-		st.routes[e] = &route{state: routeHolding, hold: newHoldBuffer(st.s.cfg.HoldMemory, st.s.cfg.SpillDir)}
-	}
-}
-
-// setConsistentPoint records c for exports and drops what they hold below it. An export whose
-// held changes cannot be read back (a spill file that broke) may have lost some: it gets a
-// fresh buffer without a consistent point, holding everything until its snapshot is restarted,
-// and the error says so. Nothing is dropped silently.
-func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LSN) error {
-	var errs []error
-	for _, e := range exports {
-		r, ok := st.routes[e]
-		if !ok || r.hold == nil {
-			continue
-		}
-		r.c, r.hasC = c, true
-		if err := r.hold.DropBelow(c); err != nil {
-			r.hold.Close()
-			r.hold = newHoldBuffer(st.s.cfg.HoldMemory, st.s.cfg.SpillDir)
-			r.c, r.hasC = 0, false
-			errs = append(errs, fmt.Errorf("held changes of %s: %w", e, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (st *streamState) copyDone(e change.ExportID) {
-	if r, ok := st.routes[e]; ok && r.state == routeHolding && r.hasC {
-		r.state = routeReleasing
-	}
-}
-
-func (st *streamState) remove(e change.ExportID, at change.LSN) {
-	r, ok := st.routes[e]
-	if !ok {
-		return
-	}
-	if r.state != routeHydrated && r.state != routeChunking {
-		// Never hydrated: nothing of it was published directly; drop what it held.
-		r.replayBelow = ^change.LSN(0)
-	}
-	st.dropWindows(r)
-	if r.hold != nil {
-		r.hold.Close()
-		r.hold = nil
-	}
-	r.state, r.removeAt = routeRemoving, at
-}
-
-func (st *streamState) fail(e change.ExportID) {
-	if r, ok := st.routes[e]; ok {
-		if r.hold != nil {
-			r.hold.Close()
-			r.hold = nil
-		}
-		st.dropWindows(r)
-		r.state = routeGone
-	}
-}
-
-func (st *streamState) restartHold(e change.ExportID) {
-	st.detect([]change.ExportID{e})
 }

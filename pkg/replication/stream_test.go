@@ -84,9 +84,7 @@ func insert(rel uint32, id, v string) []byte {
 
 type fakeHooks struct{}
 
-func (fakeHooks) Confirmable() (change.LSN, bool)                               { return 0, false }
 func (fakeHooks) KeyColumns(context.Context, change.ExportID) ([]string, error) { return nil, nil }
-func (fakeHooks) UnknownRelation(change.ExportID)                               {}
 
 var (
 	tA = change.ExportID{Schema: "public", Table: "a"}

@@ -36,7 +36,7 @@ func BenchmarkRun(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
-			go func() { done <- s.Run(ctx, in, p) }()
+			go func() { done <- s.Run(ctx, in, p.serve(ctx)) }()
 
 			units := 0
 			b.ReportAllocs()

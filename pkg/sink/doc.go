@@ -3,30 +3,32 @@
 // topic at start-up. It uses franz-go (kgo, kadm).
 //
 // Inputs: *change.Unit values from a channel (Run), in the order the pipeline wants them
-// published, and a Progress (the watermark tracker) that learns which units are durable and
-// returns the watermark records that cover them. Outputs: Kafka records, one per change.Record
-// (a record with Partition AllPartitions becomes one copy per partition of its topic), and
-// calls to Progress.
+// published. Outputs: Kafka records, one per change.Record (a record with Partition
+// AllPartitions becomes one copy per partition of its topic), and Ack values on a channel to the
+// owner of the watermark records (the pipeline's owner goroutine), which says which units are
+// durable and replies with the records that cover them, as data. The sink calls nothing back:
+// it waits only for the reply of an AckProduced or AckDurable. Once a unit is durable the sink
+// returns its Claim to the budget of the stage that made it.
 //
 // Run gathers units into batches: a batch opens with the first unit after an idle spell and
 // stays open for at most Config.Linger or until it holds Config.MaxBatchBytes. Records are
 // produced as the units arrive; when the batch closes the producer is flushed, every record's
-// outcome is checked, and Progress.Durable receives the batch's units in order together with
-// the next offset of every partition produced to so far. The records Durable returns are
-// produced in the same batch, flushed, and then Progress.Committed is called. While no unit
-// arrives, Durable is called every Config.Tick with no units, so heartbeats flow.
+// outcome is checked, and an AckDurable carries the batch's units in order together with
+// the next offset of every partition produced to so far. The records of its reply are produced
+// in the same batch, flushed, and then an AckCommitted follows. While no unit arrives, an
+// AckDurable without units goes every Config.Tick, so heartbeats flow.
 //
 // Guarantees:
 //   - The producer is idempotent with acks=all; per partition, records land in the order the
 //     units carried them. A keyed record with AnyPartition goes where Kafka's Java client
 //     would put it (murmur2 of the key), so consumers in any language agree; a keyless one
 //     sticks to a partition until that partition's batch fills.
-//   - At-least-once: Durable is called only after every record of its units is acknowledged,
+//   - At-least-once: AckDurable is sent only after every record of its units is acknowledged,
 //     so a watermark produced from it never covers a record Kafka does not hold. A restart may
 //     produce some records again.
 //   - Exactly-once (the default): each batch is one Kafka transaction holding whole units and
-//     the records Durable returned for them (watermarks and position checkpoints). Durable is
-//     called after Flush, while the transaction is still open; Committed after it commits. A
+//     the records of the replies for them (watermarks and position checkpoints). AckDurable is
+//     sent after Flush, while the transaction is still open; AckCommitted after it commits. A
 //     read-committed consumer sees all of a batch or none of it. Any produce, flush or commit
 //     error aborts the transaction and ends Run. A second instance with the same
 //     transactional id fences this one: Run then fails with an error matching ErrFenced.
@@ -37,7 +39,7 @@
 //     each one bounded by MaxBatchBytes and Linger like any other, and no Kafka transaction
 //     grows with the PostgreSQL one (nor comes near Config.TransactionTimeout). The first
 //     piece of a transaction always opens a new batch: the batches before it hold none of its
-//     records, so the watermarks Progress writes for them cover no part of it. Progress keeps
+//     records, so the watermarks written for them cover no part of it. The owner keeps
 //     the rest (no watermark while a transaction is partly durable, checkpoints naming the
 //     durable part); the sink treats pieces as units.
 //

@@ -220,6 +220,39 @@ func (p *fakeProgress) Committed() {
 	}
 }
 
+// serve answers the sink's acks as the pipeline's owner does, until ctx ends, and returns the
+// channel to give Run.
+func (p *fakeProgress) serve(ctx context.Context) chan<- Ack {
+	acks, _ := p.serveUntil(ctx)
+	return acks
+}
+
+// serveUntil is serve, and also returns a channel closed once the server stopped after ctx
+// ended: every ack it took is handled then.
+func (p *fakeProgress) serveUntil(ctx context.Context) (chan<- Ack, <-chan struct{}) {
+	acks := make(chan Ack)
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case a := <-acks:
+				switch a.Kind {
+				case AckProduced:
+					a.Reply <- p.Carry(a.Units)
+				case AckDurable:
+					a.Reply <- p.Durable(a.Units, a.Offsets)
+				case AckCommitted:
+					p.Committed()
+				}
+			}
+		}
+	}()
+	return acks, stopped
+}
+
 func (p *fakeProgress) calls() ([]string, []durableCall) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -256,11 +289,12 @@ func (p *fakeProgress) waitCommittedUnits(t testing.TB, n int) {
 }
 
 // runSink starts s.Run in a goroutine and returns a function waiting for its result.
-func runSink(t testing.TB, s *Sink, in <-chan *change.Unit, p Progress) func() error {
+func runSink(t testing.TB, s *Sink, in <-chan *change.Unit, p *fakeProgress) func() error {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, in, p) }()
+	acks, served := p.serveUntil(ctx)
+	go func() { done <- s.Run(ctx, in, acks) }()
 	var once sync.Once
 	var res error
 	wait := func() error {
@@ -272,6 +306,7 @@ func runSink(t testing.TB, s *Sink, in <-chan *change.Unit, p Progress) func() e
 				res = fmt.Errorf("Run did not return within 60s: %w", <-done)
 			}
 			cancel()
+			<-served
 		})
 		return res
 	}

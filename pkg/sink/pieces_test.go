@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,5 +57,85 @@ func TestPieceStartsBatch(t *testing.T) {
 	}
 	if got := env.consume(t, topic, true); len(got) != 6 {
 		t.Fatalf("%d records committed, want 6", len(got))
+	}
+}
+
+// TestClaimsReturnedWhenDurable (kfake): the sink gives a unit's claim back to its stage's budget
+// once the unit is durable, before it reports the unit durable, and not before.
+func TestClaimsReturnedWhenDurable(t *testing.T) {
+	env := newFakeEnv(t)
+	topic := env.topic("data")
+	s := env.newSink(t, env.config(t, ExactlyOnce))
+	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatal(err)
+	}
+	budget := change.NewBudget(100)
+	units := []*change.Unit{dataUnit(topic, 0x100, "a"), dataUnit(topic, 0x200, "b"), dataUnit(topic, 0x300, "c")}
+	for _, u := range units {
+		u.Claim = budget.Take(10)
+	}
+	in := make(chan *change.Unit, len(units))
+	seen := 0
+	p := newFakeProgress(func(_ int, durable []*change.Unit) []change.Record {
+		seen += len(durable)
+		if got, want := budget.InUse(), int64(10*(len(units)-seen)); got != want {
+			t.Errorf("after %d durable units: %d in use, want %d", seen, got, want)
+		}
+		return nil
+	})
+	for _, u := range units {
+		in <- u
+	}
+	close(in)
+	if err := runSink(t, s, in, p)(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if seen != len(units) || budget.InUse() != 0 {
+		t.Fatalf("%d units durable, %d in use; want %d and 0", seen, budget.InUse(), len(units))
+	}
+}
+
+// TestScanKeys (kfake): the keys alive before the cut (tombstones and truncates kill them) and
+// the keys with a value after it.
+func TestScanKeys(t *testing.T) {
+	env := newFakeEnv(t)
+	topic := env.topic("keys")
+	s := env.newSink(t, env.config(t, ExactlyOnce))
+	if err := s.EnsureTopics(t.Context(), []TopicSpec{{Name: topic}}); err != nil {
+		t.Fatal(err)
+	}
+	op := func(v string) []change.Header { return []change.Header{{Key: "op", Value: []byte(v)}} }
+	rec := func(key, value string, h []change.Header) change.Record {
+		r := change.Record{Topic: topic, Partition: 0, Headers: h}
+		if key != "" {
+			r.Key = []byte(key)
+		}
+		if value != "" {
+			r.Value = []byte(value)
+		}
+		return r
+	}
+	run := func(units ...*change.Unit) {
+		t.Helper()
+		in := make(chan *change.Unit, len(units))
+		for _, u := range units {
+			in <- u
+		}
+		close(in)
+		if err := runSink(t, s, in, newFakeProgress(nil))(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(&change.Unit{Kind: change.KindTxn, End: 1, Records: []change.Record{rec("gone", "v", op("c")), rec("kept", "v", op("c"))}},
+		&change.Unit{Kind: change.KindTxn, End: 2, Records: []change.Record{rec("", "t", op("t")), rec("late", "v", op("c")), rec("dead", "v", op("c")), rec("dead", "", nil)}})
+	cut := s.EndOffsets(topic)
+	run(&change.Unit{Kind: change.KindSnapshot, Records: []change.Record{rec("late", "v", op("r")), rec("new", "v", op("r")), rec("gone2", "", nil)}})
+	k, err := s.ScanKeys(t.Context(), topic, nil, cut, s.EndOffsets(topic), change.Header{Key: "op", Value: []byte("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := slices.Sorted(maps.Keys(k.Before)), slices.Sorted(maps.Keys(k.After))
+	if !slices.Equal(before, []string{"late"}) || !slices.Equal(after, []string{"late", "new"}) {
+		t.Fatalf("before the cut %v, after %v; want [late] and [late new]", before, after)
 	}
 }

@@ -11,24 +11,52 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Progress is implemented by the pipeline (the watermark tracker behind a mutex). Run calls it
-// on its own goroutine; every Durable is followed by exactly one Committed unless Run fails in
-// between.
-type Progress interface {
-	// Durable is called after every record of units has been acknowledged by Kafka (in
-	// exactly-once mode: while their transaction is still open, after Flush). units may be
-	// empty (a tick with nothing new). offsets are the next offsets per topic and partition
-	// (a copy the callee may keep). It returns records, typically watermarks, to produce in the
-	// same batch or transaction; they may target any topic.
-	Durable(units []*change.Unit, offsets Offsets) []change.Record
-	// Committed is called once the records returned by the previous Durable are durable too
-	// (acknowledged, or the transaction committed). It is also called when Durable returned
-	// nothing.
-	Committed()
-	// Carry is called in exactly-once mode only, after the batch's units are produced and
-	// before they are flushed: it returns records that must commit in the same transaction
-	// and need no offsets (a checkpoint). Producing them with the units saves a round trip.
-	Carry(units []*change.Unit) []change.Record
+// AckKind says what an Ack reports.
+type AckKind uint8
+
+// What the sink reports about a batch, in this order: Produced (exactly-once only), Durable,
+// Committed. Every Durable is followed by exactly one Committed unless Run fails in between.
+const (
+	// AckProduced: the batch's units are produced and not flushed yet (exactly-once mode).
+	// Reply takes the records that must commit in the same transaction and need no offsets
+	// (a checkpoint); producing them with the units saves a round trip.
+	AckProduced AckKind = iota + 1
+	// AckDurable: every record of Units is acknowledged by Kafka (in exactly-once mode: while
+	// their transaction is still open, after Flush). Units may be empty (a tick with nothing
+	// new). Offsets are the next offsets per topic and partition (a copy the receiver may
+	// keep). Reply takes the records to produce in the same batch or transaction, typically
+	// watermarks; they may target any topic.
+	AckDurable
+	// AckCommitted: the records of the previous AckDurable's reply are durable too
+	// (acknowledged, or the transaction committed). It has no reply.
+	AckCommitted
+)
+
+// Ack is the sink's report of a batch to the owner of the watermark records (the pipeline's
+// lifecycle owner). It is data on a channel: the sink waits for the Reply of AckProduced and
+// AckDurable (the records to write), never for anything else.
+type Ack struct {
+	Kind    AckKind
+	Units   []*change.Unit
+	Offsets Offsets
+	// Reply (capacity 1) takes the records to produce; nil for AckCommitted.
+	Reply chan []change.Record
+}
+
+// ask sends an ack and waits for its reply.
+func ask(ctx context.Context, acks chan<- Ack, a Ack) ([]change.Record, error) {
+	a.Reply = make(chan []change.Record, 1)
+	select {
+	case acks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case recs := <-a.Reply:
+		return recs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // batch is the state of one batch (one transaction in exactly-once mode).
@@ -45,7 +73,7 @@ type batch struct {
 // Run consumes units until in is closed (it then finishes the open batch and returns nil) or
 // ctx ends (it returns ctx's error; in exactly-once mode the open transaction is aborted).
 // Any produce or transaction error ends Run with that error.
-func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) error {
+func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack) error {
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	linger := time.NewTimer(s.cfg.Linger)
@@ -72,7 +100,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) erro
 			case <-tick.C:
 			}
 		}
-		closed, err := s.runBatch(ctx, first, in, linger, p)
+		closed, err := s.runBatch(ctx, first, in, linger, acks)
 		if err != nil {
 			s.metrics.errors.Inc()
 			return err // logged by the caller, which handles it
@@ -84,10 +112,11 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, p Progress) erro
 	}
 }
 
-// runBatch produces first and whatever else arrives within Linger and MaxBatchBytes, hands
-// the acknowledged units to p, produces what p returns and makes it all durable. With first
-// nil it is a tick: only p's records are produced. It reports whether in was closed.
-func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, p Progress) (closed bool, err error) {
+// runBatch produces first and whatever else arrives within Linger and MaxBatchBytes, reports
+// the acknowledged units on acks, produces the records of the reply and makes it all durable.
+// With first nil it is a tick: only the reply's records are produced. It reports whether in
+// was closed.
+func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks chan<- Ack) (closed bool, err error) {
 	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
 	s.resetBatchErr()
 	defer func() {
@@ -111,7 +140,10 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 			return closed, err
 		}
 		if s.cfg.Delivery == ExactlyOnce {
-			recs := p.Carry(b.units)
+			recs, err := ask(ctx, acks, Ack{Kind: AckProduced, Units: b.units})
+			if err != nil {
+				return closed, err
+			}
 			for i := range recs {
 				if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
 					return closed, err
@@ -121,9 +153,16 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		if err := s.flush(ctx); err != nil {
 			return closed, err
 		}
+		// The units are durable: their share of their stage's budget goes back.
+		for _, u := range b.units {
+			u.Claim.Return()
+		}
 	}
 
-	recs := p.Durable(b.units, s.offsets.snapshot())
+	recs, err := ask(ctx, acks, Ack{Kind: AckDurable, Units: b.units, Offsets: s.offsets.snapshot()})
+	if err != nil {
+		return closed, err
+	}
 	if len(recs) > 0 {
 		if err := s.begin(b); err != nil {
 			return closed, err
@@ -143,7 +182,11 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		}
 		b.txn = false
 	}
-	p.Committed()
+	select {
+	case acks <- Ack{Kind: AckCommitted}:
+	case <-ctx.Done():
+		return closed, ctx.Err()
+	}
 
 	if len(b.units) > 0 || b.records > 0 {
 		elapsed := time.Since(b.start)

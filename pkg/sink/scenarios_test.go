@@ -596,7 +596,7 @@ func TestCancelAbortsOpenTransaction(t *testing.T) {
 	in := make(chan *change.Unit, 1)
 	p := newFakeProgress(nil)
 	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, in, p) }()
+	go func() { done <- s.Run(ctx, in, p.serve(ctx)) }()
 	in <- dataUnit(topic, 10, "a", "b")
 	for deadline := time.Now().Add(30 * time.Second); len(env.consume(t, topic, false)) < 2; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // ReadWatermarks reads the watermark topic read-committed, from its start to its last stable
@@ -206,4 +208,49 @@ func orDefault(err, def error) error {
 		return err
 	}
 	return def
+}
+
+// TopicKeys is what ScanKeys found in a topic: the keys alive at the end of the records before
+// a cut (an earlier copy's rows and changes) and the keys with a value at or after it (the
+// current copy's rows).
+type TopicKeys struct {
+	Before map[string]struct{}
+	After  map[string]struct{}
+}
+
+// ScanKeys reads topic as ScanTopic does, from from to atLeast, and folds its keyed records at
+// the cut (per partition, the offset where the records after it begin): before the cut a record
+// with a value makes its key alive, a tombstone kills it and a keyless record carrying the
+// header truncate kills every key; after the cut every key with a value counts.
+func (s *Sink) ScanKeys(ctx context.Context, topic string, from, cut, atLeast map[int32]int64, truncate change.Header) (TopicKeys, error) {
+	k := TopicKeys{Before: make(map[string]struct{}), After: make(map[string]struct{})}
+	err := s.ScanTopic(ctx, topic, from, atLeast, func(r *kgo.Record) error {
+		if r.Offset >= cut[r.Partition] {
+			if r.Key != nil && r.Value != nil {
+				k.After[string(r.Key)] = struct{}{}
+			}
+			return nil
+		}
+		switch {
+		case r.Key == nil && hasHeader(r, truncate):
+			clear(k.Before)
+		case r.Key == nil:
+		case r.Value == nil:
+			delete(k.Before, string(r.Key))
+		default:
+			k.Before[string(r.Key)] = struct{}{}
+		}
+		return nil
+	})
+	return k, err
+}
+
+// hasHeader reports whether r's first header named h.Key has the value h.Value.
+func hasHeader(r *kgo.Record, h change.Header) bool {
+	for _, rh := range r.Headers {
+		if rh.Key == h.Key {
+			return string(rh.Value) == string(h.Value)
+		}
+	}
+	return false
 }

@@ -70,7 +70,7 @@ func (c *Chunker) done(t *chunkTable, ch *plannedChunk, ok bool) {
 	t.busy--
 	if !ok && ch != nil {
 		if t.stopped {
-			ch.slot.release()
+			ch.slot.Return()
 		} else {
 			t.retry = append(t.retry, ch)
 		}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,22 +92,19 @@ type chunkWorker struct {
 // chunk reads one chunk of t (ch, a chunk to read again, or the next one planned) and hands it
 // over. It returns the chunk it worked on (nil when t had nothing left to plan).
 //
-// Memory: a chunk holds a slot of Chunker.slots from before it is planned until the replication
-// stage published or dropped it, and keeps it while it waits to be read again. Chunks are
+// Memory: a chunk holds a claim on Chunker.slots from before it is planned until the sink
+// returned it (durable or dropped), and keeps it while it waits to be read again. Chunks are
 // published in order, so the earliest chunk not yet published always holds a slot and can go
 // on: the slots never run out in a way that blocks it.
 func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk) (*plannedChunk, error) {
 	c := w.c
 	if ch == nil {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		slot, err := c.slots.Acquire(ctx, 1)
+		if err != nil {
+			return nil, err
 		}
-		slot := &slot{c: c}
-		var err error
 		if ch, err = w.plan(ctx, t); err != nil || ch == nil {
-			slot.release()
+			slot.Return()
 			return nil, err
 		}
 		ch.slot = slot
@@ -131,33 +126,17 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 		c.hooks.AbandonWindow(id)
 		return ch, err
 	}
-	handed := ch.slot
-	c.hooks.ChunkRead(id, u, handed.release)
+	u.Claim = ch.slot
+	c.hooks.ChunkRead(id, u)
 	if _, err := w.marker(ctx, id, true); err != nil {
 		// The stage drops the rows without freeing the slot: the chunk keeps it for its retry.
-		handed.keep.Store(true)
+		ch.slot = ch.slot.Move()
 		c.hooks.AbandonWindow(id)
-		ch.slot = &slot{c: c}
 		return ch, err
 	}
 	ch.slot = nil
 	t.progress.add(u.Chunk.Read, time.Now())
 	return ch, nil
-}
-
-// slot is one of Chunker.slots, released once.
-type slot struct {
-	c    *Chunker
-	once sync.Once
-	// keep: a release by the replication stage does not free the slot (it moved on to a retry).
-	keep atomic.Bool
-}
-
-func (s *slot) release() {
-	if s == nil || s.keep.Load() {
-		return
-	}
-	s.once.Do(func() { <-s.c.slots })
 }
 
 // marker writes chunk id's low or high marker and returns its WAL position.

@@ -27,8 +27,8 @@ type ChunkHooks interface {
 	// OpenWindow registers chunk id, the seq-th of e's copy, before its low marker is written.
 	OpenWindow(id uint64, e change.ExportID, seq int)
 	// ChunkRead hands over the chunk's rows (a KindChunk unit) before its high marker is
-	// written; release is called once they are published or dropped.
-	ChunkRead(id uint64, u *change.Unit, release func())
+	// written; the unit's Claim is returned once they are durable or dropped.
+	ChunkRead(id uint64, u *change.Unit)
 	// AbandonWindow forgets a chunk whose read failed; it is read again under a new id.
 	AbandonWindow(id uint64)
 	// CopyComplete says every chunk of e's copy was handed over, total of them.
@@ -59,8 +59,8 @@ type Chunker struct {
 	mu     sync.Mutex
 	tables []*chunkTable
 	wake   chan struct{}
-	// slots bounds the chunks handed over and not yet published (their rows are in memory).
-	slots  chan struct{}
+	// slots bounds the chunks handed over and not yet durable (their rows are in memory).
+	slots  *change.Budget
 	nextID atomic.Uint64
 
 	// longMu guards long: transaction ids seen running for longer than a chunk may wait.
@@ -84,7 +84,7 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 		metrics: newMetrics(cfg.Registerer),
 		limiter: cfg.Limiter,
 		wake:    make(chan struct{}, 1),
-		slots:   make(chan struct{}, 2*cfg.Workers),
+		slots:   change.NewBudget(int64(2 * cfg.Workers)),
 		long:    make(map[uint64]bool),
 	}, nil
 }
@@ -180,7 +180,7 @@ type chunkTable struct {
 func (t *chunkTable) stop() {
 	t.stopped = true
 	for _, ch := range t.retry {
-		ch.slot.release()
+		ch.slot.Return()
 	}
 	t.retry = nil
 }
@@ -189,7 +189,7 @@ func (t *chunkTable) stop() {
 type plannedChunk struct {
 	seq  int
 	rg   change.KeyRange
-	slot *slot // its memory slot while it is not handed over
+	slot *change.Claim // its memory slot while it is not handed over
 }
 
 // Run runs the chunker's workers until ctx ends.

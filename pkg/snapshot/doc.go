@@ -35,8 +35,9 @@
 // one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
 // abandoned (ChunkHooks.AbandonWindow) and read again under a new id, on a new connection, after
 // a backoff; a table that is gone, unreadable or unencodable fails alone (ChunkHooks.Failed).
-// Memory: a chunk holds one of 2 × Workers slots from before it is planned until the sink made
-// it durable (the unit's Release). Config.Limiter caps rows read per second, before each read.
+// Memory: a chunk holds one of 2 × Workers slots (a change.Budget) from before it is planned
+// until the sink made it durable and returned the unit's Claim. Config.Limiter caps rows read
+// per second, before each read.
 // ChunkJob.ResumeAfter continues a copy after the last durable chunk (a restart).
 //
 // # Copy (Stage)

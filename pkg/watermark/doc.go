@@ -5,8 +5,9 @@
 // # The tracker
 //
 // Tracker is synchronous and free of I/O: no goroutines, no clock (time is passed in), no Kafka.
-// The pipeline feeds it, under one mutex, with what the sink made durable, in the order the sink
-// made it durable:
+// The pipeline's owner goroutine, its only user, feeds it with what the sink made durable, in
+// the order the sink made it durable, and with the transitions of each export's phase (the
+// owner keeps the phase; the state the tracker's records say follows from it):
 //
 //   - Advance(S_d) for every durable transaction or progress unit: the durable stream position.
 //     Every change of every hydrated export with commit LSN below S_d is durable, so a hydrated

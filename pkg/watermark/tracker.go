@@ -23,7 +23,7 @@ type Options struct {
 
 // Tracker keeps the frontier of every export and decides what each watermark record says and
 // what the replication slot may confirm. It is synchronous and not safe for concurrent use:
-// the pipeline wraps it in a mutex.
+// the pipeline's owner goroutine is its only user.
 type Tracker struct {
 	mode     Mode
 	interval time.Duration

@@ -1,4 +1,4 @@
-package pipeline
+package main
 
 import (
 	"context"
@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/pgcat"
+	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -79,7 +81,7 @@ func pgConnect(t *testing.T, addr string) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	conn, err := connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3", pgcat.Timeouts{})
+	conn, err := pgx.Connect(ctx, "postgres://postgres@"+addr+"/db?sslmode=disable&connect_timeout=3")
 	if err == nil {
 		conn.Close(ctx)
 		t.Fatal("connected to a fake server that never accepts a login")
@@ -157,7 +159,7 @@ func TestConnectionLost(t *testing.T) {
 	}
 
 	// A connection reset while pgx waits for a query's answer. pgx's simple-protocol Exec drops
-	// the read error and returns "conn closed" (pgconn.ErrConnClosed), as CREATE PUBLICATION did
+	// the read error and returns "conn closed" (pgcat.ErrConnClosed), as CREATE PUBLICATION did
 	// in TestStartupConnectionsCut; the next query on the connection gets the same error.
 	resetOnQuery := fakeServer(t, func(c net.Conn) {
 		if readStartup(c) != nil {
@@ -172,7 +174,7 @@ func TestConnectionLost(t *testing.T) {
 		c.(*net.TCPConn).SetLinger(0)
 		c.Close()
 	})
-	pg, err := connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3", pgcat.Timeouts{})
+	pg, err := pgx.Connect(t.Context(), "postgres://postgres@"+resetOnQuery+"/db?sslmode=disable&connect_timeout=3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,8 +229,8 @@ func TestExitNow(t *testing.T) {
 		{"a dead path at start", fmt.Errorf("read: %w", &pgcat.SilentError{Idle: time.Minute}), 1, false, time.Second, false},
 		{"unreachable after the stages ran", refused, 1, true, time.Second, false},
 		{"fenced with no other instance", fmt.Errorf("commit: %w", sink.ErrFenced), 1, false, time.Second, false},
-		{"fatal", fatal(errors.New("bad")), 3, true, time.Minute, true},
-		{"fatal lost connection", fatal(lost), 1, false, time.Second, true},
+		{"fatal", fmt.Errorf("bad: %w", pipeline.ErrFatal), 3, true, time.Minute, true},
+		{"fatal lost connection", fmt.Errorf("%w: %w", pipeline.ErrFatal, lost), 1, false, time.Second, true},
 		{"slot lost", fmt.Errorf("x: %w", replication.ErrSlotLost), 5, true, time.Hour, true},
 		{"setup", fmt.Errorf("x: %w", replication.ErrSetup), 2, false, time.Second, true},
 	} {

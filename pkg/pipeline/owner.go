@@ -1,0 +1,437 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// The owner is one goroutine that owns every export's life: its phase, the watermark tracker
+// and everything decided from them. It takes typed events on channels and sends typed commands
+// to the stages; no other goroutine reads or writes its state, so it takes no lock.
+//
+// Events, each from one sender:
+//
+//	evPolled        poller        the publication, its partitioned roots, column lists and filters
+//	evBegin         snapshot      a snapshot began at its consistent point (reply: attempts)
+//	evRestart       snapshot      a copy must start over (table rewritten, request failed)
+//	evFailed        snapshot,     a permanent error of one export
+//	                chunker,
+//	                reconciler
+//	evReconciled    reconciler    rows of earlier attempts are deleted: release the hold
+//	evResnapshot    HTTP          an operator asks for a re-copy (reply: error)
+//	sink.Ack        sink          units produced, durable, committed (reply: records to write)
+//	replication.Fact replication  a relation of a table that is not exported
+//
+// Commands go to the replication stage (replicationControl: route, hold, release, remove,
+// fail, confirm), the chunker (chunkControl: copy, stop), the snapshot stage (a Request on its
+// channel), the reconciler (a job on its channel), the poller (wake) and Kafka's topics
+// (topicControl). What GET /exports shows is published as an immutable copy (view) after
+// every change, so that reading it never waits for the loop.
+type owner struct {
+	tracker *watermark.Tracker
+	phases  map[change.ExportID]phase
+	// failures is the class of each failed export's error (failureClass), where it is known.
+	failures map[change.ExportID]string
+	// pending: exports to copy again at the next poll (a restarted copy, a re-copy on demand).
+	pending []change.ExportID
+	// startLSN is the slot's confirmed position at start-up: confirmable until the tracker
+	// knows better.
+	startLSN change.LSN
+
+	cfg    Config
+	log    *slog.Logger
+	repl   replicationControl
+	chunks chunkControl
+	topics topicControl
+	topic  func(change.ExportID) string
+
+	// Event channels (see above) and the stop signal of run.
+	events  chan event
+	acks    chan sink.Ack
+	facts   <-chan replication.Fact
+	stopped chan struct{}
+	// view is the exports' states as of the last event that could change them.
+	view atomic.Pointer[[]ExportState]
+
+	// Queues of commands whose receivers may be busy: the owner never waits for them.
+	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
+	requests   chan snapshot.Request
+	requestQ   []snapshot.Request
+	reconciles chan reconcileJob
+	reconcileQ []reconcileJob
+	// Commands the replication stage applies in order: detecting waits for Detect before the
+	// snapshot is requested, beginning for SetConsistentPoint before a Begin is answered.
+	detecting    []detectWait
+	beginning    []beginWait
+	wake         chan struct{}
+	lastConfirm  change.LSN
+	hasConfirmed bool
+
+	// copied: exports whose copy became durable in the batch not yet committed.
+	copied []change.ExportID
+	// leaves: per published partitioned table (publish_via_partition_root), its leaf
+	// partitions as last acted on (partitions). reconcileNext: exports whose next copy must
+	// reconcile their topic, so it takes the copy strategy.
+	leaves        map[change.ExportID]string
+	reconcileNext map[change.ExportID]bool
+	// definitions: per export, the publication's column list and row filter its current copy
+	// read (publication.go).
+	definitions map[change.ExportID]*watermark.PublishedInfo
+	// partial is the transaction published in pieces whose last piece is not durable yet, as
+	// far as the durable units tell (restored from the checkpoint at start). While it is set no
+	// watermark record is written: a consumer reading a topic up to a watermark's offsets never
+	// sees part of a transaction.
+	partial *change.Partial
+}
+
+// The owner drives the stages through these commands; the production values are the stages
+// themselves, the unit tests give fakes. None of them calls back into the owner.
+type (
+	replicationControl interface {
+		Resume(positions map[change.ExportID]change.LSN)
+		ResumeChunking(e change.ExportID, position change.LSN)
+		Detect(exports []change.ExportID) <-chan struct{}
+		SetConsistentPoint(exports []change.ExportID, c change.LSN) <-chan error
+		CopyDone(e change.ExportID)
+		Remove(e change.ExportID, at change.LSN)
+		Fail(e change.ExportID)
+		Restart(e change.ExportID)
+		StartChunking(e change.ExportID)
+		Confirm(lsn change.LSN)
+	}
+	chunkControl interface {
+		Add(job snapshot.ChunkJob)
+		Stop(e change.ExportID)
+	}
+	topicControl interface {
+		EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error
+		EndOffsets(topic string) map[int32]int64
+	}
+	// catalog reads what the owner needs from PostgreSQL: a table's schema, the server's WAL
+	// position.
+	catalog interface {
+		LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error)
+		CurrentWAL(ctx context.Context) (change.LSN, error)
+	}
+)
+
+var (
+	_ replicationControl = (*replication.Stage)(nil)
+	_ chunkControl       = (*snapshot.Chunker)(nil)
+	_ topicControl       = (*sink.Sink)(nil)
+)
+
+// Events (see owner).
+type (
+	event interface{ isEvent() }
+
+	evPolled struct {
+		published map[change.ExportID]struct{}
+		leaves    map[change.ExportID]string
+		defs      map[change.ExportID]change.PublishedAs
+		// cat reads on the poller's connection; the poller waits for done before using it again.
+		cat  catalog
+		done chan error
+	}
+	evBegin struct {
+		c      change.LSN
+		tables []snapshot.TableInfo
+		reply  chan beginReply
+	}
+	evRestart struct {
+		e      change.ExportID
+		reason string
+	}
+	evFailed struct {
+		e   change.ExportID
+		err error
+	}
+	evReconciled struct{ e change.ExportID }
+	evResnapshot struct {
+		e     change.ExportID
+		reply chan error
+	}
+)
+
+type (
+	detectWait struct {
+		applied <-chan struct{}
+		req     snapshot.Request
+	}
+	beginWait struct {
+		set <-chan error
+		ev  evBegin
+	}
+)
+
+type beginReply struct {
+	attempts map[change.ExportID]int
+	err      error
+}
+
+func (evPolled) isEvent()     {}
+func (evBegin) isEvent()      {}
+func (evRestart) isEvent()    {}
+func (evFailed) isEvent()     {}
+func (evReconciled) isEvent() {}
+func (evResnapshot) isEvent() {}
+
+func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
+	return &owner{
+		cfg: cfg, tracker: tracker, log: log,
+		phases:        make(map[change.ExportID]phase),
+		failures:      make(map[change.ExportID]string),
+		topic:         func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
+		events:        make(chan event, 64),
+		acks:          make(chan sink.Ack),
+		stopped:       make(chan struct{}),
+		requests:      make(chan snapshot.Request),
+		reconciles:    make(chan reconcileJob),
+		wake:          make(chan struct{}, 1),
+		leaves:        make(map[change.ExportID]string),
+		reconcileNext: make(map[change.ExportID]bool),
+		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
+	}
+}
+
+// run serves events until ctx ends, and returns ctx's error. It never waits for a stage that may
+// wait for it: commands are queued (requests, reconcile jobs) or posted (the replication
+// stage's, whose outcome it selects on); it waits only for the catalog reads of a poll and for
+// Kafka to create topics. Afterwards drain serves the sink alone until it has stopped.
+func (o *owner) run(ctx context.Context) error {
+	defer close(o.stopped)
+	o.confirm()
+	o.publishView()
+	for {
+		var (
+			reqOut chan<- snapshot.Request
+			req    snapshot.Request
+			jobOut chan<- reconcileJob
+			job    reconcileJob
+		)
+		if len(o.requestQ) > 0 {
+			reqOut, req = o.requests, o.requestQ[0]
+		}
+		if len(o.reconcileQ) > 0 {
+			jobOut, job = o.reconciles, o.reconcileQ[0]
+		}
+		var (
+			detected <-chan struct{}
+			pointSet <-chan error
+		)
+		if len(o.detecting) > 0 {
+			detected = o.detecting[0].applied
+		}
+		if len(o.beginning) > 0 {
+			pointSet = o.beginning[0].set
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case a := <-o.acks:
+			o.ack(a)
+			if a.Kind == sink.AckCommitted {
+				o.publishView()
+			}
+		case ev := <-o.events:
+			o.handle(ctx, ev)
+			o.publishView()
+		case f := <-o.facts:
+			if f.Kind == replication.FactUnknownRelation {
+				o.log.Debug("relation message for a table that is not exported", "export", f.Export.String())
+				o.wakePoll()
+			}
+		case reqOut <- req:
+			o.requestQ = o.requestQ[1:]
+		case jobOut <- job:
+			o.reconcileQ = o.reconcileQ[1:]
+		case <-detected:
+			w := o.detecting[0]
+			o.detecting = o.detecting[1:]
+			o.log.Info("hydrating tables", "exports", fmt.Sprint(w.req.Exports))
+			o.requestQ = append(o.requestQ, w.req)
+		case err := <-pointSet:
+			w := o.beginning[0]
+			o.beginning = o.beginning[1:]
+			var attempts map[change.ExportID]int
+			if err == nil {
+				attempts = o.begun(w.ev.c, w.ev.tables)
+			}
+			w.ev.reply <- beginReply{attempts, err}
+			o.publishView()
+		}
+		o.confirm()
+	}
+}
+
+// drain answers the sink's acks, after run returned, until sinkDone or stop is closed: the
+// sink drains what the stages handed it, and its watermarks are still due.
+func (o *owner) drain(sinkDone, stop <-chan struct{}) {
+	for {
+		select {
+		case a := <-o.acks:
+			o.ack(a)
+			o.confirm()
+		case <-sinkDone:
+			return
+		case <-stop:
+			return
+		}
+	}
+}
+
+func (o *owner) handle(ctx context.Context, ev event) {
+	switch ev := ev.(type) {
+	case evPolled:
+		err := o.published(ctx, ev.cat, ev.published)
+		if err == nil {
+			o.partitions(ev.leaves)
+			o.publicationDefinitions(ev.defs)
+		}
+		ev.done <- err
+	case evBegin:
+		if err := o.begin(ctx, ev); err != nil {
+			ev.reply <- beginReply{nil, err}
+		}
+	case evRestart:
+		o.restart(ev.e, ev.reason)
+	case evFailed:
+		o.failed(ev.e, ev.err)
+	case evReconciled:
+		o.repl.CopyDone(ev.e)
+	case evResnapshot:
+		ev.reply <- o.resnapshot(ev.e)
+	default:
+		// Tests read the owner's state on its goroutine with events of their own.
+		if r, ok := ev.(interface{ read(*owner) }); ok {
+			r.read(o)
+		}
+	}
+}
+
+// ack handles a report of the sink.
+func (o *owner) ack(a sink.Ack) {
+	switch a.Kind {
+	case sink.AckProduced:
+		a.Reply <- o.carry(a.Units)
+	case sink.AckDurable:
+		a.Reply <- o.durable(a.Units, a.Offsets)
+	case sink.AckCommitted:
+		o.committed()
+	}
+}
+
+// publishView publishes the exports' states for readers on other goroutines (exports).
+func (o *owner) publishView() {
+	v := o.states()
+	o.view.Store(&v)
+}
+
+// exports returns the exports' states as of the last event that could change them: from any
+// goroutine, without waiting for the loop.
+func (o *owner) exports() []ExportState {
+	if v := o.view.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
+
+// confirm tells the replication stage what the slot may confirm, when it changed.
+func (o *owner) confirm() {
+	if lsn, ok := o.confirmable(); ok && (!o.hasConfirmed || lsn != o.lastConfirm) {
+		o.lastConfirm, o.hasConfirmed = lsn, true
+		o.repl.Confirm(lsn)
+	}
+}
+
+// confirmable is what the slot may confirm.
+func (o *owner) confirmable() (change.LSN, bool) {
+	if lsn, ok := o.tracker.Confirmable(); ok {
+		return max(lsn, o.startLSN), true
+	}
+	return o.startLSN, o.startLSN != 0
+}
+
+// wakePoll asks the poller to look at the publication now.
+func (o *owner) wakePoll() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+}
+
+// errStopped: the owner's life ended while an event waited for its answer.
+var errStopped = errors.New("the pipeline stopped")
+
+// send hands ev to the owner; false when it stopped (or ctx ended) first.
+func (o *owner) send(ctx context.Context, ev event) bool {
+	select {
+	case o.events <- ev:
+		return true
+	case <-o.stopped:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// query sends an event that has a reply and waits for the reply.
+func query[T any](ctx context.Context, o *owner, ev event, reply chan T) (T, error) {
+	var zero T
+	if !o.send(ctx, ev) {
+		return zero, errStopped
+	}
+	select {
+	case v := <-reply:
+		return v, nil
+	case <-o.stopped:
+		return zero, errStopped
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	}
+}
+
+// snapshotEvents turns the snapshot stage's and the chunker's reports into the owner's events
+// (snapshot.Hooks, the Failed of snapshot.ChunkHooks).
+type snapshotEvents struct{ o *owner }
+
+var _ snapshot.Hooks = snapshotEvents{}
+
+func (s snapshotEvents) Begin(ctx context.Context, c change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
+	reply := make(chan beginReply, 1)
+	r, err := query(ctx, s.o, evBegin{c: c, tables: tables, reply: reply}, reply)
+	if err != nil {
+		return nil, err
+	}
+	return r.attempts, r.err
+}
+
+func (s snapshotEvents) Restart(e change.ExportID, reason string) {
+	s.o.send(context.Background(), evRestart{e: e, reason: reason})
+}
+
+func (s snapshotEvents) Failed(e change.ExportID, err error) {
+	s.o.send(context.Background(), evFailed{e: e, err: err})
+}
+
+// chunkWiring connects the chunker with the replication stage directly: its windows and chunks
+// go to the stage, which merges them with the stream; only a failure goes to the owner.
+type chunkWiring struct {
+	repl *replication.Stage
+	snapshotEvents
+}
+
+var _ snapshot.ChunkHooks = chunkWiring{}
+
+func (w chunkWiring) OpenWindow(id uint64, e change.ExportID, seq int) { w.repl.OpenWindow(id, e, seq) }
+func (w chunkWiring) ChunkRead(id uint64, u *change.Unit)              { w.repl.ChunkRead(id, u) }
+func (w chunkWiring) AbandonWindow(id uint64)                          { w.repl.AbandonWindow(id) }
+func (w chunkWiring) CopyComplete(e change.ExportID, total int)        { w.repl.CopyComplete(e, total) }

@@ -1,0 +1,228 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
+	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// runOnce is one life of the pipeline: start-up, the stages, an orderly stop.
+func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) error {
+	reg := prometheus.NewRegistry()
+	life.current.Store(reg)
+	// When ctx ends, an orderly stop begins: its steps share ShutdownTimeout from then.
+	var stopAt atomic.Int64
+	defer context.AfterFunc(ctx, func() { stopAt.Store(time.Now().UnixNano()) })()
+	pl, err := startUp(ctx, cfg, life, reg, attempt)
+	if err != nil {
+		return err
+	}
+	defer pl.close()
+	return wire(ctx, cfg, life, reg, attempt, pl, &stopAt)
+}
+
+// plan is what start-up found and opened: the connection it checked the server on, the sink
+// (initialised, the watermark topic read), the published tables, the tracker restored from the
+// watermark topic and the slot, and the encoding every stage shares.
+type plan struct {
+	conn       *pgcat.Conn
+	sk         *sink.Sink
+	published  map[change.ExportID]struct{}
+	tracker    *watermark.Tracker
+	checkpoint *watermark.Checkpoint
+	slot       replication.SlotInfo
+	resume     map[change.ExportID]change.LSN
+	codec      codec.Config
+	markerTag  string
+}
+
+func (pl *plan) close() {
+	if pl.sk != nil {
+		pl.sk.Close()
+	}
+	if pl.conn != nil {
+		pl.conn.Close(context.Background())
+	}
+}
+
+// startUp checks everything PostgreSQL and Kafka must say yes to, restores the tracker from the
+// watermark topic and makes sure the slot exists and lost nothing.
+func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int) (_ *plan, err error) {
+	log := cfg.Logger
+	pl := &plan{}
+	defer func() {
+		if err != nil {
+			pl.close()
+		}
+	}()
+	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
+	if err != nil {
+		return nil, err
+	}
+	pl.conn = conn
+	if err := replication.CheckServer(ctx, conn); err != nil {
+		return nil, err
+	}
+	var database string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		return nil, fmt.Errorf("read database name: %w", err)
+	}
+
+	sk, err := sink.New(sink.Config{
+		Brokers:            cfg.Brokers,
+		Security:           cfg.KafkaSecurity,
+		Delivery:           sink.Delivery(cfg.Delivery),
+		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
+		TransactionTimeout: cfg.TransactionTimeout,
+		Compression:        cfg.KafkaCompression,
+		Partitions:         cfg.TopicPartitions,
+		ReplicationFactor:  cfg.ReplicationFactor,
+		WatermarkTopic:     cfg.WatermarkTopic,
+		DialTimeout:        cfg.ConnectTimeout,
+		MaxBatchBytes:      sinkBatchBytes,
+		MaxBulkBatchBytes:  sinkBulkBatchBytes,
+		Logger:             log,
+		// Process-wide: the sink's counters survive the restart that its errors cause.
+		Registerer: life.base,
+	})
+	if err != nil {
+		return nil, fatal(err)
+	}
+	pl.sk = sk
+	if err := sk.Ping(ctx); err != nil {
+		return nil, err
+	}
+	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
+	if err := pgcat.EnsurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+		return nil, err
+	}
+	published, err := pgcat.PublishedTables(ctx, conn, cfg.Publication)
+	if err != nil {
+		return nil, err
+	}
+	exports := make([]change.ExportID, 0, len(published))
+	for e := range published {
+		exports = append(exports, e)
+	}
+	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
+		return nil, fatal(err)
+	}
+
+	// A walsender of this process's previous life that still holds the slot lost its path
+	// without a close: end it, or this instance would wait for itself as a standby.
+	if err := replication.ReleaseStale(ctx, conn.PgConn(), cfg.Slot, life.walsender.Load(), log.With("stage", "pipeline")); err != nil {
+		return nil, err
+	}
+	// One instance per slot: wait while another one streams from it, before the producer is
+	// initialised (that would fence the running instance's transactions).
+	if err := replication.WaitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
+		return nil, err
+	}
+	if err := sk.Init(ctx); err != nil {
+		return nil, err
+	}
+	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.WatermarkTopic, Compact: true}}); err != nil {
+		return nil, err
+	}
+	tracker := watermark.NewTracker(watermark.Options{Mode: watermark.Mode(cfg.WatermarkMode), Interval: cfg.WatermarkInterval})
+	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
+	wmRead := watermark.NewTopicReader()
+	if err := sk.ReadWatermarks(ctx, wmRead.Add); err != nil {
+		var bad *sink.RecordError
+		if errors.As(err, &bad) {
+			// A record this build cannot read (too large, not a watermark record, a newer
+			// version): retrying reads the same record again.
+			return nil, fatal(fmt.Errorf("watermark topic: %w", err))
+		}
+		return nil, fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
+	}
+	recs, checkpoint := wmRead.Result()
+	tracker.Restore(recs)
+	if checkpoint != nil {
+		tracker.RestoreCheckpoint(checkpoint.Position)
+	}
+
+	resume := tracker.Resume()
+	slot, err := replication.ReadSlot(ctx, conn, cfg.Slot)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSlot(cfg, slot, resume, published); err != nil {
+		return nil, err
+	}
+	if !slot.Exists {
+		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
+			return nil, err
+		}
+		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
+			return nil, err
+		}
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.Confirmed.String())
+	}
+
+	// The WAL markers of this life's chunked copies: earlier lives and other instances write
+	// their own.
+	markerTag := fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
+	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
+		// Room for the key and headers within what Kafka accepts.
+		MaxRecordBytes: sink.MaxRecordBytes - 64<<10,
+		Format:         cfg.ValueFormat,
+		// One catalog for every stage, so the snapshot and the stream build identical encoders.
+		Types: codec.NewTypes(func(ctx context.Context, oids []uint32) ([]codec.TypeInfo, error) {
+			conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
+			if err != nil {
+				return nil, err
+			}
+			pl.conn = conn
+			return pgcat.QueryTypes(ctx, conn, oids)
+		}),
+		Placeholder: cfg.UnchangedPlaceholder,
+	}
+	if cfg.UnchangedToast == UnchangedPlaceholder {
+		codecCfg.Unchanged = codec.UnchangedPlaceholder
+	}
+	pl.published, pl.tracker, pl.checkpoint, pl.slot, pl.resume = published, tracker, checkpoint, slot, resume
+	pl.codec, pl.markerTag = codecCfg, markerTag
+	return pl, nil
+}
+
+// checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports
+// are hydrated, or a slot confirmed past a hydrated export's own position.
+func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+	live := 0
+	for e := range resume {
+		if _, ok := published[e]; ok {
+			live++
+		}
+	}
+	if live == 0 {
+		if slot.WALStatus == "lost" {
+			return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost); drop it (SELECT pg_drop_replication_slot('%s')) and restart to take a new snapshot", cfg.Slot, cfg.Slot))
+		}
+		return nil
+	}
+	if !slot.Exists {
+		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.WatermarkTopic))
+	}
+	if slot.WALStatus == "lost" {
+		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.WatermarkTopic))
+	}
+	for e, p := range resume {
+		if _, ok := published[e]; ok && slot.Confirmed > p {
+			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.Confirmed, e, p, cfg.WatermarkTopic))
+		}
+	}
+	return nil
+}
