@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,6 +50,8 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		}
 	}
 	table, enc, pred := t.table, t.enc, andFilter(t.predicate(ch.rg), t.table)
+	// The range key's values follow the columns: the chunk's end is the last row's key.
+	keys, limit := len(t.keyNames), t.chunkRows
 	var b strings.Builder
 	b.WriteString("COPY (SELECT ")
 	for i, col := range table.Columns {
@@ -57,24 +60,36 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		}
 		b.WriteString(pgcat.Ident(col.Name))
 	}
+	for i, k := range t.keyNames {
+		if i > 0 || len(table.Columns) > 0 {
+			b.WriteString(", ")
+		}
+		// Aliased: ORDER BY takes an output column of the key's name, and this one is text.
+		b.WriteString(k + "::text AS tidemark_bound_" + strconv.Itoa(i))
+	}
 	b.WriteString(t.from)
-	t.planMu.Unlock()
 	if pred != "" {
 		b.WriteString(" WHERE ")
 		b.WriteString(pred)
 	}
+	if ch.open {
+		// The chunk's own read finds where it ends: the key's index yields its first limit
+		// keys, each row read once (no planning pass over the heap).
+		b.WriteString(" ORDER BY " + strings.Join(t.keyNames, ", ") + " LIMIT " + strconv.Itoa(limit))
+	}
+	t.planMu.Unlock()
 	b.WriteString(") TO STDOUT")
 
 	u := &change.Unit{
 		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
-		Chunk:   &change.Chunk{Seq: ch.seq, Range: ch.rg, Estimated: t.estimated},
-		Records: make([]change.Record, 0, t.chunkRows),
+		Chunk:   &change.Chunk{Seq: ch.seq, Estimated: t.estimated},
+		Records: make([]change.Record, 0, limit),
 	}
 	start := time.Now()
 	if w.c.cfg.Codec.Now != nil {
 		start = w.c.cfg.Codec.Now()
 	}
-	cw := &chunkWriter{w: w, t: t, u: u, enc: enc.Clone(), cols: len(table.Columns),
+	cw := &chunkWriter{w: w, t: t, u: u, enc: enc.Clone(), cols: len(table.Columns), last: make([][]byte, keys),
 		src: codec.Source{LSN: low, Snapshot: true, Attempt: t.job.Attempt, Time: start}}
 	_, err = w.conn.PgConn().CopyTo(ctx, cw, b.String())
 	if err == nil && cw.err == nil && len(cw.buf) > 0 {
@@ -103,6 +118,19 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		return nil, fmt.Errorf("copy chunk %d of %s: %w", ch.seq, t.job.Export, err)
 	}
 	u.Rows = u.Chunk.Read
+	if ch.open {
+		// Every key up to the last one read is in the chunk; fewer rows than the limit: the
+		// table ends here (for this snapshot; later rows come through the stream).
+		var last []string
+		if u.Chunk.Read >= limit {
+			last = make([]string, keys)
+			for i, v := range cw.last {
+				last[i] = string(v)
+			}
+		}
+		w.c.ended(t, ch, last, u.Chunk.Read)
+	}
+	u.Chunk.Range = ch.rg
 	return u, nil
 }
 
@@ -112,8 +140,10 @@ type chunkWriter struct {
 	t   *chunkTable
 	u   *change.Unit
 	enc *codec.Encoder
-	// cols is the number of columns the COPY reads.
+	// cols is the number of the table's columns the COPY reads; the range key's follow them.
 	cols int
+	// last holds the range key of the last row read.
+	last [][]byte
 	src  codec.Source
 	buf  []byte
 	err  error
@@ -131,23 +161,20 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 
 func (cw *chunkWriter) row(line []byte) {
 	cols := cw.cols
-	var (
-		fields [][]byte
-		err    error
-	)
-	if cols > 0 {
-		fields, err = codec.SplitCopyText(line, cw.w.fields[:0])
-	}
-	if err == nil && len(fields) != cols {
-		err = fmt.Errorf("copy line has %d fields, want %d", len(fields), cols)
+	fields, err := codec.SplitCopyText(line, cw.w.fields[:0])
+	if err == nil && len(fields) != cols+len(cw.last) {
+		err = fmt.Errorf("copy line has %d fields, want %d", len(fields), cols+len(cw.last))
 	}
 	if err != nil {
 		cw.err = err
 		return
 	}
 	cw.w.fields = fields
+	for i, f := range fields[cols:] {
+		cw.last[i] = append(cw.last[i][:0], f...)
+	}
 	cw.src.Seq = cw.t.seq.Add(1)
-	cw.u.Records, err = cw.enc.Read(cw.u.Records, cw.src, fields)
+	cw.u.Records, err = cw.enc.Read(cw.u.Records, cw.src, fields[:cols])
 	if err != nil {
 		cw.err = err
 		return

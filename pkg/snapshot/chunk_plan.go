@@ -5,83 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
-// plan sets t up on first use and cuts its next chunk: up to chunkRows keys after the cursor.
-// It returns nil when the table's last chunk was planned already.
-func (w *chunkWorker) plan(ctx context.Context, t *chunkTable) (*plannedChunk, error) {
-	t.planMu.Lock()
-	defer t.planMu.Unlock()
-	if t.exhausted {
-		return nil, nil
-	}
-	if !t.ready {
-		if err := w.setup(ctx, t); err != nil {
-			return nil, err
-		}
-	}
-	// The key chunkRows keys after the cursor, by the key's index.
-	var q strings.Builder
-	q.WriteString("SELECT ")
-	for i, k := range t.keyNames {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		// Aliased: ORDER BY would take an output column of the key's name, ordering text.
-		q.WriteString(k + "::text AS tidemark_bound_" + strconv.Itoa(i))
-	}
-	q.WriteString(t.from)
-	// The publication's row filter too: a chunk holds about chunkRows rows that are copied.
-	var after string
-	if t.cursor != nil {
-		after = t.predicate(change.KeyRange{From: t.cursor})
-	}
-	if cond := andFilter(after, t.table); cond != "" {
-		q.WriteString(" WHERE " + cond)
-	}
-	q.WriteString(" ORDER BY " + strings.Join(t.keyNames, ", "))
-	q.WriteString(" OFFSET " + strconv.Itoa(t.chunkRows-1) + " LIMIT 1")
-	rows, err := w.conn.Query(ctx, q.String(), pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		return nil, fmt.Errorf("plan chunk of %s: %w", t.job.Export, err)
-	}
-	bound, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]string, error) {
-		out := make([]string, len(t.keyNames))
-		ptrs := make([]any, len(out))
-		for i := range out {
-			ptrs[i] = &out[i]
-		}
-		return out, r.Scan(ptrs...)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("plan chunk of %s: %w", t.job.Export, err)
-	}
-	ch := &plannedChunk{seq: t.nextSeq, rg: change.KeyRange{From: t.cursor}}
-	if len(bound) > 0 {
-		ch.rg.To = bound[0]
-	}
-	t.nextSeq++
-	t.cursor = ch.rg.To
-	w.c.mu.Lock()
-	t.exhausted = ch.rg.To == nil
-	if t.remaining != math.MaxInt64 {
-		t.remaining = max(t.remaining-int64(t.chunkRows), 0)
-	}
-	w.c.mu.Unlock()
-	return ch, nil
-}
-
-// ready sets t up again after its schema changed (a retried chunk).
+// ready sets t up on first use, and again after its schema changed (a retried chunk).
 func (w *chunkWorker) ready(ctx context.Context, t *chunkTable) error {
 	t.planMu.Lock()
 	defer t.planMu.Unlock()
@@ -129,9 +62,9 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	if err := w.rangeKey(ctx, t, table.OID); err != nil {
 		return err
 	}
-	if t.cursor != nil && len(t.cursor) != len(t.keyNames) {
+	if r := t.job.ResumeAfter; r != nil && len(r) != len(t.keyNames) {
 		return &permanentError{fmt.Errorf("chunked copy of %s: the copy resumes after a key of %d columns, the table's key has %d now (changed while the service was stopped); restart the service to copy the table again",
-			e, len(t.cursor), len(t.keyNames))}
+			e, len(r), len(t.keyNames))}
 	}
 	enc, err := codec.NewEncoder(w.c.cfg.Codec, table)
 	if err != nil {

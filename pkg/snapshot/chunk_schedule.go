@@ -31,14 +31,15 @@ func (c *Chunker) tick(ctx context.Context) {
 	}
 }
 
-// take returns a table to work on and, when one waits for a retry, the chunk to read; with a
-// nil chunk the caller plans the table's next one. It blocks until there is work.
+// take returns a table to work on and the chunk to read: one waiting to be read again, or the
+// table's next chunk, open-ended after its cursor. A table whose open chunk is being read has
+// no next chunk until that read ends. It blocks until there is work.
 func (c *Chunker) take(ctx context.Context) (*chunkTable, *plannedChunk, error) {
 	for {
 		c.mu.Lock()
 		var best *chunkTable
 		for _, t := range c.tables {
-			if t.stopped || (t.exhausted && len(t.retry) == 0) {
+			if t.stopped || (len(t.retry) == 0 && (t.exhausted || t.reading)) {
 				continue
 			}
 			if best == nil || t.remaining > best.remaining {
@@ -50,6 +51,8 @@ func (c *Chunker) take(ctx context.Context) (*chunkTable, *plannedChunk, error) 
 			var ch *plannedChunk
 			if n := len(best.retry); n > 0 {
 				ch, best.retry = best.retry[0], best.retry[1:]
+			} else {
+				ch = best.claim()
 			}
 			c.mu.Unlock()
 			return best, ch, nil

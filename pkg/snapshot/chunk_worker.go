@@ -89,23 +89,19 @@ type chunkWorker struct {
 	fields [][]byte
 }
 
-// chunk reads one chunk of t (ch, a chunk to read again, or the next one planned) and hands it
-// over. It returns the chunk it worked on (nil when t had nothing left to plan).
+// chunk reads chunk ch of t (one to read again, or t's next, open-ended one) and hands it over.
+// It returns the chunk it worked on.
 //
-// Memory: a chunk holds a claim on Chunker.slots from before it is planned until the sink
-// returned it (durable or dropped), and keeps it while it waits to be read again. Chunks are
+// Memory: a chunk holds a claim on Chunker.slots from before it is read until the sink returned
+// it (durable or dropped), and keeps it while it waits to be read again. Chunks are
 // published in order, so the earliest chunk not yet published always holds a slot and can go
 // on: the slots never run out in a way that blocks it.
 func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk) (*plannedChunk, error) {
 	c := w.c
-	if ch == nil {
+	if ch.slot == nil {
 		slot, err := c.slots.Acquire(ctx, 1)
 		if err != nil {
-			return nil, err
-		}
-		if ch, err = w.plan(ctx, t); err != nil || ch == nil {
-			slot.Return()
-			return nil, err
+			return ch, err
 		}
 		ch.slot = slot
 	}

@@ -2,8 +2,8 @@ package snapshot
 
 // The chunked copy, by responsibility: this file holds the hooks, the job and the Chunker's
 // public API; chunk_schedule.go hands tables and chunks to workers; chunk_worker.go reads one
-// chunk between its WAL markers; chunk_copy.go parses and encodes a chunk's COPY stream;
-// chunk_plan.go sets a table up and cuts its key ranges; chunk_sql.go renders the SQL.
+// chunk between its WAL markers; chunk_copy.go reads a chunk, finds where it ends, and encodes
+// its COPY stream; chunk_plan.go sets a table up; chunk_sql.go renders the SQL.
 
 import (
 	"context"
@@ -46,7 +46,9 @@ type ChunkJob struct {
 }
 
 // Chunker copies tables in chunks ("chunked" strategy): each chunk is one key range, read in a
-// short transaction of its own between two WAL markers. See the package documentation.
+// short transaction of its own between two WAL markers. There is no planning pass: a chunk reads
+// up to chunkRows keys after the previous chunk's last key, in key order, and ends at the last
+// key it read, so every row is read once. See the package documentation.
 type Chunker struct {
 	cfg        Config
 	hooks      ChunkHooks
@@ -165,10 +167,15 @@ type chunkTable struct {
 	remaining   int64 // estimated rows left: the largest tables go first
 	estimated   int64 // estimated rows of the table
 
-	// planMu serialises planning (boundary queries). Under Chunker.mu: retry, busy, stopped.
-	planMu    sync.Mutex
-	cursor    []string // the From of the next chunk to plan
-	exhausted bool     // the last chunk (To nil) was planned
+	// planMu guards the set-up above (table, key, encoder, chunkRows). Under Chunker.mu: the
+	// cursor and everything after it.
+	planMu sync.Mutex
+	// cursor is the last key of the chunks read so far: the next chunk starts after it. While
+	// reading, a chunk whose end is not known yet (an open chunk) holds it, and the table's
+	// next chunk waits for that read to end.
+	cursor    []string
+	reading   bool
+	exhausted bool // a chunk reached the table's last key
 	nextSeq   int
 	retry     []*plannedChunk
 	busy      int // chunks taken and not yet handed over
@@ -187,9 +194,38 @@ func (t *chunkTable) stop() {
 
 // plannedChunk is one key range of a table with its place in the table's order.
 type plannedChunk struct {
-	seq  int
-	rg   change.KeyRange
+	seq int
+	rg  change.KeyRange
+	// open: the chunk's end is not known yet. Its read takes up to chunkRows keys after
+	// rg.From, in key order, and sets rg.To to the last of them (nil when it read fewer: the
+	// table's last chunk). A chunk read again after that reads its range, however many keys
+	// it holds by then.
+	open bool
 	slot *change.Claim // its memory slot while it is not handed over
+}
+
+// claim cuts t's next chunk, open-ended after the cursor (under Chunker.mu).
+func (t *chunkTable) claim() *plannedChunk {
+	t.reading = true
+	ch := &plannedChunk{seq: t.nextSeq, rg: change.KeyRange{From: t.cursor}, open: true}
+	t.nextSeq++
+	return ch
+}
+
+// ended records where open chunk ch of t ended: at the last key it read, read rows after its
+// start (last nil: the table's end). The table's next chunk can be read from now on.
+func (c *Chunker) ended(t *chunkTable, ch *plannedChunk, last []string, read int) {
+	c.mu.Lock()
+	ch.open, ch.rg.To = false, last
+	t.cursor, t.reading, t.exhausted = last, false, last == nil
+	if t.remaining != math.MaxInt64 {
+		t.remaining = max(t.remaining-int64(read), 0)
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Run runs the chunker's workers until ctx ends.

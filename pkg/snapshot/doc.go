@@ -5,9 +5,13 @@
 // # Chunked (Chunker)
 //
 // A table is cut into ranges of its key (the replica identity columns, in the order of their
-// index) of about 1 MiB each: a boundary query reads the key ChunkRows keys past the last
-// boundary. Config.Workers workers read chunks of every table being copied, largest first (a
-// table just added is set up first), each on its own connection:
+// index) of about 1 MiB each, with no planning pass: a chunk reads, in key order, up to ChunkRows
+// rows after the previous chunk's last key (ORDER BY key LIMIT n over the key's index), and its
+// range ends at the last key it read; a chunk that reads fewer is the table's last. So each row
+// is read once. Config.Workers workers read chunks of every table being copied, largest first (a
+// table just added is set up first), each on its own connection. One table's reads follow each
+// other, since a chunk starts where the one before it ended; its markers, waits and hand-overs
+// overlap with them. A chunk read again after its end was found reads its range whole:
 //
 //  1. ChunkHooks.OpenWindow registers the chunk with the replication stage;
 //  2. the low marker is written into the WAL (pg_logical_emit_message, not transactional);
@@ -15,7 +19,9 @@
 //     commit record precedes the moment a transaction stops counting as running: a snapshot
 //     taken at once could miss a transaction the stream delivers before the marker);
 //  4. the chunk is read with COPY in a REPEATABLE READ transaction of its own and encoded as
-//     snapshot reads (op "r") at the low marker's LSN: one change.KindChunk unit;
+//     snapshot reads (op "r") at the low marker's LSN: one change.KindChunk unit, whose
+//     change.Chunk names the range read (the markers name the chunk, not its range: the
+//     replication stage notes every key of the table the stream changes in the window);
 //  5. ChunkHooks.ChunkRead hands the unit over, then the high marker is written.
 //
 // Schema changes during a chunked copy. The chunk's transaction first locks the table (ACCESS
@@ -35,9 +41,9 @@
 // one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
 // abandoned (ChunkHooks.AbandonWindow) and read again under a new id, on a new connection, after
 // a backoff; a table that is gone, unreadable or unencodable fails alone (ChunkHooks.Failed).
-// Memory: a chunk holds one of 2 × Workers slots (a change.Budget) from before it is planned
-// until the sink made it durable and returned the unit's Claim. Config.Limiter caps rows read
-// per second, before each read.
+// Memory: a chunk holds one of 2 × Workers slots (a change.Budget) from before it is read until
+// the sink made it durable and returned the unit's Claim. Config.Limiter caps rows read per
+// second, before each read.
 // ChunkJob.ResumeAfter continues a copy after the last durable chunk (a restart).
 //
 // # Copy (Stage)

@@ -1,0 +1,198 @@
+package snapshot
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/pgcat"
+)
+
+// chunkRecorder stands in for the replication stage: it keeps every chunk handed over and
+// releases its slot at once.
+type chunkRecorder struct {
+	mu     sync.Mutex
+	units  map[change.ExportID][]*change.Unit
+	total  map[change.ExportID]int
+	failed map[change.ExportID]error
+	left   int
+	done   chan struct{}
+}
+
+func newChunkRecorder(jobs int) *chunkRecorder {
+	return &chunkRecorder{units: map[change.ExportID][]*change.Unit{}, total: map[change.ExportID]int{},
+		failed: map[change.ExportID]error{}, left: jobs, done: make(chan struct{})}
+}
+
+func (r *chunkRecorder) OpenWindow(uint64, change.ExportID, int) {}
+func (r *chunkRecorder) AbandonWindow(uint64)                    {}
+
+func (r *chunkRecorder) ChunkRead(_ uint64, u *change.Unit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.units[u.Export] = append(r.units[u.Export], u)
+	u.Claim.Return()
+}
+
+func (r *chunkRecorder) CopyComplete(e change.ExportID, total int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.total[e] = total
+	r.finishOne()
+}
+
+func (r *chunkRecorder) Failed(e change.ExportID, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed[e] = err
+	r.finishOne()
+}
+
+func (r *chunkRecorder) finishOne() {
+	if r.left--; r.left == 0 {
+		close(r.done)
+	}
+}
+
+// runChunker copies jobs with a new Chunker and returns each export's chunks in order.
+func runChunker(tb testing.TB, cfg Config, jobs ...ChunkJob) map[change.ExportID][]*change.Unit {
+	tb.Helper()
+	rec := newChunkRecorder(len(jobs))
+	c, err := NewChunker(cfg, "chunktest", rec)
+	if err != nil {
+		tb.Fatalf("NewChunker: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = c.Run(ctx)
+	}()
+	for _, j := range jobs {
+		c.Add(j)
+	}
+	select {
+	case <-rec.done:
+	case <-time.After(5 * time.Minute):
+		tb.Errorf("chunked copy did not complete in 5 minutes")
+	}
+	cancel()
+	<-ran
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for e, err := range rec.failed {
+		tb.Fatalf("copy of %s failed: %v", e, err)
+	}
+	for e, us := range rec.units {
+		slices.SortFunc(us, func(a, b *change.Unit) int { return a.Chunk.Seq - b.Chunk.Seq })
+		if len(us) != rec.total[e] {
+			tb.Fatalf("%s: %d chunks handed over, CopyComplete said %d", e, len(us), rec.total[e])
+		}
+	}
+	return rec.units
+}
+
+// TestChunkerReadsEachKeyOnce copies two tables in chunks of 100 rows, each chunk ending where
+// its own read ended: the chunks' ranges follow each other without a gap, each chunk but the
+// last holds exactly 100 rows, every key is read once, and a copy resumed after a chunk's end
+// reads exactly the keys of the chunks after it. The key is composite, and its text holds the
+// characters COPY escapes (the chunk's end is read from the COPY stream).
+func TestChunkerReadsEachKeyOnce(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	q := func(table string) string { return pgcat.Ident(schema) + "." + pgcat.Ident(table) }
+	texts := []string{"tab\there", "new\nline", `back\slash`, `\N`, "ünïcödé ✓", "", "cr\rlf", "quote ' and \" both"}
+	tables := map[string]int{"Chunk Këys": 2345, "even": 300} // 300: the last chunk reads nothing
+	for name, rows := range tables {
+		execTest(t, conn, "CREATE TABLE "+q(name)+` (a text, b int, v text, PRIMARY KEY (a, b))`)
+		execTest(t, conn, "INSERT INTO "+q(name)+` SELECT ($1::text[])[1 + g % $2], g, 'row ' || g FROM generate_series(1, $3) g`,
+			texts, len(texts), rows)
+		execTest(t, conn, "ANALYZE "+q(name))
+	}
+	cfg := Config{ConnString: url, Workers: 3, ChunkRows: 100, Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}
+	var jobs []ChunkJob
+	for name := range tables {
+		jobs = append(jobs, ChunkJob{Export: change.ExportID{Schema: schema, Table: name}, Attempt: 1})
+	}
+	got := runChunker(t, cfg, jobs...)
+
+	for name, rows := range tables {
+		e := change.ExportID{Schema: schema, Table: name}
+		units := got[e]
+		keys := checkChunks(t, e, units, nil, cfg.ChunkRows)
+		if len(keys) != rows {
+			t.Errorf("%s: %d keys read, the table has %d", e, len(keys), rows)
+		}
+		if want := rows/cfg.ChunkRows + 1; len(units) != want {
+			t.Errorf("%s: %d chunks, want %d", e, len(units), want)
+		}
+
+		// Resume after the end of a chunk in the middle, as after a restart.
+		k := len(units) / 2
+		after := units[k].Chunk.Range.To
+		resumed := runChunker(t, cfg, ChunkJob{Export: e, Attempt: 1, ResumeAfter: after})[e]
+		rest := checkChunks(t, e, resumed, after, cfg.ChunkRows)
+		want := map[string]bool{}
+		for _, u := range units[k+1:] {
+			for _, r := range u.Records {
+				want[string(r.Key)] = true
+			}
+		}
+		t.Logf("%s: %d keys in %d chunks; resumed after chunk %d: %d keys in %d chunks", e, len(keys), len(units), k, len(rest), len(resumed))
+		if len(rest) != len(want) {
+			t.Errorf("%s resumed after chunk %d (%q): %d keys read, want the %d keys of the chunks after it", e, k, after, len(rest), len(want))
+		}
+		for key := range rest {
+			if !want[key] {
+				t.Errorf("%s resumed after chunk %d: key %s was read, it belongs to a chunk before", e, k, key)
+				break
+			}
+		}
+	}
+}
+
+// checkChunks checks that units, one copy's chunks in order, start after from, follow each
+// other, end at the table's end, and read each key once; it returns the keys read.
+func checkChunks(t *testing.T, e change.ExportID, units []*change.Unit, from []string, chunkRows int) map[string]bool {
+	t.Helper()
+	keys := map[string]bool{}
+	prev := from
+	for i, u := range units {
+		c := u.Chunk
+		if c.Seq != i {
+			t.Fatalf("%s: chunk %d has seq %d", e, i, c.Seq)
+		}
+		if !slices.Equal(c.Range.From, prev) {
+			t.Errorf("%s: chunk %d starts after %q, the chunk before ended at %q", e, i, c.Range.From, prev)
+		}
+		last := i == len(units)-1
+		if c.Last() != last {
+			t.Errorf("%s: chunk %d of %d: Last() = %v", e, i, len(units), c.Last())
+		}
+		if !last && c.Read != chunkRows {
+			t.Errorf("%s: chunk %d read %d rows, want %d", e, i, c.Read, chunkRows)
+		}
+		if last && c.Read >= chunkRows {
+			t.Errorf("%s: the last chunk read %d rows, want fewer than %d", e, c.Read, chunkRows)
+		}
+		if len(u.Records) != c.Read {
+			t.Errorf("%s: chunk %d has %d records for %d rows read", e, i, len(u.Records), c.Read)
+		}
+		for _, r := range u.Records {
+			if keys[string(r.Key)] {
+				t.Errorf("%s: key %s read twice", e, r.Key)
+			}
+			keys[string(r.Key)] = true
+		}
+		prev = c.Range.To
+	}
+	if len(units) == 0 {
+		t.Errorf("%s: no chunks", e)
+	}
+	return keys
+}
