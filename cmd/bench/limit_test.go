@@ -107,3 +107,21 @@ func TestPrintRowsRead(t *testing.T) {
 		}
 	}
 }
+
+func TestCallsInto(t *testing.T) {
+	const ann = `
+483,580,944 (78.66%)  < /w/pkg/codec/encoder.go:github.com/tidemark/cdc/pkg/replication.(*streamState).encodeInsert (120,099x)
+      3,840 ( 0.00%)  < /w/pkg/codec/encoder.go:github.com/tidemark/cdc/pkg/replication.(*streamState).encodeInsert'2 (1x)
+        100 ( 0.00%)  < /go/src/runtime/stack.go:runtime.newstack (1x)
+483,584,784 (78.66%)  *  /w/pkg/codec/encoder.go:github.com/tidemark/cdc/pkg/codec.(*Encoder).simple [/tmp/replication.test]
+
+ 29,238,149 ( 4.76%)  < /w/pkg/codec/encoder.go:github.com/tidemark/cdc/pkg/codec.(*Encoder).simple (120,100x) [/tmp/replication.test]
+ 29,238,149 ( 4.76%)  *  /w/pkg/codec/arena.go:github.com/tidemark/cdc/pkg/codec.(*Encoder).lsnText [/tmp/replication.test]
+
+  5,000 ( 0.00%)  < /w/pkg/replication/stream.go:github.com/tidemark/cdc/pkg/replication.(*streamState).change (10x)
+  5,000 ( 0.00%)  *  /go/src/runtime/malloc.go:runtime.mallocgc
+`
+	if got, want := callsInto(ann, "github.com/tidemark/cdc/pkg/codec."), 483_580_944.0+3_840; got != want {
+		t.Errorf("callsInto = %.0f, want %.0f (calls from outside the codec and the runtime only)", got, want)
+	}
+}
