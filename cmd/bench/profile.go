@@ -42,6 +42,8 @@ var splitParts = []string{partRead, partHandOff, partDecode, partEncode, partPro
 // cpuSplit is cdc's catch-up CPU by part.
 type cpuSplit struct {
 	ProfileFile string `json:"profile_file"`
+	// Profiles is how many profiled catch-ups were merged.
+	Profiles int `json:"profiles"`
 	// ProfileSeconds is the profile's window; ProfileCPUSeconds the CPU its samples cover.
 	ProfileSeconds    float64 `json:"profile_seconds"`
 	ProfileCPUSeconds float64 `json:"profile_cpu_seconds"`
@@ -162,8 +164,8 @@ func (sp *cpuSplit) print(w io.Writer, label string, l *serversLimit) {
 	if sp == nil {
 		return
 	}
-	fmt.Fprintf(w, "   %s CPU per 1,000,000 changes by part (CPU profile of one more catch-up: %d samples, %.1fs of CPU in %.1fs; shares scaled to the measured %.2fs per 1,000,000; %s):\n",
-		label, sp.Samples, sp.ProfileCPUSeconds, sp.ProfileSeconds, sp.CPUPerMillion, sp.ProfileFile)
+	fmt.Fprintf(w, "   %s CPU per 1,000,000 changes by part (CPU profiles of %d more catch-ups: %d samples, %.1fs of CPU in %.1fs; shares scaled to the measured %.2fs per 1,000,000; %s):\n",
+		label, sp.Profiles, sp.Samples, sp.ProfileCPUSeconds, sp.ProfileSeconds, sp.CPUPerMillion, sp.ProfileFile)
 	for _, p := range sp.Parts {
 		fmt.Fprintf(w, "     %-56s %6.2fs %5.1f%%\n", p.Name, p.PerMillion, 100*p.Share)
 	}
@@ -257,30 +259,55 @@ func (pr *profiler) vars() map[string]string {
 	return map[string]string{"CDC_HTTP_ADDR": pr.addr, "CDC_HTTP_TOKEN": pr.token, "CDC_HTTP_PPROF": "true"}
 }
 
-// profileCatchUp has lane l catch up the backlog once more with a CPU profile and stores the
-// split in res (exactly-once): the shares of the profile, scaled by the measured runs' CPU.
-func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, l *lane, target change.LSN) error {
+// profileCatchUp has each lane of lanes catch up the backlog once more with a CPU profile,
+// merges the profiles and stores the split in res (exactly-once): the shares of the samples,
+// scaled by the measured runs' CPU per 1,000,000 changes.
+func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, lanes []*lane, target change.LSN) error {
 	b := s.b
+	if len(lanes) == 0 {
+		return nil
+	}
 	if res.CDC.Count <= 0 || res.CPUSeconds <= 0 || res.DeliveryRounds < 1 {
 		return fmt.Errorf("no measured exactly-once catch-up to scale by")
 	}
 	seconds := int(math.Ceil(res.CDCAfterStartup.Seconds/float64(res.DeliveryRounds))) + 1
-	pr, err := newProfiler(seconds, filepath.Join(b.work, "stream-catchup-cpu.pprof"))
+	var profs []*profile.Profile
+	for i, l := range lanes {
+		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("stream-catchup-cpu-%d.pprof", i)))
+		if err != nil {
+			return err
+		}
+		l.prof = pr
+		b.logf("stream: CPU split: exactly-once catch-up %d of %d with a %ds CPU profile (not counted in the figures)", i+1, len(lanes), pr.seconds)
+		run, _, err := l.catchUp(ctx, target, res.Changes)
+		if err != nil {
+			return err
+		}
+		b.logf("stream: CPU split: profiled run %.0f changes/s, cdc %.2fs CPU; profile %s", run.CDC.PerSecond, run.CPUSeconds, pr.file)
+		profs = append(profs, pr.prof)
+	}
+	merged, err := profile.Merge(profs)
+	if err != nil {
+		return fmt.Errorf("merge profiles: %w", err)
+	}
+	file := filepath.Join(b.work, "stream-catchup-cpu.pprof")
+	f, err := os.Create(file)
 	if err != nil {
 		return err
 	}
-	l.prof = pr
-	b.logf("stream: CPU split: one more exactly-once catch-up with a %ds CPU profile (not counted in the figures)", pr.seconds)
-	run, _, err := l.catchUp(ctx, target, res.Changes)
+	if err := merged.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	split, err := splitProfile(merged, res.CPUSeconds/float64(res.CDC.Count)*1e6)
 	if err != nil {
 		return err
 	}
-	split, err := splitProfile(pr.prof, res.CPUSeconds/float64(res.CDC.Count)*1e6)
-	if err != nil {
-		return err
-	}
-	split.ProfileFile = pr.file
+	split.ProfileFile = file
+	split.Profiles = len(profs)
 	res.Split = split
-	b.logf("stream: CPU split: profiled run %.0f changes/s, cdc %.2fs CPU; profile %s", run.CDC.PerSecond, run.CPUSeconds, pr.file)
 	return nil
 }

@@ -44,9 +44,12 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	defer cancel()
 
 	order := s.deliveryLanes(exports)
-	// One more exactly-once lane catches up with a CPU profile, after the measured ones.
-	profiled := s.newLane(deliveryExactlyOnce, "prof", exports)
-	for _, l := range append(order, profiled) {
+	// More exactly-once lanes catch up with a CPU profile, after the measured ones.
+	var profiled []*lane
+	for i := range b.o.profileRounds {
+		profiled = append(profiled, s.newLane(deliveryExactlyOnce, fmt.Sprintf("prof%d", i), exports))
+	}
+	for _, l := range append(order, profiled...) {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
 			return res, err
