@@ -103,6 +103,7 @@ type snapshotRun struct {
 	// copied. The table is vacuumed and frozen (snapshotResult.RowsReadFresh is the same on a
 	// freshly loaded table).
 	RowsRead      int64   `json:"rows_read,omitempty"`
+	RowsReadIndex int64   `json:"rows_read_by_index_scans,omitempty"`
 	RowsReadRatio float64 `json:"rows_read_ratio,omitempty"`
 }
 
@@ -136,6 +137,7 @@ func combineSnapshotRuns(runs []snapshotRun) snapshotRun {
 		c.BrokerCPUSeconds += r.BrokerCPUSeconds
 		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
 		c.RowsRead += r.RowsRead
+		c.RowsReadIndex += r.RowsReadIndex
 	}
 	if c.RowsRead > 0 && c.CDC.Count > 0 {
 		c.RowsReadRatio = float64(c.RowsRead) / float64(c.CDC.Count)

@@ -19,35 +19,44 @@ type rowsRead struct {
 	Strategy  string  `json:"strategy"`
 	TableRows int64   `json:"table_rows"`
 	Read      int64   `json:"rows_read"`
+	IndexRead int64   `json:"rows_read_by_index_scans"`
 	Ratio     float64 `json:"ratio"`
 }
 
-// tupRead returns seq_tup_read + idx_tup_fetch of table.
-func tupRead(ctx context.Context, dbURL string, e change.ExportID) (int64, error) {
-	var n int64
-	err := pgScalar(ctx, dbURL, `SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+// tupCounts are a table's seq_tup_read and idx_tup_fetch.
+type tupCounts struct{ seq, idx int64 }
+
+func (t tupCounts) total() int64 { return t.seq + t.idx }
+
+// tupRead returns seq_tup_read and idx_tup_fetch of table.
+func tupRead(ctx context.Context, dbURL string, e change.ExportID) (tupCounts, error) {
+	var n []int64
+	err := pgScalar(ctx, dbURL, `SELECT ARRAY[coalesce(seq_tup_read, 0), coalesce(idx_tup_fetch, 0)]
 		FROM pg_stat_user_tables WHERE relid = $1::regclass`, &n, e.String())
-	return n, err
+	if err != nil {
+		return tupCounts{}, err
+	}
+	return tupCounts{seq: n[0], idx: n[1]}, nil
 }
 
 // tupReadSettled is tupRead once the count stopped moving: backends report their counts when
 // they exit or at most once a second, so the count is read every half second until two reads
 // agree (at most 15 s). Each read is on a new connection, which sees the current statistics.
-func tupReadSettled(ctx context.Context, dbURL string, e change.ExportID) (int64, error) {
+func tupReadSettled(ctx context.Context, dbURL string, e change.ExportID) (tupCounts, error) {
 	last, err := tupRead(ctx, dbURL, e)
 	if err != nil {
-		return 0, err
+		return tupCounts{}, err
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return tupCounts{}, ctx.Err()
 		case <-time.After(500 * time.Millisecond):
 		}
 		n, err := tupRead(ctx, dbURL, e)
 		if err != nil {
-			return 0, err
+			return tupCounts{}, err
 		}
 		if n == last {
 			return n, nil
@@ -79,8 +88,9 @@ func (s *scenario) freshCopies(ctx context.Context, rows int64) (map[string]*row
 		if err != nil {
 			return out, fmt.Errorf("fresh %s copy: %w", strategy, err)
 		}
-		out[strategy] = &rowsRead{Strategy: strategy, TableRows: rows, Read: run.RowsRead, Ratio: float64(run.RowsRead) / float64(rows)}
-		b.logf("snapshot: CDC_SNAPSHOT_STRATEGY=%s on a fresh table read %s rows = %.2f × the table", strategy, thousands(run.RowsRead), out[strategy].Ratio)
+		out[strategy] = &rowsRead{Strategy: strategy, TableRows: rows, Read: run.RowsRead, IndexRead: run.RowsReadIndex, Ratio: float64(run.RowsRead) / float64(rows)}
+		b.logf("snapshot: CDC_SNAPSHOT_STRATEGY=%s on a fresh table read %s rows = %.2f × the table (%s by index scans)",
+			strategy, thousands(run.RowsRead), out[strategy].Ratio, thousands(run.RowsReadIndex))
 		if err := s.db.exec(ctx, "DROP TABLE "+table); err != nil {
 			return out, err
 		}
@@ -98,7 +108,7 @@ func (s *snapshotResult) printRowsRead(w io.Writer, runs []snapshotRun) {
 		}
 		part := fmt.Sprintf("%s %.2f on the vacuumed table", c.Strategy, c.RowsReadRatio)
 		if f := s.RowsReadFresh[c.Strategy]; f != nil {
-			part += fmt.Sprintf(", %.2f on a freshly loaded one (%s of %s rows)", f.Ratio, thousands(f.Read), thousands(f.TableRows))
+			part += fmt.Sprintf(", %.2f on a freshly loaded one (%s of %s rows, %s of them by index scans)", f.Ratio, thousands(f.Read), thousands(f.TableRows), thousands(f.IndexRead))
 		}
 		parts = append(parts, part)
 	}

@@ -299,7 +299,8 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 	if err != nil {
 		return run, topicStats{}, topic, err
 	}
-	run.RowsRead = readAfter - readBefore
+	run.RowsRead = readAfter.total() - readBefore.total()
+	run.RowsReadIndex = readAfter.idx - readBefore.idx
 	run.RowsReadRatio = float64(run.RowsRead) / float64(rows)
 	stats, err := b.k.readBack(ctx, []string{topic}, nil, 20_000)
 	if err != nil {
