@@ -18,7 +18,7 @@ import (
 
 // The hot loops in instructions (-instructions, `make bench-instructions`): Go benchmarks run a
 // fixed number of iterations under valgrind --tool=callgrind, which counts the instructions
-// executed (Ir). Timings move with the machine's load; these counts do not (within 0.1% with
+// executed (Ir). Timings move with the machine's load; these counts do not (within 0.5% with
 // the collector off). Each benchmark runs twice, with n1 and n2 iterations, and the difference
 // divided by the records of n2 - n1 iterations is the instructions per record, without the
 // process's start-up and the benchmark's set-up. The runtime is kept deterministic: GOMAXPROCS=1
@@ -225,7 +225,7 @@ func median(v []float64) float64 {
 
 func printInstructions(w io.Writer, rs []instrResult) {
 	fmt.Fprintf(w, "\n=== Instructions per record (valgrind --tool=callgrind, Ir; difference of two run lengths; GOMAXPROCS=1) ===\n")
-	fmt.Fprintf(w, "   GOGC=off is the code path alone and repeats within 0.1%%; GOGC=100 adds the collector, whose work depends on timing.\n")
+	fmt.Fprintf(w, "   GOGC=off is the code path alone and repeats within 0.5%%; GOGC=100 adds the collector, whose work depends on timing.\n")
 	fmt.Fprintf(w, "   %-58s %14s %22s\n", "", "GOGC=off", "GOGC=100 (median of 3)")
 	for _, r := range rs {
 		fmt.Fprintf(w, "   %-58s %14s %22s\n", r.Benchmark+", per "+r.Unit, thousands(int64(r.NoGC)), thousands(int64(r.GC)))
