@@ -61,7 +61,8 @@
 // not counted in the figures, with pprof on (CDC_HTTP_PPROF behind a random CDC_HTTP_TOKEN); a
 // CPU profile of its catch-up is bucketed by the functions on each sample's stack into read,
 // hand-off, decode, encode, produce, GC and other, and each share is scaled by the measured
-// runs' cdc CPU seconds per 1,000,000 changes. The profile stays in the work folder.
+// runs' cdc CPU seconds per 1,000,000 changes. -profile-rounds (default 3) such catch-ups are
+// profiled and their profiles merged; the profiles stay in the work folder.
 //
 // -instructions (`make bench-instructions`, instructions.go) runs no scenario: it counts the
 // instructions per record of BenchmarkDecodeTxn (with its pkg/codec part) and of the codec's
