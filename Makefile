@@ -18,7 +18,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build static image test test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium lint fmt up down demo docker clean
+.PHONY: build static image test test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium bench-instructions lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -102,6 +102,14 @@ bench:
 bench-debezium:
 	scripts/services.sh install-debezium
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench -only debezium $(BENCH_FLAGS)
+
+# Instructions per record of the hot loops (BenchmarkDecodeTxn: decode + encode per change, and
+# the codec's snapshot row benchmarks), counted by valgrind --tool=callgrind over fixed iteration
+# counts: repeatable where timings on a loaded machine are not (cmd/bench/instructions.go).
+# Needs Debian's valgrind package; no services.
+bench-instructions:
+	@command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind"; exit 1; }
+	$(GO) run ./cmd/bench -instructions -out bench-instructions.json
 
 lint:
 	$(GO) vet ./...

@@ -51,23 +51,11 @@ func (m *serverCPU) sample() cpuSample {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
+		st, ok := readProcStat(pid)
+		if !ok {
 			continue
 		}
-		// The fields after the command, which is in parentheses and may hold spaces.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 15 {
-			continue
-		}
-		num := func(k int) float64 { v, _ := strconv.ParseFloat(f[k], 64); return v / clockTicks }
-		// f[0] is field 3 (state): ppid is field 4, utime..cstime fields 14..17.
-		ppid, _ := strconv.Atoi(f[1])
-		p := proc{ppid: ppid, self: num(11) + num(12), children: num(13) + num(14)}
+		p := proc{ppid: st.ppid, self: st.self, children: st.children}
 		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if bytes.Contains(cmd, []byte(pgDir)) && bytes.Contains(cmd, []byte("postgres")) {
 			p.postmaster = true
@@ -96,6 +84,43 @@ func (m *serverCPU) sample() cpuSample {
 	}
 	s.ok = havePG && haveBroker
 	return s
+}
+
+// procStat is what the bench reads of /proc/<pid>/stat: the parent and the CPU seconds the
+// process used itself (user + system) and that its reaped children used.
+type procStat struct {
+	ppid           int
+	self, children float64
+}
+
+// readProcStat reads /proc/<pid>/stat; ok is false when the process is gone or the file is
+// not as expected.
+func readProcStat(pid int) (procStat, bool) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseProcStat(stat)
+}
+
+// parseProcStat parses one /proc/<pid>/stat line.
+func parseProcStat(stat []byte) (procStat, bool) {
+	// The fields after the command, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	num := func(k int) float64 { v, _ := strconv.ParseFloat(f[k], 64); return v / clockTicks }
+	// f[0] is field 3 (state): ppid is field 4, utime..cstime fields 14..17.
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, false
+	}
+	return procStat{ppid: ppid, self: num(11) + num(12), children: num(13) + num(14)}, true
 }
 
 // since returns the CPU seconds used between before and s.

@@ -110,6 +110,9 @@ type toolRun struct {
 	// The servers' CPU while the tool ran (the bench's own servers only).
 	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
 	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
+	// WalsenderCPUSeconds is the CPU of the walsender serving the tool's slot (Tidemark's
+	// catch-up only).
+	WalsenderCPUSeconds float64 `json:"walsender_cpu_seconds,omitempty"`
 }
 
 func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
@@ -186,7 +189,8 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	}
 	tmRes.CatchUp = toolRun{Count: res.Changes, Records: cu.CDCRecords, Seconds: cu.CDC.Seconds,
 		PerSecond: cu.CDC.PerSecond, CPUSeconds: cu.CPUSeconds, PeakRSSMiB: cu.PeakRSSMiB,
-		PostgresCPUSeconds: cu.PostgresCPUSeconds, BrokerCPUSeconds: cu.BrokerCPUSeconds}
+		PostgresCPUSeconds: cu.PostgresCPUSeconds, BrokerCPUSeconds: cu.BrokerCPUSeconds,
+		WalsenderCPUSeconds: cu.WalsenderCPUSeconds}
 	for i, w := range workers {
 		if dzRes[i].CatchUp, err = w.run(wctx, "catch-up", res.Changes); err != nil {
 			return res, fmt.Errorf("debezium %s catch-up: %w", w.profile, err)
@@ -346,6 +350,7 @@ func (r *debeziumResult) print(w io.Writer) {
 		fmt.Fprintf(w, "Tidemark / Debezium (%s producer): snapshot %.1fx, catch-up %.1fx\n", p, r.SnapshotRatio[p], r.CatchUpRatio[p])
 	}
 	fmt.Fprintf(w, "Debezium: Kafka Connect 4.1.1 standalone, JVM %s; %s\n", r.ConnectJVM, r.Converter)
+	r.printLimits(w)
 	r.printReach(w)
 }
 

@@ -45,6 +45,29 @@
 // limit is measured twice: with the Go reader and with pg_recvlogical to /dev/null. Every cdc
 // run reports its CPU time and peak RSS, and the report prints the broker's settings.
 //
+// Against the servers' own cost (limit.go): the snapshot and catch-up runs read, from /proc,
+// the CPU time PostgreSQL (the postmaster and its children), the walsender serving cdc's slot and
+// the broker used while cdc ran, and print the servers-only ceiling: cores ÷ the servers' CPU
+// per record (PostgreSQL + broker for the snapshot, walsender + broker for the catch-up), the
+// rate these servers would reach here if cdc cost nothing, with cdc's rate as a ratio of it,
+// and cdc's CPU per record as a ratio of the servers' (snapshot) and of the walsender's
+// (catch-up). The debezium scenario prints the same for Tidemark's runs, and Tidemark's CPU per
+// record over each Debezium profile's. The snapshot scenario also reports rows read ÷ table rows
+// (pg_stat_user_tables: seq_tup_read + idx_tup_fetch, before and after each copy) for both
+// strategies, on the vacuumed bench table and on a freshly loaded one (not vacuumed, autovacuum
+// off for it: the visibility map unset, as after a bulk load), copied once more per strategy.
+//
+// The catch-up's CPU split (profile.go): one more exactly-once cdc catches up the same backlog,
+// not counted in the figures, with pprof on (CDC_HTTP_PPROF behind a random CDC_HTTP_TOKEN); a
+// CPU profile of its catch-up is bucketed by the functions on each sample's stack into read,
+// hand-off, decode, encode, produce, GC and other, and each share is scaled by the measured
+// runs' cdc CPU seconds per 1,000,000 changes. -profile-rounds (default 3) such catch-ups are
+// profiled and their profiles merged; the profiles stay in the work folder.
+//
+// -instructions (`make bench-instructions`, instructions.go) runs no scenario: it counts the
+// instructions per record of BenchmarkDecodeTxn (with its pkg/codec part) and of the codec's
+// snapshot row benchmarks under valgrind --tool=callgrind, from two fixed iteration counts.
+//
 // Services come from CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS when both are set; otherwise
 // scripts/services.sh starts a private PostgreSQL and Kafka on free ports and removes them at the
 // end. cdc is built with `go build` and run as a subprocess configured by environment variables,
@@ -59,7 +82,8 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|debezium, -out (results JSON,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|debezium,
+// -instructions, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.
 package main

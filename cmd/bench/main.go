@@ -51,6 +51,8 @@ type options struct {
 	cdcLogLevel     string
 	debeziumScale   int
 	debeziumTxns    int
+	instructions    bool
+	profileRounds   int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -77,6 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.clients, "clients", 4, "pgbench clients writing the backlog")
 	fs.IntVar(&o.deliveryRounds, "delivery-rounds", 2, "catch-ups of the streaming backlog per delivery mode, in the order exactly-once, at-least-once, at-least-once, exactly-once, ... (whichever runs first is slower)")
 	fs.IntVar(&o.snapshotRounds, "snapshot-rounds", 2, "measured copies of the snapshot table per snapshot strategy (CDC_SNAPSHOT_STRATEGY), in the order chunked, copy, copy, chunked, ..., after one unmeasured warm-up copy")
+	fs.BoolVar(&o.instructions, "instructions", false, "count the instructions per record of the hot loops' benchmarks under valgrind --tool=callgrind instead of running the scenarios (no services; `make bench-instructions`)")
+	fs.IntVar(&o.profileRounds, "profile-rounds", 3, "extra exactly-once catch-ups of the streaming backlog with a CPU profile, merged for the catch-up's CPU split (0: none)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
@@ -121,6 +125,9 @@ func (o options) problems() []error {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("-%s %d: must be at least 1", f.name, f.v))
 		}
+	}
+	if o.profileRounds < 0 || o.profileRounds > 20 {
+		errs = append(errs, fmt.Errorf("-profile-rounds %d: want 0 to 20", o.profileRounds))
 	}
 	if o.workers < 1 || o.workers > 64 {
 		errs = append(errs, fmt.Errorf("-workers %d: want 1 to 64", o.workers))

@@ -74,6 +74,9 @@ type snapshotResult struct {
 	// StrategyRatios the chunked/copy ratio of each round's pair.
 	StrategyRounds int       `json:"strategy_rounds,omitempty"`
 	StrategyRatios []float64 `json:"strategy_ratios_per_round,omitempty"`
+	// RowsReadFresh is, by strategy, what PostgreSQL read copying a freshly loaded table (no
+	// vacuum: the visibility map unset), the case of a table copied after a bulk load.
+	RowsReadFresh map[string]*rowsRead `json:"rows_read_fresh_table,omitempty"`
 }
 
 // snapshotRun is the snapshot table copied by cdc with one snapshot strategy: one run, or the
@@ -93,6 +96,15 @@ type snapshotRun struct {
 	// table was hydrated (0 with services the bench did not start).
 	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
 	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
+	// Limit is the run against the servers' own CPU per row (nil without the servers' CPU).
+	Limit *serversLimit `json:"servers_limit,omitempty"`
+	// RowsRead is what PostgreSQL counted reading the table during the runs
+	// (pg_stat_user_tables: seq_tup_read + idx_tup_fetch); RowsReadRatio that over the rows
+	// copied. The table is vacuumed and frozen (snapshotResult.RowsReadFresh is the same on a
+	// freshly loaded table).
+	RowsRead      int64   `json:"rows_read,omitempty"`
+	RowsReadIndex int64   `json:"rows_read_by_index_scans,omitempty"`
+	RowsReadRatio float64 `json:"rows_read_ratio,omitempty"`
 }
 
 // combineSnapshotRuns is runs (of one strategy) as one: each throughput is total rows over total
@@ -124,6 +136,11 @@ func combineSnapshotRuns(runs []snapshotRun) snapshotRun {
 		c.PostgresCPUSeconds += r.PostgresCPUSeconds
 		c.BrokerCPUSeconds += r.BrokerCPUSeconds
 		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
+		c.RowsRead += r.RowsRead
+		c.RowsReadIndex += r.RowsReadIndex
+	}
+	if c.RowsRead > 0 && c.CDC.Count > 0 {
+		c.RowsReadRatio = float64(c.RowsRead) / float64(c.CDC.Count)
 	}
 	if c.CDCTxns > 0 {
 		c.CDCPerTxn = float64(c.CDC.Count) / float64(c.CDCTxns)
@@ -183,6 +200,13 @@ type catchUp struct {
 	// CPU seconds of the bench's PostgreSQL and broker from cdc's start until it caught up.
 	PostgresCPUSeconds float64 `json:"postgres_cpu_seconds,omitempty"`
 	BrokerCPUSeconds   float64 `json:"broker_cpu_seconds,omitempty"`
+	// WalsenderCPUSeconds is the CPU of the walsender serving cdc's slot, from its start
+	// (cdc's connection) until cdc caught up (/proc; 0 when it could not be read).
+	WalsenderCPUSeconds float64 `json:"walsender_cpu_seconds,omitempty"`
+	// Limit is the catch-up against the walsender's and the broker's CPU per change.
+	Limit *serversLimit `json:"servers_limit,omitempty"`
+	// Split is cdc's CPU per 1,000,000 changes by part (the profiled catch-up, profile.go).
+	Split *cpuSplit `json:"cpu_split,omitempty"`
 }
 
 type lagResult struct {
@@ -332,6 +356,10 @@ func (s *snapshotResult) print(w io.Writer, cpus string) {
 	for _, c := range runs {
 		printCPUShare(w, c.label(), c.CDC.Count, c.CDCFromStart.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
 	}
+	for _, c := range runs {
+		c.Limit.print(w, c.label()+" (snapshot start -> hydrated)", "rows", 0.25)
+	}
+	s.printRowsRead(w, runs)
 	if s.CeilingBest.PerSecond > 0 {
 		fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 	}
@@ -384,6 +412,12 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 	}
 	for _, c := range runs {
 		printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
+	}
+	for _, c := range runs {
+		c.Limit.print(w, "cdc "+c.Delivery+" (process start -> caught up)", "changes", 0.5)
+	}
+	for _, c := range runs {
+		c.Split.print(w, "cdc "+c.Delivery, c.Limit)
 	}
 	if s.AtLeastOnce != nil {
 		fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",

@@ -38,6 +38,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
+	if o.instructions {
+		root, err := testsvc.RepoRoot()
+		if err != nil {
+			return err
+		}
+		return instructions(ctx, root, o.out, stdout, logf)
+	}
 	b, release, err := newBench(ctx, o, getenv, logf)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,11 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	b.logf("snapshot: READ %.0f rows/s, %.1f MB/s", res.Read.PerSecond, res.Read.MBPerSecond)
 
 	first, errs := s.snapshotRuns(ctx, e, res)
+	if fresh, err := s.freshCopies(ctx, b.o.rows); err != nil {
+		errs = append(errs, err)
+	} else {
+		res.RowsReadFresh = fresh
+	}
 	if first.topic == "" {
 		return res, errors.Join(append(errs, ctx.Err())...)
 	}
@@ -204,11 +210,13 @@ func (r *snapshotResult) setRuns(chunked, cp []snapshotRun, rounds int) {
 	r.StrategyRounds = rounds
 	if len(chunked) > 0 {
 		r.snapshotRun = combineSnapshotRuns(chunked)
+		r.Limit = snapshotLimit(r.snapshotRun, runtime.NumCPU())
 	} else {
 		r.snapshotRun = snapshotRun{Strategy: strategyChunked}
 	}
 	if len(cp) > 0 {
 		c := combineSnapshotRuns(cp)
+		c.Limit = snapshotLimit(c, runtime.NumCPU())
 		r.Copy = &c
 	}
 	r.StrategyRatios = nil
@@ -250,6 +258,10 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 	for k, v := range extra {
 		vars[k] = v
 	}
+	readBefore, err := tupRead(ctx, s.db.url, e)
+	if err != nil {
+		return run, topicStats{}, topic, err
+	}
 	p, err := s.startCDC(vars)
 	if err != nil {
 		return run, topicStats{}, topic, err
@@ -283,6 +295,13 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 		return run, topicStats{}, topic, err
 	}
 	run.CPUSeconds, run.PeakRSSMiB = p.usage()
+	readAfter, err := tupReadSettled(ctx, s.db.url, e)
+	if err != nil {
+		return run, topicStats{}, topic, err
+	}
+	run.RowsRead = readAfter.total() - readBefore.total()
+	run.RowsReadIndex = readAfter.idx - readBefore.idx
+	run.RowsReadRatio = float64(run.RowsRead) / float64(rows)
 	stats, err := b.k.readBack(ctx, []string{topic}, nil, 20_000)
 	if err != nil {
 		return run, stats, topic, err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -42,7 +44,12 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	defer cancel()
 
 	order := s.deliveryLanes(exports)
-	for _, l := range order {
+	// More exactly-once lanes catch up with a CPU profile, after the measured ones.
+	var profiled []*lane
+	for i := range b.o.profileRounds {
+		profiled = append(profiled, s.newLane(deliveryExactlyOnce, fmt.Sprintf("prof%d", i), exports))
+	}
+	for _, l := range append(order, profiled...) {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
 			return res, err
@@ -75,6 +82,9 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	eos, stats, err := s.streamCatchUps(wctx, res, order, target)
 	if err != nil {
 		return res, err
+	}
+	if err := s.profileCatchUp(wctx, res, profiled, target); err != nil {
+		b.logf("stream: CPU split: %v", err)
 	}
 	if err := s.streamWriteLimits(ctx, res, eos, stats); err != nil {
 		return res, err
@@ -162,7 +172,9 @@ func (s *scenario) streamCatchUps(ctx context.Context, res *streamResult, order 
 		}
 	}
 	res.catchUp = combineRuns(eosRuns)
+	res.catchUp.Limit = catchUpLimit(res.catchUp, runtime.NumCPU())
 	aloRun := combineRuns(aloRuns)
+	aloRun.Limit = catchUpLimit(aloRun, runtime.NumCPU())
 	res.AtLeastOnce = &aloRun
 	res.DeliveryRounds = s.b.o.deliveryRounds
 	for i := range eosRuns {
@@ -214,6 +226,7 @@ func combineRuns(runs []catchUp) catchUp {
 		c.CPUSeconds += r.CPUSeconds
 		c.PostgresCPUSeconds += r.PostgresCPUSeconds
 		c.BrokerCPUSeconds += r.BrokerCPUSeconds
+		c.WalsenderCPUSeconds += r.WalsenderCPUSeconds
 		c.PeakRSSMiB = max(c.PeakRSSMiB, r.PeakRSSMiB)
 	}
 	c.CDC = newThroughput(count, bytes, time.Duration(total*float64(time.Second)), "")
@@ -237,6 +250,8 @@ type lane struct {
 	topics   []string
 	start    map[string]map[int32]int64 // end offsets after hydration
 	wt       *watcher
+	// prof, when set, takes a CPU profile of the next catch-up.
+	prof *profiler
 }
 
 // newLane returns the lane of delivery. With tag "" it uses the scenario's own slot and prefix;
@@ -304,17 +319,36 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 	b := l.s.b
 	res := catchUp{Delivery: l.delivery}
 	b.logf("stream: %s cdc restarts and catches up to %s", l.delivery, target)
-	p, err := l.s.startCDC(l.vars)
+	vars := l.vars
+	if l.prof != nil {
+		vars = maps.Clone(l.vars)
+		maps.Copy(vars, l.prof.vars())
+	}
+	p, err := l.s.startCDC(vars)
 	if err != nil {
 		return res, topicStats{}, err
 	}
 	defer p.stop(time.Minute)
 	cpuBefore := b.svc.cpu.sample()
+	if l.prof != nil {
+		l.prof.start(ctx, p)
+	}
 	doneAt, err := l.wt.until(ctx, "watermarks >= "+target.String(), allHydrated(target, l.exports...), p.check)
 	if err != nil {
 		return res, topicStats{}, err
 	}
 	res.PostgresCPUSeconds, res.BrokerCPUSeconds, _ = b.svc.cpu.sample().since(cpuBefore)
+	if ws, ok := walsenderCPU(ctx, l.s.db.url, l.vars["CDC_SLOT"]); ok {
+		res.WalsenderCPUSeconds = ws
+	} else {
+		b.logf("stream: WARNING: the walsender of slot %s could not be read from /proc; no servers-only ceiling", l.vars["CDC_SLOT"])
+	}
+	if l.prof != nil {
+		// The profile's window may outlast the catch-up by a little; cdc idles meanwhile.
+		if _, err := l.prof.wait(ctx); err != nil {
+			return res, topicStats{}, err
+		}
+	}
 	replStart, ok := p.logTime("starting replication")
 	if !ok {
 		replStart, ok = p.logTime("pipeline running")

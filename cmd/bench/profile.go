@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/tidemark/cdc/internal/testsvc"
+	"github.com/tidemark/cdc/pkg/change"
+)
+
+// The catch-up's CPU split: one more exactly-once cdc catches up the same backlog with pprof on
+// (CDC_HTTP_PPROF, behind a random CDC_HTTP_TOKEN), not counted in the figures; the bench takes
+// a CPU profile from its "starting replication" line for as long as the first measured
+// catch-up took after start-up (plus a second), puts each sample in one part of the path by
+// the functions on its stack (splitPart), and scales each part's share of the samples by the
+// measured runs' CPU seconds per 1,000,000 changes. The profile is kept in the work folder
+// (go tool pprof reads it).
+
+// Parts of cdc's catch-up path, in the order of the report.
+const (
+	partRead    = "read (pgconn socket receive, status updates)"
+	partHandOff = "hand-off (channels, scheduler, locks)"
+	partDecode  = "decode (pgoutput parse and routing, pkg/replication)"
+	partEncode  = "encode (pkg/codec)"
+	partProduce = "produce (franz-go, pkg/sink)"
+	partGC      = "GC (mark, sweep, assists, write barriers)"
+	partOther   = "other (pipeline, watermarks, logs, runtime)"
+)
+
+var splitParts = []string{partRead, partHandOff, partDecode, partEncode, partProduce, partGC, partOther}
+
+// cpuSplit is cdc's catch-up CPU by part.
+type cpuSplit struct {
+	ProfileFile string `json:"profile_file"`
+	// Profiles is how many profiled catch-ups were merged.
+	Profiles int `json:"profiles"`
+	// ProfileSeconds is the profile's window; ProfileCPUSeconds the CPU its samples cover.
+	ProfileSeconds    float64 `json:"profile_seconds"`
+	ProfileCPUSeconds float64 `json:"profile_cpu_seconds"`
+	Samples           int64   `json:"samples"`
+	// CPUPerMillion is the measured runs' cdc CPU seconds per 1,000,000 changes, the scale.
+	CPUPerMillion float64     `json:"cdc_cpu_seconds_per_million"`
+	Parts         []splitPart `json:"parts"`
+}
+
+// splitPart is one part's share of the samples and its CPU seconds per 1,000,000 changes.
+type splitPart struct {
+	Name       string  `json:"name"`
+	Share      float64 `json:"share"`
+	PerMillion float64 `json:"cpu_seconds_per_million"`
+}
+
+// gcFuncs and handOffFuncs are the runtime's functions (after "runtime.", by prefix) that make
+// a sample GC or hand-off: the collector's own work, and the scheduler's and channels'.
+var (
+	gcFuncs = []string{"gc", "markroot", "scanobject", "scanblock", "scanstack", "scanframe", "greyobject",
+		"bgsweep", "sweepone", "(*sweepLocked)", "(*mspan).sweep", "wbBuf", "bgscavenge", "(*gcWork)",
+		"(*gcBits)", "tryDeferToSpanScan", "scanSpan", "(*mheap).reclaim", "bulkBarrier", "(*gcControllerState)",
+		"(*spanInlineMarkBits)", "(*scavengerState)", "markBits", "(*markBits)", "findObject", "spanOf", "heapBitsSetType", "wbMove"}
+	handOffFuncs = []string{"chansend", "chanrecv", "selectgo", "selectnb", "gopark", "goready", "ready",
+		"schedule", "findRunnable", "park_m", "mcall", "wakep", "startm", "stopm", "mPark", "notesleep", "notetsleep",
+		"notewakeup", "netpoll", "execute", "goexit", "newproc", "runqget", "runqgrab", "runqsteal", "runqput",
+		"globrunq", "stealWork", "gosched", "goschedImpl", "resetspinning", "semacquire", "semrelease", "handoffp",
+		"lock2", "unlock2", "lockWithRank", "unlockWithRank", "casgstatus", "send", "recv", "closechan", "(*waitq)",
+		"checkTimers", "(*timers)", "acquirep", "releasep"}
+)
+
+// partOf says which part a function belongs to, or "" when it does not decide (the standard
+// library and the runtime's allocator count for their caller).
+func partOf(fn string) string {
+	if rt, ok := strings.CutPrefix(fn, "runtime."); ok {
+		for _, p := range gcFuncs {
+			if strings.HasPrefix(rt, p) {
+				return partGC
+			}
+		}
+		for _, p := range handOffFuncs {
+			if strings.HasPrefix(rt, p) {
+				return partHandOff
+			}
+		}
+		return ""
+	}
+	switch {
+	case strings.HasPrefix(fn, "sync.(*Mutex)"), strings.HasPrefix(fn, "sync.(*RWMutex)"), strings.HasPrefix(fn, "sync.(*Cond)"),
+		strings.HasPrefix(fn, "internal/sync."), strings.HasPrefix(fn, "sync.(*WaitGroup)"):
+		return partHandOff
+	case strings.HasPrefix(fn, "github.com/jackc/pgx/v5/"),
+		strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication.(*Stage).receive"),
+		strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication.(*Stage).sendStatus"),
+		strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication.(*Stage).statusLoop"),
+		strings.HasPrefix(fn, "github.com/jackc/pglogrepl.SendStandbyStatusUpdate"):
+		return partRead
+	case strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/codec."):
+		return partEncode
+	case strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication."), strings.HasPrefix(fn, "github.com/jackc/pglogrepl."):
+		return partDecode
+	case strings.HasPrefix(fn, "github.com/twmb/franz-go/"), strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/sink."):
+		return partProduce
+	}
+	return ""
+}
+
+// samplePart is the part of one sample: the first deciding function from the leaf up (inlined
+// frames included, innermost first); other when none decides.
+func samplePart(s *profile.Sample) string {
+	for _, loc := range s.Location {
+		for _, line := range loc.Line {
+			if line.Function == nil {
+				continue
+			}
+			if p := partOf(line.Function.Name); p != "" {
+				return p
+			}
+		}
+	}
+	return partOther
+}
+
+// splitProfile buckets a CPU profile's samples by part and scales each share by perMillion,
+// the measured CPU seconds per 1,000,000 changes.
+func splitProfile(p *profile.Profile, perMillion float64) (*cpuSplit, error) {
+	idx := -1
+	for i, st := range p.SampleType {
+		if st.Type == "cpu" {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return nil, fmt.Errorf("not a CPU profile (sample types %v)", p.SampleType)
+	}
+	by := make(map[string]int64)
+	var total int64
+	sp := &cpuSplit{CPUPerMillion: perMillion, ProfileSeconds: float64(p.DurationNanos) / 1e9}
+	for _, s := range p.Sample {
+		v := s.Value[idx]
+		by[samplePart(s)] += v
+		total += v
+		sp.Samples += s.Value[0]
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("the profile holds no samples")
+	}
+	sp.ProfileCPUSeconds = float64(total) / 1e9
+	for _, name := range splitParts {
+		share := float64(by[name]) / float64(total)
+		sp.Parts = append(sp.Parts, splitPart{Name: name, Share: share, PerMillion: share * perMillion})
+	}
+	return sp, nil
+}
+
+// print writes the split as a table, beside the walsender's CPU per change when known.
+func (sp *cpuSplit) print(w io.Writer, label string, l *serversLimit) {
+	if sp == nil {
+		return
+	}
+	fmt.Fprintf(w, "   %s CPU per 1,000,000 changes by part (CPU profiles of %d more catch-ups: %d samples, %.1fs of CPU in %.1fs; shares scaled to the measured %.2fs per 1,000,000; %s):\n",
+		label, sp.Profiles, sp.Samples, sp.ProfileCPUSeconds, sp.ProfileSeconds, sp.CPUPerMillion, sp.ProfileFile)
+	for _, p := range sp.Parts {
+		fmt.Fprintf(w, "     %-56s %6.2fs %5.1f%%\n", p.Name, p.PerMillion, 100*p.Share)
+	}
+	if l != nil && l.CDCOverVersus > 0 {
+		walsender := l.CDCCPUPerMillion / l.CDCOverVersus
+		fmt.Fprintf(w, "     %-56s %6.2fs (target: cdc <= 0.5 × = %.2fs)\n", "walsender, for comparison", walsender, walsender/2)
+	}
+}
+
+// profiler takes one CPU profile of a cdc run through its pprof endpoint.
+type profiler struct {
+	addr, token string
+	seconds     int
+	file        string // where the profile is written
+	done        chan struct{}
+	prof        *profile.Profile
+	err         error
+}
+
+// newProfiler picks a free port for cdc's HTTP endpoints and a token.
+func newProfiler(seconds int, file string) (*profiler, error) {
+	ports, err := testsvc.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	return &profiler{addr: fmt.Sprintf("127.0.0.1:%d", ports[0]), token: testsvc.RandomHex(16),
+		seconds: min(max(seconds, 1), 120), file: file, done: make(chan struct{})}, nil
+}
+
+// start waits for cdc's "starting replication" line, then takes the profile; wait returns it.
+func (pr *profiler) start(ctx context.Context, p *cdcProc) {
+	go func() {
+		defer close(pr.done)
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			if _, ok := p.logTime("starting replication"); ok {
+				break
+			}
+			if time.Now().After(deadline) || p.check() != nil {
+				pr.err = fmt.Errorf("no \"starting replication\" line in %s", p.logPath)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		pr.prof, pr.err = pr.fetch(ctx)
+	}()
+}
+
+func (pr *profiler) fetch(ctx context.Context) (*profile.Profile, error) {
+	rctx, cancel := context.WithTimeout(ctx, time.Duration(pr.seconds+30)*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pr.addr, pr.seconds), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+pr.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("cpu profile: %s: %s", resp.Status, testsvc.Abbreviate(string(body), 200))
+	}
+	if err := os.WriteFile(pr.file, body, 0o644); err != nil {
+		return nil, fmt.Errorf("write profile: %w", err)
+	}
+	p, err := profile.Parse(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse profile: %w", err)
+	}
+	return p, nil
+}
+
+// wait returns the profile once taken.
+func (pr *profiler) wait(ctx context.Context) (*profile.Profile, error) {
+	select {
+	case <-pr.done:
+		return pr.prof, pr.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// vars are cdc's settings for the profiled run: HTTP endpoints with pprof behind the token.
+func (pr *profiler) vars() map[string]string {
+	return map[string]string{"CDC_HTTP_ADDR": pr.addr, "CDC_HTTP_TOKEN": pr.token, "CDC_HTTP_PPROF": "true"}
+}
+
+// profileCatchUp has each lane of lanes catch up the backlog once more with a CPU profile,
+// merges the profiles and stores the split in res (exactly-once): the shares of the samples,
+// scaled by the measured runs' CPU per 1,000,000 changes.
+func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, lanes []*lane, target change.LSN) error {
+	b := s.b
+	if len(lanes) == 0 {
+		return nil
+	}
+	if res.CDC.Count <= 0 || res.CPUSeconds <= 0 || res.DeliveryRounds < 1 {
+		return fmt.Errorf("no measured exactly-once catch-up to scale by")
+	}
+	seconds := int(math.Ceil(res.CDCAfterStartup.Seconds/float64(res.DeliveryRounds))) + 1
+	var profs []*profile.Profile
+	for i, l := range lanes {
+		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("stream-catchup-cpu-%d.pprof", i)))
+		if err != nil {
+			return err
+		}
+		l.prof = pr
+		b.logf("stream: CPU split: exactly-once catch-up %d of %d with a %ds CPU profile (not counted in the figures)", i+1, len(lanes), pr.seconds)
+		run, _, err := l.catchUp(ctx, target, res.Changes)
+		if err != nil {
+			return err
+		}
+		b.logf("stream: CPU split: profiled run %.0f changes/s, cdc %.2fs CPU; profile %s", run.CDC.PerSecond, run.CPUSeconds, pr.file)
+		profs = append(profs, pr.prof)
+	}
+	merged, err := profile.Merge(profs)
+	if err != nil {
+		return fmt.Errorf("merge profiles: %w", err)
+	}
+	file := filepath.Join(b.work, "stream-catchup-cpu.pprof")
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := merged.Write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	split, err := splitProfile(merged, res.CPUSeconds/float64(res.CDC.Count)*1e6)
+	if err != nil {
+		return err
+	}
+	split.ProfileFile = file
+	split.Profiles = len(profs)
+	res.Split = split
+	return nil
+}
