@@ -412,7 +412,7 @@ func (p *preflight) kafka(ctx context.Context) {
 		p.pass("Kafka: topic creation allowed (validated for %s, nothing created)", topic)
 	}
 
-	if cfg.Delivery != pipeline.ExactlyOnce {
+	if cfg.Delivery != sink.ExactlyOnce {
 		p.pass("Kafka: at-least-once delivery: no transactions needed")
 		return
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 const testPassword = "s3cr3t-pw"
@@ -83,16 +85,15 @@ func TestLoadConfigDefaults(t *testing.T) {
 		TopicPartitions:         1,
 		ReplicationFactor:       1,
 		WatermarkTopic:          "tidemark.__watermarks",
-		Delivery:                pipeline.ExactlyOnce,
+		Delivery:                sink.ExactlyOnce,
 		TransactionTimeout:      time.Minute,
 		KafkaCompression:        "lz4",
 		SnapshotWorkers:         4,
-		SnapshotStrategy:        pipeline.StrategyChunked,
-		UnchangedToast:          pipeline.UnchangedOmit,
+		SnapshotStrategy:        snapshot.StrategyChunked,
+		UnchangedToast:          codec.UnchangedOmit,
 		UnchangedPlaceholder:    "__debezium_unavailable_value",
 		ValueFormat:             codec.FormatJSON,
-		WatermarkMode:           pipeline.Independent,
-		WatermarkInterval:       time.Second,
+		Watermark:               watermark.Options{Mode: watermark.ModeIndependent, Interval: time.Second},
 		PublicationPollInterval: 5 * time.Second,
 		HoldMemory:              64 << 20,
 		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
@@ -164,18 +165,17 @@ func TestLoadConfigAllSet(t *testing.T) {
 		TopicPartitions:          12,
 		ReplicationFactor:        -1,
 		WatermarkTopic:           "marks",
-		Delivery:                 pipeline.ExactlyOnce,
+		Delivery:                 sink.ExactlyOnce,
 		TransactionTimeout:       90 * time.Second,
 		KafkaCompression:         "zstd",
 		SnapshotWorkers:          64,
-		SnapshotStrategy:         pipeline.StrategyChunked,
+		SnapshotStrategy:         snapshot.StrategyChunked,
 		SnapshotMaxRowsPerSecond: 50000,
 		SnapshotChunkRows:        5000,
-		UnchangedToast:           pipeline.UnchangedPlaceholder,
+		UnchangedToast:           codec.UnchangedPlaceholder,
 		UnchangedPlaceholder:     "n/a",
 		ValueFormat:              codec.FormatJSONWithSchema,
-		WatermarkMode:            pipeline.Global,
-		WatermarkInterval:        10 * time.Millisecond,
+		Watermark:                watermark.Options{Mode: watermark.ModeGlobal, Interval: 10 * time.Millisecond},
 		PublicationPollInterval:  2 * time.Minute,
 		HoldMemory:               2 << 30,
 		SpillDir:                 "/var/spill",

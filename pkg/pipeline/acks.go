@@ -84,7 +84,7 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 	// (In exactly-once mode carry wrote it already, into the same transaction.)
 	if lsn, ok := o.tracker.Checkpoint(); ok {
 		out = o.appendCheckpoint(out, lsn, o.partial, now)
-	} else if pieces && o.partial != nil && o.cfg.Delivery == AtLeastOnce {
+	} else if pieces && o.partial != nil && o.cfg.Delivery == sink.AtLeastOnce {
 		// The pieces acknowledged so far are skipped if the process restarts.
 		out = o.appendCheckpoint(out, o.tracker.CheckpointPosition(), o.partial, now)
 	}

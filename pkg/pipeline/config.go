@@ -7,49 +7,8 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/sink"
-)
-
-// Delivery is the Kafka delivery guarantee.
-type Delivery string
-
-// Delivery modes.
-const (
-	ExactlyOnce Delivery = "exactly-once"
-	AtLeastOnce Delivery = "at-least-once"
-)
-
-// SnapshotStrategy is how a table's rows are copied.
-type SnapshotStrategy string
-
-// Snapshot strategies.
-const (
-	// StrategyChunked copies a table in key-range chunks, each read in a short transaction of
-	// its own and merged with the stream: resumable, and no long transaction.
-	StrategyChunked SnapshotStrategy = "chunked"
-	// StrategyCopy copies the tables added together under one exported snapshot.
-	StrategyCopy SnapshotStrategy = "copy"
-)
-
-// UnchangedToast is what records carry for a large out-of-line value that an update left
-// unchanged and PostgreSQL therefore did not send (tables without REPLICA IDENTITY FULL).
-type UnchangedToast string
-
-// Unchanged TOAST policies.
-const (
-	// UnchangedOmit leaves the column out of the update's after image and names it in the
-	// tidemark.unchanged header.
-	UnchangedOmit UnchangedToast = "omit"
-	// UnchangedPlaceholder writes Config.UnchangedPlaceholder as the value (Debezium's way).
-	UnchangedPlaceholder UnchangedToast = "placeholder"
-)
-
-// WatermarkMode says how watermarks of different exports relate (see pkg/watermark).
-type WatermarkMode string
-
-// Watermark modes.
-const (
-	Independent WatermarkMode = "independent"
-	Global      WatermarkMode = "global"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // Config is everything the pipeline needs. cmd/cdc fills it from the environment once, after
@@ -75,7 +34,8 @@ type Config struct {
 	ReplicationFactor int16
 	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
 	WatermarkTopic string
-	Delivery       Delivery
+	// Delivery is the sink's delivery guarantee; "" is the sink's default (sink.ExactlyOnce).
+	Delivery sink.Delivery
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
 	// default (60s).
 	TransactionTimeout time.Duration
@@ -83,11 +43,11 @@ type Config struct {
 	// default.
 	KafkaCompression string
 
+	// SnapshotWorkers is the snapshot stage's parallel copies; 0 is its default
+	// (snapshot.DefaultWorkers).
 	SnapshotWorkers int
-	// SnapshotStrategy is how tables are copied: StrategyChunked (default) or StrategyCopy.
-	// Tables without a key, and tables whose topic needs reconciling (added again, or whose
-	// earlier copy never finished), are copied with StrategyCopy either way.
-	SnapshotStrategy SnapshotStrategy
+	// SnapshotStrategy is how tables are copied; "" is snapshot.DefaultStrategy.
+	SnapshotStrategy snapshot.Strategy
 	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited.
 	SnapshotMaxRowsPerSecond int
 	// SnapshotChunkRows is the rows of one chunk (chunked strategy); 0 sizes chunks by the
@@ -95,13 +55,14 @@ type Config struct {
 	SnapshotChunkRows int
 
 	// UnchangedToast says what an update's record carries for an unchanged TOASTed column
-	// whose old value is unknown: UnchangedOmit (default; also for "") or UnchangedPlaceholder,
-	// which writes UnchangedPlaceholder (codec.DefaultPlaceholder when empty).
-	UnchangedToast       UnchangedToast
+	// whose old value is unknown: codec.UnchangedOmit (also for "") or
+	// codec.UnchangedPlaceholder, which writes UnchangedPlaceholder (codec.DefaultPlaceholder
+	// when empty).
+	UnchangedToast       codec.Unchanged
 	UnchangedPlaceholder string
 
-	WatermarkMode     WatermarkMode
-	WatermarkInterval time.Duration
+	// Watermark is the watermark tracker's mode and interval; zero fields are its defaults.
+	Watermark watermark.Options
 	// ValueFormat is the record format: codec.FormatJSON (default, also when empty) or
 	// codec.FormatJSONWithSchema.
 	ValueFormat codec.Format
@@ -115,7 +76,8 @@ type Config struct {
 	// TxnPieceBytes is the size past which a transaction's records are handed to Kafka in
 	// pieces, before its commit is decoded; 0 is the replication stage's default (4 MiB).
 	TxnPieceBytes int
-	// SlotWaitTimeout bounds how long creating a replication slot may wait for open transactions.
+	// SlotWaitTimeout bounds how long creating a snapshot slot may wait for open transactions;
+	// 0 is the snapshot stage's default (snapshot.DefaultSlotWaitTimeout).
 	SlotWaitTimeout time.Duration
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
 	StandbyPoll time.Duration

@@ -162,7 +162,7 @@ type loop struct {
 
 // startTestOwner returns a loop over an owner of strategy whose tracker restored values. The
 // loop starts at the first event; call resume before.
-func startTestOwner(t testing.TB, strategy SnapshotStrategy, values [][]byte) (*loop, *recorder) {
+func startTestOwner(t testing.TB, strategy snapshot.Strategy, values [][]byte) (*loop, *recorder) {
 	t.Helper()
 	return startTestOwnerCfg(t, Config{SnapshotStrategy: strategy}, nil, values)
 }

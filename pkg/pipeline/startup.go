@@ -83,7 +83,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	sk, err := sink.New(sink.Config{
 		Brokers:            cfg.Brokers,
 		Security:           cfg.KafkaSecurity,
-		Delivery:           sink.Delivery(cfg.Delivery),
+		Delivery:           cfg.Delivery,
 		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
 		TransactionTimeout: cfg.TransactionTimeout,
 		Compression:        cfg.KafkaCompression,
@@ -136,7 +136,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.WatermarkTopic, Compact: true}}); err != nil {
 		return nil, err
 	}
-	tracker := watermark.NewTracker(watermark.Options{Mode: watermark.Mode(cfg.WatermarkMode), Interval: cfg.WatermarkInterval})
+	tracker := watermark.NewTracker(cfg.Watermark)
 	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
 	wmRead := watermark.NewTopicReader()
 	if err := sk.ReadWatermarks(ctx, wmRead.Add); err != nil {
@@ -188,10 +188,8 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 			pl.conn = conn
 			return pgcat.QueryTypes(ctx, conn, oids)
 		}),
+		Unchanged:   cfg.UnchangedToast,
 		Placeholder: cfg.UnchangedPlaceholder,
-	}
-	if cfg.UnchangedToast == UnchangedPlaceholder {
-		codecCfg.Unchanged = codec.UnchangedPlaceholder
 	}
 	pl.published, pl.tracker, pl.checkpoint, pl.slot, pl.resume = published, tracker, checkpoint, slot, resume
 	pl.codec, pl.markerTag = codecCfg, markerTag

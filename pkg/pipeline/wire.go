@@ -128,7 +128,7 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	defer life.owner.Store(nil)
 	life.ran.Store(true)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
-		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
+		"watermark_mode", string(tracker.Mode()), "delivery", string(sk.Delivery()), "snapshot_strategy", string(cfg.SnapshotStrategy.OrDefault()))
 	err = g.Wait()
 
 	// Orderly stop: the stages have stopped sending; let the sink drain what it has, then
