@@ -126,7 +126,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("delivery", string(p.Delivery)),
 		slog.String("watermark_mode", string(p.Watermark.Mode)),
 		slog.String("value_format", string(p.ValueFormat)),
-		slog.Int("snapshot_workers", p.SnapshotWorkers),
+		slog.Int("snapshot_workers", p.Snapshot.Workers),
 		slog.String("unchanged_toast", string(p.UnchangedToast)),
 		slog.Int64("memory_limit_bytes", s.MemoryLimit),
 	)
@@ -177,42 +177,43 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
 	s := Settings{
 		Pipeline: pipeline.Config{
-			PGURL:                    pgURL,
-			Publication:              c.identifier("CDC_PUBLICATION", e.Publication),
-			Tables:                   c.tables(e.Tables, prefix),
-			Slot:                     c.slot(e.Slot),
-			Brokers:                  c.brokers(e.KafkaBrokers),
-			KafkaSecurity:            c.kafkaSecurity(e),
-			TopicPrefix:              prefix,
-			TopicPartitions:          int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
-			ReplicationFactor:        int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
-			WatermarkTopic:           c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
-			Delivery:                 oneOf(&c, "CDC_DELIVERY", e.Delivery, sink.ExactlyOnce, sink.AtLeastOnce),
-			KafkaCompression:         oneOf(&c, "CDC_KAFKA_COMPRESSION", e.KafkaCompression, sink.Compressions...),
-			TransactionTimeout:       c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
-			SnapshotWorkers:          int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, "")),
-			SnapshotStrategy:         oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, snapshot.StrategyChunked, snapshot.StrategyCopy),
-			SnapshotMaxRowsPerSecond: int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, "")),
-			SnapshotChunkRows:        int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, "")),
-			UnchangedToast:           oneOf(&c, "CDC_UNCHANGED_TOAST", e.UnchangedToast, codec.UnchangedOmit, codec.UnchangedPlaceholder),
-			UnchangedPlaceholder:     c.placeholder("CDC_UNCHANGED_TOAST_PLACEHOLDER", e.UnchangedPlaceholder),
-			Watermark: watermark.Options{
-				Mode:     oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, watermark.ModeIndependent, watermark.ModeGlobal),
-				Interval: c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond),
-			},
-			ValueFormat:             oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema),
-			PublicationPollInterval: c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond),
-			HoldMemory:              c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20, math.MaxInt64, "at least 1MiB"),
-			SpillDir:                spillDir,
-			TxnPieceBytes:           int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB")),
-			SlotWaitTimeout:         c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second),
-			ConnectTimeout:          c.durationBetween("CDC_CONNECT_TIMEOUT", e.ConnectTimeout, time.Second, 10*time.Minute),
-			ReceiveTimeout:          c.durationBetween("CDC_RECEIVE_TIMEOUT", e.ReceiveTimeout, time.Second, time.Hour),
-			ShutdownTimeout:         c.durationBetween("CDC_SHUTDOWN_TIMEOUT", e.ShutdownTimeout, 2*time.Second, 10*time.Minute),
-			HTTPAddr:                c.httpAddr(e.HTTPAddr, e.MetricsAddr),
+			PGURL:              pgURL,
+			Publication:        c.identifier("CDC_PUBLICATION", e.Publication),
+			Tables:             c.tables(e.Tables, prefix),
+			Slot:               c.slot(e.Slot),
+			Brokers:            c.brokers(e.KafkaBrokers),
+			KafkaSecurity:      c.kafkaSecurity(e),
+			TopicPrefix:        prefix,
+			TopicPartitions:    int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
+			ReplicationFactor:  int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
+			WatermarkTopic:     c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
+			Delivery:           oneOf(&c, "CDC_DELIVERY", e.Delivery, sink.ExactlyOnce, sink.AtLeastOnce),
+			KafkaCompression:   oneOf(&c, "CDC_KAFKA_COMPRESSION", e.KafkaCompression, sink.Compressions...),
+			TransactionTimeout: c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
 		},
-		LogFormat: oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text"),
 	}
+	// The rest is checked in the order of the variables (problems are listed in it), each into
+	// the configuration of the stage that owns it.
+	p := &s.Pipeline
+	p.Snapshot.Workers = int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, ""))
+	p.SnapshotStrategy = oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, snapshot.StrategyChunked, snapshot.StrategyCopy)
+	p.SnapshotMaxRowsPerSecond = int(c.integer("CDC_SNAPSHOT_MAX_ROWS_PER_SECOND", e.SnapshotMaxRows, 0, math.MaxInt32, ""))
+	p.Snapshot.ChunkRows = int(c.integer("CDC_SNAPSHOT_CHUNK_ROWS", e.SnapshotChunkRows, 0, 1_000_000, ""))
+	p.UnchangedToast = oneOf(&c, "CDC_UNCHANGED_TOAST", e.UnchangedToast, codec.UnchangedOmit, codec.UnchangedPlaceholder)
+	p.UnchangedPlaceholder = c.placeholder("CDC_UNCHANGED_TOAST_PLACEHOLDER", e.UnchangedPlaceholder)
+	p.Watermark.Mode = oneOf(&c, "CDC_WATERMARK_MODE", e.WatermarkMode, watermark.ModeIndependent, watermark.ModeGlobal)
+	p.ValueFormat = oneOf(&c, "CDC_VALUE_FORMAT", e.ValueFormat, codec.FormatJSON, codec.FormatJSONWithSchema)
+	p.Watermark.Interval = c.duration("CDC_WATERMARK_INTERVAL", e.WatermarkInterval, 10*time.Millisecond)
+	p.PublicationPollInterval = c.duration("CDC_PUBLICATION_POLL_INTERVAL", e.PublicationPollInterval, 100*time.Millisecond)
+	p.Replication.HoldMemory = c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20, math.MaxInt64, "at least 1MiB")
+	p.Replication.SpillDir = spillDir
+	p.Replication.PieceBytes = int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB"))
+	p.Snapshot.SlotWaitTimeout = c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second)
+	p.ConnectTimeout = c.durationBetween("CDC_CONNECT_TIMEOUT", e.ConnectTimeout, time.Second, 10*time.Minute)
+	p.ReceiveTimeout = c.durationBetween("CDC_RECEIVE_TIMEOUT", e.ReceiveTimeout, time.Second, time.Hour)
+	p.ShutdownTimeout = c.durationBetween("CDC_SHUTDOWN_TIMEOUT", e.ShutdownTimeout, 2*time.Second, 10*time.Minute)
+	p.HTTPAddr = c.httpAddr(e.HTTPAddr, e.MetricsAddr)
+	s.LogFormat = oneOf(&c, "CDC_LOG_FORMAT", e.LogFormat, "json", "text")
 	s.HTTP = c.httpConfig(e)
 	if e.MemoryLimit != "0" {
 		s.MemoryLimit = c.bytes("CDC_MEMORY_LIMIT", e.MemoryLimit, 64<<20, math.MaxInt64, "at least 64MiB, or 0")

@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -88,17 +89,14 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Delivery:                sink.ExactlyOnce,
 		TransactionTimeout:      time.Minute,
 		KafkaCompression:        "lz4",
-		SnapshotWorkers:         4,
 		SnapshotStrategy:        snapshot.StrategyChunked,
 		UnchangedToast:          codec.UnchangedOmit,
 		UnchangedPlaceholder:    "__debezium_unavailable_value",
 		ValueFormat:             codec.FormatJSON,
+		Snapshot:                snapshot.Config{Workers: 4, SlotWaitTimeout: 5 * time.Minute},
+		Replication:             replication.Config{HoldMemory: 64 << 20, SpillDir: filepath.Join(os.TempDir(), "tidemark-spill"), PieceBytes: 4 << 20},
 		Watermark:               watermark.Options{Mode: watermark.ModeIndependent, Interval: time.Second},
 		PublicationPollInterval: 5 * time.Second,
-		HoldMemory:              64 << 20,
-		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
-		TxnPieceBytes:           4 << 20,
-		SlotWaitTimeout:         5 * time.Minute,
 		ConnectTimeout:          10 * time.Second,
 		ReceiveTimeout:          time.Minute,
 		ShutdownTimeout:         20 * time.Second,
@@ -168,19 +166,15 @@ func TestLoadConfigAllSet(t *testing.T) {
 		Delivery:                 sink.ExactlyOnce,
 		TransactionTimeout:       90 * time.Second,
 		KafkaCompression:         "zstd",
-		SnapshotWorkers:          64,
 		SnapshotStrategy:         snapshot.StrategyChunked,
 		SnapshotMaxRowsPerSecond: 50000,
-		SnapshotChunkRows:        5000,
 		UnchangedToast:           codec.UnchangedPlaceholder,
 		UnchangedPlaceholder:     "n/a",
 		ValueFormat:              codec.FormatJSONWithSchema,
+		Snapshot:                 snapshot.Config{Workers: 64, ChunkRows: 5000, SlotWaitTimeout: 30 * time.Second},
+		Replication:              replication.Config{HoldMemory: 2 << 30, SpillDir: "/var/spill", PieceBytes: 256 << 10},
 		Watermark:                watermark.Options{Mode: watermark.ModeGlobal, Interval: 10 * time.Millisecond},
 		PublicationPollInterval:  2 * time.Minute,
-		HoldMemory:               2 << 30,
-		SpillDir:                 "/var/spill",
-		TxnPieceBytes:            256 << 10,
-		SlotWaitTimeout:          30 * time.Second,
 		ConnectTimeout:           3 * time.Second,
 		ReceiveTimeout:           15 * time.Second,
 		ShutdownTimeout:          25 * time.Second,
@@ -249,8 +243,8 @@ func TestLoadConfigHoldMemory(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if s.Pipeline.HoldMemory != tt.want {
-				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.HoldMemory, tt.want)
+			if s.Pipeline.Replication.HoldMemory != tt.want {
+				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.Replication.HoldMemory, tt.want)
 			}
 		})
 	}
@@ -281,8 +275,8 @@ func TestLoadConfigTxnPieceSize(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if s.Pipeline.TxnPieceBytes != tt.want {
-				t.Errorf("TxnPieceBytes = %d, want %d", s.Pipeline.TxnPieceBytes, tt.want)
+			if s.Pipeline.Replication.PieceBytes != tt.want {
+				t.Errorf("PieceBytes = %d, want %d", s.Pipeline.Replication.PieceBytes, tt.want)
 			}
 		})
 	}

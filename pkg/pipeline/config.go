@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -43,16 +44,15 @@ type Config struct {
 	// default.
 	KafkaCompression string
 
-	// SnapshotWorkers is the snapshot stage's parallel copies; 0 is its default
-	// (snapshot.DefaultWorkers).
-	SnapshotWorkers int
+	// Snapshot holds the snapshot stage's own settings (Workers, ChunkRows, SlotWaitTimeout);
+	// zero fields are its defaults. The pipeline fills its connection, publication, slot prefix,
+	// codec, limiter, batch size, timeouts, logger and registerer.
+	Snapshot snapshot.Config
 	// SnapshotStrategy is how tables are copied; "" is snapshot.DefaultStrategy.
 	SnapshotStrategy snapshot.Strategy
-	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited.
+	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited. Each
+	// life builds one snapshot.NewLimiter from it for the stage and the chunker.
 	SnapshotMaxRowsPerSecond int
-	// SnapshotChunkRows is the rows of one chunk (chunked strategy); 0 sizes chunks by the
-	// table's row width.
-	SnapshotChunkRows int
 
 	// UnchangedToast says what an update's record carries for an unchanged TOASTed column
 	// whose old value is unknown: codec.UnchangedOmit (also for "") or
@@ -69,16 +69,10 @@ type Config struct {
 	// PublicationPollInterval is how often pg_publication_tables is polled for added and
 	// removed tables.
 	PublicationPollInterval time.Duration
-	// HoldMemory bounds the in-memory part of each hydrating export's hold buffer, in bytes.
-	HoldMemory int64
-	// SpillDir holds hold-buffer files beyond HoldMemory.
-	SpillDir string
-	// TxnPieceBytes is the size past which a transaction's records are handed to Kafka in
-	// pieces, before its commit is decoded; 0 is the replication stage's default (4 MiB).
-	TxnPieceBytes int
-	// SlotWaitTimeout bounds how long creating a snapshot slot may wait for open transactions;
-	// 0 is the snapshot stage's default (snapshot.DefaultSlotWaitTimeout).
-	SlotWaitTimeout time.Duration
+	// Replication holds the replication stage's own settings (HoldMemory, SpillDir,
+	// PieceBytes); zero fields are its defaults. The pipeline fills its connection, slot,
+	// publication, session parameters, marker tag, timeouts, codec and logger.
+	Replication replication.Config
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
 	StandbyPoll time.Duration
 
