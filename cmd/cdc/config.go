@@ -114,16 +114,16 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("publication", p.Publication),
 		slog.Any("tables", p.Tables),
 		slog.String("slot", p.Slot),
-		slog.Any("brokers", p.Brokers),
-		slog.Bool("kafka_tls", p.KafkaSecurity.TLS),
-		slog.String("kafka_sasl_mechanism", p.KafkaSecurity.SASLMechanism),
-		slog.String("kafka_sasl_username", p.KafkaSecurity.Username),
+		slog.Any("brokers", p.Sink.Brokers),
+		slog.Bool("kafka_tls", p.Sink.Security.TLS),
+		slog.String("kafka_sasl_mechanism", p.Sink.Security.SASLMechanism),
+		slog.String("kafka_sasl_username", p.Sink.Security.Username),
 		slog.String("http_addr", p.HTTPAddr),
 		slog.Any("http_token", s.HTTP.Token),
 		slog.Bool("http_pprof", s.HTTP.Pprof),
 		slog.String("topic_prefix", p.TopicPrefix),
-		slog.String("watermark_topic", p.WatermarkTopic),
-		slog.String("delivery", string(p.Delivery)),
+		slog.String("watermark_topic", p.Sink.WatermarkTopic),
+		slog.String("delivery", string(p.Sink.Delivery)),
 		slog.String("watermark_mode", string(p.Watermark.Mode)),
 		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.Snapshot.Workers),
@@ -177,19 +177,21 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
 	s := Settings{
 		Pipeline: pipeline.Config{
-			PGURL:              pgURL,
-			Publication:        c.identifier("CDC_PUBLICATION", e.Publication),
-			Tables:             c.tables(e.Tables, prefix),
-			Slot:               c.slot(e.Slot),
-			Brokers:            c.brokers(e.KafkaBrokers),
-			KafkaSecurity:      c.kafkaSecurity(e),
-			TopicPrefix:        prefix,
-			TopicPartitions:    int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
-			ReplicationFactor:  int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
-			WatermarkTopic:     c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
-			Delivery:           oneOf(&c, "CDC_DELIVERY", e.Delivery, sink.ExactlyOnce, sink.AtLeastOnce),
-			KafkaCompression:   oneOf(&c, "CDC_KAFKA_COMPRESSION", e.KafkaCompression, sink.Compressions...),
-			TransactionTimeout: c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
+			PGURL:       pgURL,
+			Publication: c.identifier("CDC_PUBLICATION", e.Publication),
+			Tables:      c.tables(e.Tables, prefix),
+			Slot:        c.slot(e.Slot),
+			Sink: sink.Config{
+				Brokers:            c.brokers(e.KafkaBrokers),
+				Security:           c.kafkaSecurity(e),
+				Partitions:         int32(c.integer("CDC_TOPIC_PARTITIONS", e.TopicPartitions, 1, 10000, "")),
+				ReplicationFactor:  int16(c.integer("CDC_TOPIC_REPLICATION_FACTOR", e.ReplicationFactor, 1, math.MaxInt16, "-1")),
+				WatermarkTopic:     c.topic("CDC_WATERMARK_TOPIC", watermarkTopic, 249),
+				Delivery:           oneOf(&c, "CDC_DELIVERY", e.Delivery, sink.ExactlyOnce, sink.AtLeastOnce),
+				Compression:        oneOf(&c, "CDC_KAFKA_COMPRESSION", e.KafkaCompression, sink.Compressions...),
+				TransactionTimeout: c.durationBetween("CDC_KAFKA_TRANSACTION_TIMEOUT", e.TransactionTimeout, time.Second, 15*time.Minute),
+			},
+			TopicPrefix: prefix,
 		},
 	}
 	// The rest is checked in the order of the variables (problems are listed in it), each into
@@ -229,7 +231,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		s.LogLevel = slog.LevelInfo
 	}
 	c.contradictions(e, s.Pipeline)
-	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, s.Pipeline.KafkaSecurity)
+	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, s.Pipeline.Sink.Security)
 	if len(c.problems) > 0 {
 		return Settings{}, &ConfigError{Problems: c.problems}
 	}

@@ -78,17 +78,19 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("LoadConfig: %v", err)
 	}
 	want := pipeline.Config{
-		PGURL:                   validEnv()["CDC_PG_URL"],
-		Publication:             "tidemark",
-		Slot:                    "tidemark",
-		Brokers:                 []string{"kafka-1:9092", "kafka-2:9092"},
+		PGURL:       validEnv()["CDC_PG_URL"],
+		Publication: "tidemark",
+		Slot:        "tidemark",
+		Sink: sink.Config{
+			Brokers:            []string{"kafka-1:9092", "kafka-2:9092"},
+			Partitions:         1,
+			ReplicationFactor:  1,
+			WatermarkTopic:     "tidemark.__watermarks",
+			Delivery:           sink.ExactlyOnce,
+			TransactionTimeout: time.Minute,
+			Compression:        "lz4",
+		},
 		TopicPrefix:             "tidemark",
-		TopicPartitions:         1,
-		ReplicationFactor:       1,
-		WatermarkTopic:          "tidemark.__watermarks",
-		Delivery:                sink.ExactlyOnce,
-		TransactionTimeout:      time.Minute,
-		KafkaCompression:        "lz4",
 		SnapshotStrategy:        snapshot.StrategyChunked,
 		UnchangedToast:          codec.UnchangedOmit,
 		UnchangedPlaceholder:    "__debezium_unavailable_value",
@@ -157,15 +159,17 @@ func TestLoadConfigAllSet(t *testing.T) {
 			{Schema: "inventory", Table: "items"},
 			{Schema: "public", Table: "customers"},
 		},
-		Slot:                     "shop_slot_1",
-		Brokers:                  []string{"kafka-1:9092", "kafka-2:9092"},
+		Slot: "shop_slot_1",
+		Sink: sink.Config{
+			Brokers:            []string{"kafka-1:9092", "kafka-2:9092"},
+			Partitions:         12,
+			ReplicationFactor:  -1,
+			WatermarkTopic:     "marks",
+			Delivery:           sink.ExactlyOnce,
+			TransactionTimeout: 90 * time.Second,
+			Compression:        "zstd",
+		},
 		TopicPrefix:              "shop-cdc",
-		TopicPartitions:          12,
-		ReplicationFactor:        -1,
-		WatermarkTopic:           "marks",
-		Delivery:                 sink.ExactlyOnce,
-		TransactionTimeout:       90 * time.Second,
-		KafkaCompression:         "zstd",
 		SnapshotStrategy:         snapshot.StrategyChunked,
 		SnapshotMaxRowsPerSecond: 50000,
 		UnchangedToast:           codec.UnchangedPlaceholder,
@@ -491,8 +495,8 @@ func TestReplicationFactorAcceptedBySink(t *testing.T) {
 				t.Fatalf("LoadConfig: %v", err)
 			}
 			p := s.Pipeline
-			sk, err := sink.New(sink.Config{Brokers: p.Brokers, Delivery: sink.Delivery(p.Delivery), TransactionalID: "tidemark-app-" + p.Slot,
-				Partitions: p.TopicPartitions, ReplicationFactor: p.ReplicationFactor, WatermarkTopic: p.WatermarkTopic})
+			sk, err := sink.New(sink.Config{Brokers: p.Sink.Brokers, Delivery: p.Sink.Delivery, TransactionalID: "tidemark-app-" + p.Slot,
+				Partitions: p.Sink.Partitions, ReplicationFactor: p.Sink.ReplicationFactor, WatermarkTopic: p.Sink.WatermarkTopic})
 			if err != nil {
 				t.Fatalf("sink.New refuses what the configuration accepted: %v", err)
 			}

@@ -334,10 +334,10 @@ func (c *checker) contradictions(e Env, p pipeline.Config) {
 				strings.Join(named, " and "), map[bool]string{true: "it", false: "them"}[len(named) == 1])
 		}
 	}
-	if p.WatermarkTopic != "" && p.TopicPrefix != "" {
+	if p.Sink.WatermarkTopic != "" && p.TopicPrefix != "" {
 		for _, id := range p.Tables {
-			if change.TopicName(p.TopicPrefix, id) == p.WatermarkTopic {
-				c.add("CDC_WATERMARK_TOPIC", p.WatermarkTopic, "is the topic of table %s too: choose another name", id)
+			if change.TopicName(p.TopicPrefix, id) == p.Sink.WatermarkTopic {
+				c.add("CDC_WATERMARK_TOPIC", p.Sink.WatermarkTopic, "is the topic of table %s too: choose another name", id)
 			}
 		}
 	}

@@ -26,23 +26,15 @@ type Config struct {
 	// Slot is the name of the main logical replication slot.
 	Slot string
 
-	Brokers []string
-	// KafkaSecurity is TLS and SASL for every Kafka client.
-	KafkaSecurity   sink.Security
-	TopicPrefix     string
-	TopicPartitions int32
-	// ReplicationFactor of created topics; -1 is the broker's default, zero means 1.
-	ReplicationFactor int16
-	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
-	WatermarkTopic string
-	// Delivery is the sink's delivery guarantee; "" is the sink's default (sink.ExactlyOnce).
-	Delivery sink.Delivery
-	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
-	// default (60s).
-	TransactionTimeout time.Duration
-	// KafkaCompression is the batch codec: none, gzip, snappy, lz4 or zstd; "" is the sink's
-	// default.
-	KafkaCompression string
+	// Sink holds the sink's own settings: Brokers, Security, Delivery, TransactionTimeout,
+	// Compression, and the layout of created topics (Partitions, ReplicationFactor,
+	// WatermarkTopic). Zero fields are the sink's defaults, except the topic layout, which is
+	// the pipeline's: one partition, a replication factor of 1 (-1 is the broker's default)
+	// and TopicPrefix + ".__watermarks". The pipeline fills the transactional id, the dial
+	// timeout (ConnectTimeout), the batch bounds, the logger and the registerer.
+	Sink sink.Config
+	// TopicPrefix names the tables' topics (<prefix>.<schema>.<table>).
+	TopicPrefix string
 
 	// Snapshot holds the snapshot stage's own settings (Workers, ChunkRows, SlotWaitTimeout);
 	// zero fields are its defaults. The pipeline fills its connection, publication, slot prefix,

@@ -131,7 +131,7 @@ var (
 func newTestOwner(t testing.TB, cfg Config, tr *watermark.Tracker, values [][]byte) (*owner, *recorder) {
 	t.Helper()
 	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix, cfg.WatermarkTopic = "p", "p.__watermarks"
+		cfg.TopicPrefix, cfg.Sink.WatermarkTopic = "p", "p.__watermarks"
 	}
 	if tr == nil {
 		tr = watermark.NewTracker(watermark.Options{})

@@ -15,7 +15,7 @@ import (
 // position before it; no watermark record is written until its last piece is durable (a
 // consumer reading up to a watermark never sees part of it), and then the watermark passes it.
 func TestLifecyclePieces(t *testing.T) {
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", Delivery: sink.ExactlyOnce, SnapshotStrategy: snapshot.StrategyChunked}
+	cfg := Config{TopicPrefix: "p", Sink: sink.Config{WatermarkTopic: "p.__watermarks", Delivery: sink.ExactlyOnce}, SnapshotStrategy: snapshot.StrategyChunked}
 	// A tiny interval: every call would write a heartbeat for every live export.
 	tr := watermark.NewTracker(watermark.Options{Interval: time.Nanosecond})
 	lc, _ := startTestOwnerCfg(t, cfg, tr, nil)
@@ -100,7 +100,7 @@ func TestLifecyclePieces(t *testing.T) {
 // acknowledged pieces names the part of the transaction Kafka holds, so a crash repeats at most
 // the pieces in flight.
 func TestLifecyclePiecesAtLeastOnce(t *testing.T) {
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", Delivery: sink.AtLeastOnce, SnapshotStrategy: snapshot.StrategyChunked}
+	cfg := Config{TopicPrefix: "p", Sink: sink.Config{WatermarkTopic: "p.__watermarks", Delivery: sink.AtLeastOnce}, SnapshotStrategy: snapshot.StrategyChunked}
 	lc, _ := startTestOwnerCfg(t, cfg, nil, nil)
 	checkpoint := func(units ...*change.Unit) *watermark.Checkpoint {
 		t.Helper()

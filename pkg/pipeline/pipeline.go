@@ -161,14 +161,14 @@ func (cfg Config) withDefaults() Config {
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "tidemark"
 	}
-	if cfg.WatermarkTopic == "" {
-		cfg.WatermarkTopic = cfg.TopicPrefix + ".__watermarks"
+	if cfg.Sink.WatermarkTopic == "" {
+		cfg.Sink.WatermarkTopic = cfg.TopicPrefix + ".__watermarks"
 	}
-	if cfg.TopicPartitions <= 0 {
-		cfg.TopicPartitions = 1
+	if cfg.Sink.Partitions <= 0 {
+		cfg.Sink.Partitions = 1
 	}
-	if cfg.ReplicationFactor == 0 {
-		cfg.ReplicationFactor = 1
+	if cfg.Sink.ReplicationFactor == 0 {
+		cfg.Sink.ReplicationFactor = 1
 	}
 	if cfg.PublicationPollInterval <= 0 {
 		cfg.PublicationPollInterval = 5 * time.Second
