@@ -332,7 +332,7 @@ func (p *preflight) slot(ctx context.Context, conn *pgcat.Conn) {
 		p.fail(fmt.Sprintf("drop it (SELECT pg_drop_replication_slot('%s')) or choose another CDC_SLOT", slot),
 			"replication slot %s exists but is not a pgoutput logical slot", slot)
 	case walStatus != nil && *walStatus == "lost":
-		p.fail(fmt.Sprintf("changes were lost: drop the slot (SELECT pg_drop_replication_slot('%s')) and delete the watermark topic %s to copy every table again", slot, p.cfg.WatermarkTopic),
+		p.fail(fmt.Sprintf("changes were lost: drop the slot (SELECT pg_drop_replication_slot('%s')) and delete the watermark topic %s to copy every table again", slot, p.cfg.Sink.WatermarkTopic),
 			"replication slot %s was invalidated (wal_status = lost)", slot)
 	default:
 		state := "inactive"
@@ -363,12 +363,12 @@ func (p *preflight) kafka(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	sec, err := cfg.KafkaSecurity.ClientOpts()
+	sec, err := cfg.Sink.Security.ClientOpts()
 	if err != nil {
 		p.fail("check the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables", "Kafka security: %v", err)
 		return
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DialTimeout(5 * time.Second), kgo.RequestRetries(1)}, sec...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Sink.Brokers...), kgo.DialTimeout(5 * time.Second), kgo.RequestRetries(1)}, sec...)...)
 	if err != nil {
 		p.fail("check CDC_KAFKA_BROKERS", "Kafka: %v", err)
 		return
@@ -377,18 +377,18 @@ func (p *preflight) kafka(ctx context.Context) {
 	adm := kadm.NewClient(cl)
 	meta, err := adm.BrokerMetadata(cctx)
 	if err != nil {
-		if explained := sink.ExplainConnect(cfg.KafkaSecurity, err); explained != err {
-			p.fail("see above", "Kafka brokers %s: %v", strings.Join(cfg.Brokers, ","), explained)
+		if explained := sink.ExplainConnect(cfg.Sink.Security, err); explained != err {
+			p.fail("see above", "Kafka brokers %s: %v", strings.Join(cfg.Sink.Brokers, ","), explained)
 			return
 		}
 		p.fail("check CDC_KAFKA_BROKERS and that the brokers are running and reachable from here",
-			"Kafka brokers %s: not reachable: %v", strings.Join(cfg.Brokers, ","), err)
+			"Kafka brokers %s: not reachable: %v", strings.Join(cfg.Sink.Brokers, ","), err)
 		return
 	}
 	p.pass("Kafka: %d brokers reachable (cluster %s)", len(meta.Brokers), meta.Cluster)
 
 	// Topic creation, validated by the broker without creating anything.
-	topic := cfg.WatermarkTopic
+	topic := cfg.Sink.WatermarkTopic
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.ValidateOnly = true
 	req.TimeoutMillis = 10000
@@ -412,7 +412,7 @@ func (p *preflight) kafka(ctx context.Context) {
 		p.pass("Kafka: topic creation allowed (validated for %s, nothing created)", topic)
 	}
 
-	if cfg.Delivery != pipeline.ExactlyOnce {
+	if cfg.Sink.Delivery != sink.ExactlyOnce {
 		p.pass("Kafka: at-least-once delivery: no transactions needed")
 		return
 	}

@@ -15,7 +15,10 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 const testPassword = "s3cr3t-pw"
@@ -75,29 +78,27 @@ func TestLoadConfigDefaults(t *testing.T) {
 		t.Fatalf("LoadConfig: %v", err)
 	}
 	want := pipeline.Config{
-		PGURL:                   validEnv()["CDC_PG_URL"],
-		Publication:             "tidemark",
-		Slot:                    "tidemark",
-		Brokers:                 []string{"kafka-1:9092", "kafka-2:9092"},
+		PGURL:       validEnv()["CDC_PG_URL"],
+		Publication: "tidemark",
+		Slot:        "tidemark",
+		Sink: sink.Config{
+			Brokers:            []string{"kafka-1:9092", "kafka-2:9092"},
+			Partitions:         1,
+			ReplicationFactor:  1,
+			WatermarkTopic:     "tidemark.__watermarks",
+			Delivery:           sink.ExactlyOnce,
+			TransactionTimeout: time.Minute,
+			Compression:        "lz4",
+		},
 		TopicPrefix:             "tidemark",
-		TopicPartitions:         1,
-		ReplicationFactor:       1,
-		WatermarkTopic:          "tidemark.__watermarks",
-		Delivery:                pipeline.ExactlyOnce,
-		TransactionTimeout:      time.Minute,
-		KafkaCompression:        "lz4",
-		SnapshotWorkers:         4,
-		SnapshotStrategy:        pipeline.StrategyChunked,
-		UnchangedToast:          pipeline.UnchangedOmit,
+		SnapshotStrategy:        snapshot.StrategyChunked,
+		UnchangedToast:          codec.UnchangedOmit,
 		UnchangedPlaceholder:    "__debezium_unavailable_value",
 		ValueFormat:             codec.FormatJSON,
-		WatermarkMode:           pipeline.Independent,
-		WatermarkInterval:       time.Second,
+		Snapshot:                snapshot.Config{Workers: 4, SlotWaitTimeout: 5 * time.Minute},
+		Replication:             replication.Config{HoldMemory: 64 << 20, SpillDir: filepath.Join(os.TempDir(), "tidemark-spill"), PieceBytes: 4 << 20},
+		Watermark:               watermark.Options{Mode: watermark.ModeIndependent, Interval: time.Second},
 		PublicationPollInterval: 5 * time.Second,
-		HoldMemory:              64 << 20,
-		SpillDir:                filepath.Join(os.TempDir(), "tidemark-spill"),
-		TxnPieceBytes:           4 << 20,
-		SlotWaitTimeout:         5 * time.Minute,
 		ConnectTimeout:          10 * time.Second,
 		ReceiveTimeout:          time.Minute,
 		ShutdownTimeout:         20 * time.Second,
@@ -158,29 +159,26 @@ func TestLoadConfigAllSet(t *testing.T) {
 			{Schema: "inventory", Table: "items"},
 			{Schema: "public", Table: "customers"},
 		},
-		Slot:                     "shop_slot_1",
-		Brokers:                  []string{"kafka-1:9092", "kafka-2:9092"},
+		Slot: "shop_slot_1",
+		Sink: sink.Config{
+			Brokers:            []string{"kafka-1:9092", "kafka-2:9092"},
+			Partitions:         12,
+			ReplicationFactor:  -1,
+			WatermarkTopic:     "marks",
+			Delivery:           sink.ExactlyOnce,
+			TransactionTimeout: 90 * time.Second,
+			Compression:        "zstd",
+		},
 		TopicPrefix:              "shop-cdc",
-		TopicPartitions:          12,
-		ReplicationFactor:        -1,
-		WatermarkTopic:           "marks",
-		Delivery:                 pipeline.ExactlyOnce,
-		TransactionTimeout:       90 * time.Second,
-		KafkaCompression:         "zstd",
-		SnapshotWorkers:          64,
-		SnapshotStrategy:         pipeline.StrategyChunked,
+		SnapshotStrategy:         snapshot.StrategyChunked,
 		SnapshotMaxRowsPerSecond: 50000,
-		SnapshotChunkRows:        5000,
-		UnchangedToast:           pipeline.UnchangedPlaceholder,
+		UnchangedToast:           codec.UnchangedPlaceholder,
 		UnchangedPlaceholder:     "n/a",
 		ValueFormat:              codec.FormatJSONWithSchema,
-		WatermarkMode:            pipeline.Global,
-		WatermarkInterval:        10 * time.Millisecond,
+		Snapshot:                 snapshot.Config{Workers: 64, ChunkRows: 5000, SlotWaitTimeout: 30 * time.Second},
+		Replication:              replication.Config{HoldMemory: 2 << 30, SpillDir: "/var/spill", PieceBytes: 256 << 10},
+		Watermark:                watermark.Options{Mode: watermark.ModeGlobal, Interval: 10 * time.Millisecond},
 		PublicationPollInterval:  2 * time.Minute,
-		HoldMemory:               2 << 30,
-		SpillDir:                 "/var/spill",
-		TxnPieceBytes:            256 << 10,
-		SlotWaitTimeout:          30 * time.Second,
 		ConnectTimeout:           3 * time.Second,
 		ReceiveTimeout:           15 * time.Second,
 		ShutdownTimeout:          25 * time.Second,
@@ -249,8 +247,8 @@ func TestLoadConfigHoldMemory(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if s.Pipeline.HoldMemory != tt.want {
-				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.HoldMemory, tt.want)
+			if s.Pipeline.Replication.HoldMemory != tt.want {
+				t.Errorf("HoldMemory = %d, want %d", s.Pipeline.Replication.HoldMemory, tt.want)
 			}
 		})
 	}
@@ -281,8 +279,8 @@ func TestLoadConfigTxnPieceSize(t *testing.T) {
 			if err != nil {
 				t.Fatalf("LoadConfig: %v", err)
 			}
-			if s.Pipeline.TxnPieceBytes != tt.want {
-				t.Errorf("TxnPieceBytes = %d, want %d", s.Pipeline.TxnPieceBytes, tt.want)
+			if s.Pipeline.Replication.PieceBytes != tt.want {
+				t.Errorf("PieceBytes = %d, want %d", s.Pipeline.Replication.PieceBytes, tt.want)
 			}
 		})
 	}
@@ -497,8 +495,8 @@ func TestReplicationFactorAcceptedBySink(t *testing.T) {
 				t.Fatalf("LoadConfig: %v", err)
 			}
 			p := s.Pipeline
-			sk, err := sink.New(sink.Config{Brokers: p.Brokers, Delivery: sink.Delivery(p.Delivery), TransactionalID: "tidemark-app-" + p.Slot,
-				Partitions: p.TopicPartitions, ReplicationFactor: p.ReplicationFactor, WatermarkTopic: p.WatermarkTopic})
+			sk, err := sink.New(sink.Config{Brokers: p.Sink.Brokers, Delivery: p.Sink.Delivery, TransactionalID: "tidemark-app-" + p.Slot,
+				Partitions: p.Sink.Partitions, ReplicationFactor: p.Sink.ReplicationFactor, WatermarkTopic: p.Sink.WatermarkTopic})
 			if err != nil {
 				t.Fatalf("sink.New refuses what the configuration accepted: %v", err)
 			}

@@ -12,8 +12,11 @@ import (
 	"github.com/jackc/pgservicefile"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/conffile"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
 // Limits of the names the configuration gives.
@@ -310,13 +313,13 @@ func uriDecode(raw string) string {
 // TLS file, SASL credentials of another mechanism, and CDC_HTTP_ADDR against CDC_METRICS_ADDR
 // are checked where those variables are.)
 func (c *checker) contradictions(e Env, p pipeline.Config) {
-	if c.set["CDC_UNCHANGED_TOAST_PLACEHOLDER"] && e.UnchangedToast != string(pipeline.UnchangedPlaceholder) {
+	if c.set["CDC_UNCHANGED_TOAST_PLACEHOLDER"] && e.UnchangedToast != string(codec.UnchangedPlaceholder) {
 		c.add("CDC_UNCHANGED_TOAST_PLACEHOLDER", "", "is set, but only CDC_UNCHANGED_TOAST=placeholder uses it (CDC_UNCHANGED_TOAST is %s): unset it, or set CDC_UNCHANGED_TOAST=placeholder", cut(e.UnchangedToast))
 	}
-	if c.set["CDC_SNAPSHOT_CHUNK_ROWS"] && e.SnapshotStrategy == string(pipeline.StrategyCopy) {
+	if c.set["CDC_SNAPSHOT_CHUNK_ROWS"] && e.SnapshotStrategy == string(snapshot.StrategyCopy) {
 		c.add("CDC_SNAPSHOT_CHUNK_ROWS", "", "is set, but CDC_SNAPSHOT_STRATEGY=copy does not copy in chunks: unset it, or use the chunked strategy")
 	}
-	if c.set["CDC_KAFKA_TRANSACTION_TIMEOUT"] && e.Delivery == string(pipeline.AtLeastOnce) {
+	if c.set["CDC_KAFKA_TRANSACTION_TIMEOUT"] && e.Delivery == string(sink.AtLeastOnce) {
 		c.add("CDC_KAFKA_TRANSACTION_TIMEOUT", "", "is set, but CDC_DELIVERY=at-least-once uses no transactions: unset it, or use exactly-once")
 	}
 	if settings := connSettings(p.PGURL); p.PGURL != "" && settings["sslmode"] == "disable" {
@@ -331,10 +334,10 @@ func (c *checker) contradictions(e Env, p pipeline.Config) {
 				strings.Join(named, " and "), map[bool]string{true: "it", false: "them"}[len(named) == 1])
 		}
 	}
-	if p.WatermarkTopic != "" && p.TopicPrefix != "" {
+	if p.Sink.WatermarkTopic != "" && p.TopicPrefix != "" {
 		for _, id := range p.Tables {
-			if change.TopicName(p.TopicPrefix, id) == p.WatermarkTopic {
-				c.add("CDC_WATERMARK_TOPIC", p.WatermarkTopic, "is the topic of table %s too: choose another name", id)
+			if change.TopicName(p.TopicPrefix, id) == p.Sink.WatermarkTopic {
+				c.add("CDC_WATERMARK_TOPIC", p.Sink.WatermarkTopic, "is the topic of table %s too: choose another name", id)
 			}
 		}
 	}

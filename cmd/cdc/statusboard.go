@@ -229,9 +229,9 @@ func (b *statusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Clie
 		b.mu.Unlock()
 	}()
 	if kc == nil {
-		sec, err := b.cfg.KafkaSecurity.ClientOpts()
+		sec, err := b.cfg.Sink.Security.ClientOpts()
 		if err == nil {
-			kc, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...), kgo.DialTimeout(cmp.Or(b.cfg.ConnectTimeout, 5*time.Second))}, sec...)...)
+			kc, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Sink.Brokers...), kgo.DialTimeout(cmp.Or(b.cfg.ConnectTimeout, 5*time.Second))}, sec...)...)
 		}
 		if err != nil {
 			st.State, st.Error = "unreachable", err.Error()

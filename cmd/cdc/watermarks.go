@@ -19,7 +19,7 @@ import (
 // printWatermarks prints one line per export from the watermark topic: state, watermark, lag
 // in bytes behind the server's current WAL position, and snapshot progress. It changes nothing.
 func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) error {
-	sk, err := sink.New(sink.Config{Brokers: cfg.Brokers, Security: cfg.KafkaSecurity, DialTimeout: cfg.ConnectTimeout, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.WatermarkTopic, Logger: cfg.Logger})
+	sk, err := sink.New(sink.Config{Brokers: cfg.Sink.Brokers, Security: cfg.Sink.Security, DialTimeout: cfg.ConnectTimeout, Delivery: sink.AtLeastOnce, WatermarkTopic: cfg.Sink.WatermarkTopic, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -29,7 +29,7 @@ func printWatermarks(ctx context.Context, cfg pipeline.Config, w io.Writer) erro
 	}
 	rd := watermark.NewTopicReader()
 	if err := sk.ReadWatermarks(ctx, rd.Add); err != nil {
-		return fmt.Errorf("read %s: %w", cfg.WatermarkTopic, err)
+		return fmt.Errorf("read %s: %w", cfg.Sink.WatermarkTopic, err)
 	}
 	recs, _ := rd.Result()
 	last := make(map[change.ExportID]watermark.Record)

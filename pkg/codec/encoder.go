@@ -25,16 +25,18 @@ const (
 	HeaderArrayDims = "tidemark.array_dims"
 )
 
-// Unchanged is what an encoder writes for a column whose value PostgreSQL did not send.
-type Unchanged uint8
+// Unchanged is what an encoder writes for a column whose value PostgreSQL did not send
+// (CDC_UNCHANGED_TOAST). The zero value is UnchangedOmit.
+type Unchanged string
 
+// Unchanged TOAST policies.
 const (
 	// UnchangedOmit leaves the column out of after; the HeaderUnchanged header names it, so a
-	// consumer merges the update into the row it has.
-	UnchangedOmit Unchanged = iota
+	// consumer merges the update into the row it has. The default, also for "".
+	UnchangedOmit Unchanged = "omit"
 	// UnchangedPlaceholder writes Config.Placeholder as the column's value (a JSON string), as
 	// Debezium does, and names the column in HeaderUnchanged too.
-	UnchangedPlaceholder
+	UnchangedPlaceholder Unchanged = "placeholder"
 )
 
 // DefaultPlaceholder is Debezium's unavailable.value.placeholder.
@@ -57,8 +59,9 @@ type Config struct {
 	// (ErrRecordTooLarge): Kafka would refuse it anyway, and the export must fail alone.
 	MaxRecordBytes int
 	// Unchanged says what to write for an unchanged TOASTed column of an update whose old value
-	// is unknown (no REPLICA IDENTITY FULL); Placeholder is the string UnchangedPlaceholder
-	// writes (DefaultPlaceholder when empty).
+	// is unknown (no REPLICA IDENTITY FULL): UnchangedOmit (also for "") or
+	// UnchangedPlaceholder; Placeholder is the string UnchangedPlaceholder writes
+	// (DefaultPlaceholder when empty).
 	Unchanged   Unchanged
 	Placeholder string
 	// Format is FormatJSON (also when empty) or FormatJSONWithSchema.

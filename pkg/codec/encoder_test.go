@@ -362,7 +362,7 @@ func TestUnchangedKeyColumnWithoutOldValueFails(t *testing.T) {
 		}
 		_, err = e.Update(nil, txSource, nil, row(nil, "new"), []bool{true, false})
 		if err == nil || !strings.Contains(err.Error(), `key column "path"`) || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL") {
-			t.Fatalf("mode %d: err = %v", mode, err)
+			t.Fatalf("mode %s: err = %v", mode, err)
 		}
 	}
 }

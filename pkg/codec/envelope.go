@@ -133,7 +133,7 @@ func (e *Encoder) appendRow(dst []byte, row [][]byte, unavail []bool) ([]byte, e
 	}
 	e.spans = e.spans[:2*len(e.cols)]
 	dst = append(dst, '{')
-	omit := unavail != nil && e.cfg.Unchanged == UnchangedOmit
+	omit := unavail != nil && e.cfg.Unchanged != UnchangedPlaceholder
 	first := true
 	for i := range e.cols {
 		if omit && unavail[i] {

@@ -69,14 +69,14 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 			o.log.Error("encode watermark record", "export", r.Export.String(), "err", err)
 			continue
 		}
-		out = append(out, change.Record{Topic: o.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
+		out = append(out, change.Record{Topic: o.cfg.Sink.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
 	}
 	// One record for every quiet export, after their own records.
 	if quiet != nil {
 		if v, err := watermark.EncodeQuiet(*quiet); err != nil {
 			o.log.Error("encode quiet watermark record", "err", err)
 		} else {
-			out = append(out, change.Record{Topic: o.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.QuietKey), Value: v})
+			out = append(out, change.Record{Topic: o.cfg.Sink.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.QuietKey), Value: v})
 		}
 	}
 	// After Due: the records above carry every state transition up to this point, so the
@@ -84,7 +84,7 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 	// (In exactly-once mode carry wrote it already, into the same transaction.)
 	if lsn, ok := o.tracker.Checkpoint(); ok {
 		out = o.appendCheckpoint(out, lsn, o.partial, now)
-	} else if pieces && o.partial != nil && o.cfg.Delivery == AtLeastOnce {
+	} else if pieces && o.partial != nil && o.cfg.Sink.Delivery == sink.AtLeastOnce {
 		// The pieces acknowledged so far are skipped if the process restarts.
 		out = o.appendCheckpoint(out, o.tracker.CheckpointPosition(), o.partial, now)
 	}
@@ -142,7 +142,7 @@ func (o *owner) appendCheckpoint(out []change.Record, lsn change.LSN, partial *c
 		o.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
 		return out
 	}
-	return append(out, change.Record{Topic: o.cfg.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.CheckpointKey), Value: v})
+	return append(out, change.Record{Topic: o.cfg.Sink.WatermarkTopic, Partition: change.AnyPartition, Key: []byte(watermark.CheckpointKey), Value: v})
 }
 
 // committed marks the last records durable; copies that became durable move on.

@@ -6,50 +6,10 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
-)
-
-// Delivery is the Kafka delivery guarantee.
-type Delivery string
-
-// Delivery modes.
-const (
-	ExactlyOnce Delivery = "exactly-once"
-	AtLeastOnce Delivery = "at-least-once"
-)
-
-// SnapshotStrategy is how a table's rows are copied.
-type SnapshotStrategy string
-
-// Snapshot strategies.
-const (
-	// StrategyChunked copies a table in key-range chunks, each read in a short transaction of
-	// its own and merged with the stream: resumable, and no long transaction.
-	StrategyChunked SnapshotStrategy = "chunked"
-	// StrategyCopy copies the tables added together under one exported snapshot.
-	StrategyCopy SnapshotStrategy = "copy"
-)
-
-// UnchangedToast is what records carry for a large out-of-line value that an update left
-// unchanged and PostgreSQL therefore did not send (tables without REPLICA IDENTITY FULL).
-type UnchangedToast string
-
-// Unchanged TOAST policies.
-const (
-	// UnchangedOmit leaves the column out of the update's after image and names it in the
-	// tidemark.unchanged header.
-	UnchangedOmit UnchangedToast = "omit"
-	// UnchangedPlaceholder writes Config.UnchangedPlaceholder as the value (Debezium's way).
-	UnchangedPlaceholder UnchangedToast = "placeholder"
-)
-
-// WatermarkMode says how watermarks of different exports relate (see pkg/watermark).
-type WatermarkMode string
-
-// Watermark modes.
-const (
-	Independent WatermarkMode = "independent"
-	Global      WatermarkMode = "global"
+	"github.com/tidemark/cdc/pkg/snapshot"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // Config is everything the pipeline needs. cmd/cdc fills it from the environment once, after
@@ -66,57 +26,45 @@ type Config struct {
 	// Slot is the name of the main logical replication slot.
 	Slot string
 
-	Brokers []string
-	// KafkaSecurity is TLS and SASL for every Kafka client.
-	KafkaSecurity   sink.Security
-	TopicPrefix     string
-	TopicPartitions int32
-	// ReplicationFactor of created topics; -1 is the broker's default, zero means 1.
-	ReplicationFactor int16
-	// WatermarkTopic defaults to TopicPrefix + ".__watermarks".
-	WatermarkTopic string
-	Delivery       Delivery
-	// TransactionTimeout is the Kafka transaction timeout (exactly-once); 0 is the sink's
-	// default (60s).
-	TransactionTimeout time.Duration
-	// KafkaCompression is the batch codec: none, gzip, snappy, lz4 or zstd; "" is the sink's
-	// default.
-	KafkaCompression string
+	// Sink holds the sink's own settings: Brokers, Security, Delivery, TransactionTimeout,
+	// Compression, and the layout of created topics (Partitions, ReplicationFactor,
+	// WatermarkTopic). Zero fields are the sink's defaults, except the topic layout, which is
+	// the pipeline's: one partition, a replication factor of 1 (-1 is the broker's default)
+	// and TopicPrefix + ".__watermarks". The pipeline fills the transactional id, the dial
+	// timeout (ConnectTimeout), the batch bounds, the logger and the registerer.
+	Sink sink.Config
+	// TopicPrefix names the tables' topics (<prefix>.<schema>.<table>).
+	TopicPrefix string
 
-	SnapshotWorkers int
-	// SnapshotStrategy is how tables are copied: StrategyChunked (default) or StrategyCopy.
-	// Tables without a key, and tables whose topic needs reconciling (added again, or whose
-	// earlier copy never finished), are copied with StrategyCopy either way.
-	SnapshotStrategy SnapshotStrategy
-	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited.
+	// Snapshot holds the snapshot stage's own settings (Workers, ChunkRows, SlotWaitTimeout);
+	// zero fields are its defaults. The pipeline fills its connection, publication, slot prefix,
+	// codec, limiter, batch size, timeouts, logger and registerer.
+	Snapshot snapshot.Config
+	// SnapshotStrategy is how tables are copied; "" is snapshot.DefaultStrategy.
+	SnapshotStrategy snapshot.Strategy
+	// SnapshotMaxRowsPerSecond caps the rows all copies read per second; 0 is unlimited. Each
+	// life builds one snapshot.NewLimiter from it for the stage and the chunker.
 	SnapshotMaxRowsPerSecond int
-	// SnapshotChunkRows is the rows of one chunk (chunked strategy); 0 sizes chunks by the
-	// table's row width.
-	SnapshotChunkRows int
 
 	// UnchangedToast says what an update's record carries for an unchanged TOASTed column
-	// whose old value is unknown: UnchangedOmit (default; also for "") or UnchangedPlaceholder,
-	// which writes UnchangedPlaceholder (codec.DefaultPlaceholder when empty).
-	UnchangedToast       UnchangedToast
+	// whose old value is unknown: codec.UnchangedOmit (also for "") or
+	// codec.UnchangedPlaceholder, which writes UnchangedPlaceholder (codec.DefaultPlaceholder
+	// when empty).
+	UnchangedToast       codec.Unchanged
 	UnchangedPlaceholder string
 
-	WatermarkMode     WatermarkMode
-	WatermarkInterval time.Duration
+	// Watermark is the watermark tracker's mode and interval; zero fields are its defaults.
+	Watermark watermark.Options
 	// ValueFormat is the record format: codec.FormatJSON (default, also when empty) or
 	// codec.FormatJSONWithSchema.
 	ValueFormat codec.Format
 	// PublicationPollInterval is how often pg_publication_tables is polled for added and
 	// removed tables.
 	PublicationPollInterval time.Duration
-	// HoldMemory bounds the in-memory part of each hydrating export's hold buffer, in bytes.
-	HoldMemory int64
-	// SpillDir holds hold-buffer files beyond HoldMemory.
-	SpillDir string
-	// TxnPieceBytes is the size past which a transaction's records are handed to Kafka in
-	// pieces, before its commit is decoded; 0 is the replication stage's default (4 MiB).
-	TxnPieceBytes int
-	// SlotWaitTimeout bounds how long creating a replication slot may wait for open transactions.
-	SlotWaitTimeout time.Duration
+	// Replication holds the replication stage's own settings (HoldMemory, SpillDir,
+	// PieceBytes); zero fields are its defaults. The pipeline fills its connection, slot,
+	// publication, session parameters, marker tag, timeouts, codec and logger.
+	Replication replication.Config
 	// StandbyPoll is how often a standby looks whether the slot's holder went away. Default 1s.
 	StandbyPoll time.Duration
 

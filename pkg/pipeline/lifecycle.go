@@ -175,7 +175,7 @@ func (o *owner) partitions(leaves map[change.ExportID]string) {
 // startChunked starts a chunked copy of each of exports that can take one (chunked strategy,
 // a key, nothing to reconcile) and returns the others, which take a copy.
 func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.ExportID) ([]change.ExportID, error) {
-	if o.cfg.SnapshotStrategy != StrategyChunked {
+	if o.cfg.SnapshotStrategy.OrDefault() != snapshot.StrategyChunked {
 		for _, e := range exports {
 			delete(o.reconcileNext, e)
 		}

@@ -12,7 +12,7 @@ import (
 
 func TestLifecycleChunked(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := startTestOwner(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestLifecycleChunked(t *testing.T) {
 
 func TestLifecycleCopy(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := startTestOwner(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
 	// Keyless: the copy strategy whatever the setting.
 	if err := lc.published(ctx, fakeCatalog{}, set(exKeyless)); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestLifecycleCopy(t *testing.T) {
 
 func TestLifecycleRemoveFailAndReAdd(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := startTestOwner(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	exRmC := change.ExportID{Schema: "public", Table: "removing_chunking"}
 	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF, exRmH, exRmC}
 
-	lc, rec := startTestOwner(t, StrategyChunked, nil)
+	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
 	var h history
 	if err := lc.published(ctx, fakeCatalog{}, set(all...)); err != nil {
 		t.Fatal(err)
@@ -181,7 +181,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	rec.take()
 
 	// The crash; a new life reads the records back.
-	lc2, rec2 := startTestOwner(t, StrategyChunked, h.values)
+	lc2, rec2 := startTestOwner(t, snapshot.StrategyChunked, h.values)
 	published := set(exH, exC, exCopy, exHold, exRel, exF)
 	if err := lc2.resume(ctx, fakeCatalog{}, published, 0x200); err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 // TestPartitionsChanged: a published partitioned root whose leaf partitions change is copied
 // again, with the copy strategy (which reconciles), once it is hydrated.
 func TestPartitionsChanged(t *testing.T) {
-	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
+	lc, _ := newTestOwner(t, Config{SnapshotStrategy: snapshot.StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated
 	lc.phases[exB] = phaseChunking
 	lc.partitions(map[change.ExportID]string{exA: "1,2", exB: "5"})
@@ -257,7 +257,7 @@ func TestPartitionsChanged(t *testing.T) {
 // point is set.
 func TestOwnerNeverWaitsForReplication(t *testing.T) {
 	ctx := t.Context()
-	lc, rec := startTestOwner(t, StrategyCopy, nil)
+	lc, rec := startTestOwner(t, snapshot.StrategyCopy, nil)
 	rec.detected, rec.pointSet = make(chan struct{}), make(chan error, 1)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
 		t.Fatal(err)

@@ -131,7 +131,7 @@ var (
 func newTestOwner(t testing.TB, cfg Config, tr *watermark.Tracker, values [][]byte) (*owner, *recorder) {
 	t.Helper()
 	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix, cfg.WatermarkTopic = "p", "p.__watermarks"
+		cfg.TopicPrefix, cfg.Sink.WatermarkTopic = "p", "p.__watermarks"
 	}
 	if tr == nil {
 		tr = watermark.NewTracker(watermark.Options{})
@@ -162,7 +162,7 @@ type loop struct {
 
 // startTestOwner returns a loop over an owner of strategy whose tracker restored values. The
 // loop starts at the first event; call resume before.
-func startTestOwner(t testing.TB, strategy SnapshotStrategy, values [][]byte) (*loop, *recorder) {
+func startTestOwner(t testing.TB, strategy snapshot.Strategy, values [][]byte) (*loop, *recorder) {
 	t.Helper()
 	return startTestOwnerCfg(t, Config{SnapshotStrategy: strategy}, nil, values)
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -13,7 +15,7 @@ import (
 // position before it; no watermark record is written until its last piece is durable (a
 // consumer reading up to a watermark never sees part of it), and then the watermark passes it.
 func TestLifecyclePieces(t *testing.T) {
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", Delivery: ExactlyOnce, SnapshotStrategy: StrategyChunked}
+	cfg := Config{TopicPrefix: "p", Sink: sink.Config{WatermarkTopic: "p.__watermarks", Delivery: sink.ExactlyOnce}, SnapshotStrategy: snapshot.StrategyChunked}
 	// A tiny interval: every call would write a heartbeat for every live export.
 	tr := watermark.NewTracker(watermark.Options{Interval: time.Nanosecond})
 	lc, _ := startTestOwnerCfg(t, cfg, tr, nil)
@@ -98,7 +100,7 @@ func TestLifecyclePieces(t *testing.T) {
 // acknowledged pieces names the part of the transaction Kafka holds, so a crash repeats at most
 // the pieces in flight.
 func TestLifecyclePiecesAtLeastOnce(t *testing.T) {
-	cfg := Config{TopicPrefix: "p", WatermarkTopic: "p.__watermarks", Delivery: AtLeastOnce, SnapshotStrategy: StrategyChunked}
+	cfg := Config{TopicPrefix: "p", Sink: sink.Config{WatermarkTopic: "p.__watermarks", Delivery: sink.AtLeastOnce}, SnapshotStrategy: snapshot.StrategyChunked}
 	lc, _ := startTestOwnerCfg(t, cfg, nil, nil)
 	checkpoint := func(units ...*change.Unit) *watermark.Checkpoint {
 		t.Helper()

@@ -145,6 +145,9 @@ func (cfg Config) timeouts() pgcat.Timeouts {
 	return pgcat.Timeouts{Connect: cfg.ConnectTimeout, Receive: cfg.ReceiveTimeout}
 }
 
+// withDefaults fills the pipeline's own defaults: names, topic layout, polling and the
+// timeouts that span stages. Each stage defaults its own settings (sink.Config, snapshot.Config,
+// replication.Config, watermark.Options, codec.Config), so a zero field here stays zero.
 func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -158,38 +161,20 @@ func (cfg Config) withDefaults() Config {
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "tidemark"
 	}
-	if cfg.WatermarkTopic == "" {
-		cfg.WatermarkTopic = cfg.TopicPrefix + ".__watermarks"
+	if cfg.Sink.WatermarkTopic == "" {
+		cfg.Sink.WatermarkTopic = cfg.TopicPrefix + ".__watermarks"
 	}
-	if cfg.TopicPartitions <= 0 {
-		cfg.TopicPartitions = 1
+	if cfg.Sink.Partitions <= 0 {
+		cfg.Sink.Partitions = 1
 	}
-	if cfg.ReplicationFactor == 0 {
-		cfg.ReplicationFactor = 1
-	}
-	if cfg.Delivery == "" {
-		cfg.Delivery = ExactlyOnce
-	}
-	if cfg.WatermarkMode == "" {
-		cfg.WatermarkMode = Independent
-	}
-	if cfg.WatermarkInterval <= 0 {
-		cfg.WatermarkInterval = time.Second
+	if cfg.Sink.ReplicationFactor == 0 {
+		cfg.Sink.ReplicationFactor = 1
 	}
 	if cfg.PublicationPollInterval <= 0 {
 		cfg.PublicationPollInterval = 5 * time.Second
 	}
-	if cfg.SnapshotWorkers <= 0 {
-		cfg.SnapshotWorkers = 4
-	}
-	if cfg.SnapshotStrategy == "" {
-		cfg.SnapshotStrategy = StrategyChunked
-	}
 	if cfg.StandbyPoll <= 0 {
 		cfg.StandbyPoll = time.Second
-	}
-	if cfg.SlotWaitTimeout <= 0 {
-		cfg.SlotWaitTimeout = 5 * time.Minute
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = pgcat.DefaultConnect

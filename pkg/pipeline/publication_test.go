@@ -21,7 +21,7 @@ func TestPublicationDefinitionChanged(t *testing.T) {
 	renamed := us
 	renamed.Names, renamed.RowFilter = []string{"id", "value"}, "(region = 'us')"
 
-	lc, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyChunked}, nil, nil)
+	lc, _ := newTestOwner(t, Config{SnapshotStrategy: snapshot.StrategyChunked}, nil, nil)
 	lc.phases[exA] = phaseHydrated // resumed: copied with a definition not known
 	// b's copy began under eu (copy strategy).
 	lc.begun(0x100, []snapshot.TableInfo{{Table: &change.Table{Export: exB, Published: eu}}})
@@ -62,7 +62,7 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 	ctx := t.Context()
 	eu := change.PublishedAs{Columns: []int16{1, 2}, Names: []string{"id", "v"}, RowFilter: "(r = 'eu')", FilterTree: "{eu}"}
 	us := change.PublishedAs{Columns: []int16{1, 2}, Names: []string{"id", "v"}, RowFilter: "(r = 'us')", FilterTree: "{us}"}
-	lc, _ := startTestOwner(t, StrategyCopy, nil)
+	lc, _ := startTestOwner(t, snapshot.StrategyCopy, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 		{"b got a filter while stopped", map[change.ExportID]change.PublishedAs{exA: eu, exB: us}, []change.ExportID{exB}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			lc2, _ := newTestOwner(t, Config{SnapshotStrategy: StrategyCopy}, nil, h.values)
+			lc2, _ := newTestOwner(t, Config{SnapshotStrategy: snapshot.StrategyCopy}, nil, h.values)
 			if err := lc2.resume(ctx, fakeCatalog{}, set(exA, exB), 0x200); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +103,7 @@ func TestPublicationDefinitionRestored(t *testing.T) {
 func TestResumeRefusedTable(t *testing.T) {
 	ctx := t.Context()
 	exU := change.ExportID{Schema: "public", Table: "unlisted"}
-	lc, _ := startTestOwner(t, StrategyCopy, nil)
+	lc, _ := startTestOwner(t, snapshot.StrategyCopy, nil)
 	if err := lc.published(ctx, fakeCatalog{}, set(exA, exU)); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestResumeRefusedTable(t *testing.T) {
 	h.durable(lc, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x150},
 		&change.Unit{Kind: change.KindHydrated, Export: exU, End: 0x150}, &change.Unit{Kind: change.KindProgress, End: 0x200})
 
-	lc2, rec2 := startTestOwner(t, StrategyCopy, h.values)
+	lc2, rec2 := startTestOwner(t, snapshot.StrategyCopy, h.values)
 	if err := lc2.resume(ctx, fakeCatalog{}, set(exA, exU), 0x200); err != nil {
 		t.Fatalf("resume: %v; want the refused table to fail alone", err)
 	}

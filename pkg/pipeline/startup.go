@@ -80,23 +80,12 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		return nil, fmt.Errorf("read database name: %w", err)
 	}
 
-	sk, err := sink.New(sink.Config{
-		Brokers:            cfg.Brokers,
-		Security:           cfg.KafkaSecurity,
-		Delivery:           sink.Delivery(cfg.Delivery),
-		TransactionalID:    "tidemark-" + database + "-" + cfg.Slot,
-		TransactionTimeout: cfg.TransactionTimeout,
-		Compression:        cfg.KafkaCompression,
-		Partitions:         cfg.TopicPartitions,
-		ReplicationFactor:  cfg.ReplicationFactor,
-		WatermarkTopic:     cfg.WatermarkTopic,
-		DialTimeout:        cfg.ConnectTimeout,
-		MaxBatchBytes:      sinkBatchBytes,
-		MaxBulkBatchBytes:  sinkBulkBatchBytes,
-		Logger:             log,
-		// Process-wide: the sink's counters survive the restart that its errors cause.
-		Registerer: life.base,
-	})
+	skCfg := cfg.Sink
+	skCfg.TransactionalID = "tidemark-" + database + "-" + cfg.Slot
+	skCfg.DialTimeout, skCfg.MaxBatchBytes, skCfg.MaxBulkBatchBytes = cfg.ConnectTimeout, sinkBatchBytes, sinkBulkBatchBytes
+	// Process-wide: the sink's counters survive the restart that its errors cause.
+	skCfg.Logger, skCfg.Registerer = log, life.base
+	sk, err := sink.New(skCfg)
 	if err != nil {
 		return nil, fatal(err)
 	}
@@ -133,10 +122,10 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err := sk.Init(ctx); err != nil {
 		return nil, err
 	}
-	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.WatermarkTopic, Compact: true}}); err != nil {
+	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.Sink.WatermarkTopic, Compact: true}}); err != nil {
 		return nil, err
 	}
-	tracker := watermark.NewTracker(watermark.Options{Mode: watermark.Mode(cfg.WatermarkMode), Interval: cfg.WatermarkInterval})
+	tracker := watermark.NewTracker(cfg.Watermark)
 	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
 	wmRead := watermark.NewTopicReader()
 	if err := sk.ReadWatermarks(ctx, wmRead.Add); err != nil {
@@ -146,7 +135,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 			// version): retrying reads the same record again.
 			return nil, fatal(fmt.Errorf("watermark topic: %w", err))
 		}
-		return nil, fmt.Errorf("read watermark topic %s: %w", cfg.WatermarkTopic, err)
+		return nil, fmt.Errorf("read watermark topic %s: %w", cfg.Sink.WatermarkTopic, err)
 	}
 	recs, checkpoint := wmRead.Result()
 	tracker.Restore(recs)
@@ -188,10 +177,8 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 			pl.conn = conn
 			return pgcat.QueryTypes(ctx, conn, oids)
 		}),
+		Unchanged:   cfg.UnchangedToast,
 		Placeholder: cfg.UnchangedPlaceholder,
-	}
-	if cfg.UnchangedToast == UnchangedPlaceholder {
-		codecCfg.Unchanged = codec.UnchangedPlaceholder
 	}
 	pl.published, pl.tracker, pl.checkpoint, pl.slot, pl.resume = published, tracker, checkpoint, slot, resume
 	pl.codec, pl.markerTag = codecCfg, markerTag
@@ -214,14 +201,14 @@ func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID
 		return nil
 	}
 	if !slot.Exists {
-		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.WatermarkTopic))
+		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.Sink.WatermarkTopic))
 	}
 	if slot.WALStatus == "lost" {
-		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.WatermarkTopic))
+		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.Sink.WatermarkTopic))
 	}
 	for e, p := range resume {
 		if _, ok := published[e]; ok && slot.Confirmed > p {
-			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.Confirmed, e, p, cfg.WatermarkTopic))
+			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.Confirmed, e, p, cfg.Sink.WatermarkTopic))
 		}
 	}
 	return nil

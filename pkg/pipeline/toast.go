@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
@@ -47,7 +48,7 @@ func (w *toastWarnings) check(ctx context.Context, conn pgcat.Querier, cfg Confi
 			continue
 		}
 		got := "the record leaves the column out of \"after\" and names it in the tidemark.unchanged header (CDC_UNCHANGED_TOAST=omit), so a consumer must merge the update into the row it has"
-		if cfg.UnchangedToast == UnchangedPlaceholder {
+		if cfg.UnchangedToast == codec.UnchangedPlaceholder {
 			got = fmt.Sprintf("the record carries the placeholder %q as the column's value and names the column in the tidemark.unchanged header (CDC_UNCHANGED_TOAST=placeholder)", cfg.UnchangedPlaceholder)
 		}
 		log.Warn(fmt.Sprintf("table %s has columns PostgreSQL may store out of line (TOAST); an update that leaves such a value unchanged does not send it, and %s. For complete rows in every update run ALTER TABLE %s REPLICA IDENTITY FULL (more WAL per update)",

@@ -33,35 +33,16 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	o.startLSN = slot.Confirmed
 	o.topics = sk
 	pgConnect := func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
-	repl := replication.New(replication.Config{
-		ConnString:    cfg.PGURL,
-		Slot:          cfg.Slot,
-		Publication:   cfg.Publication,
-		SessionParams: pgcat.SessionParams(),
-		HoldMemory:    cfg.HoldMemory,
-		SpillDir:      cfg.SpillDir,
-		MarkerTag:     markerTag,
-		PieceBytes:    cfg.TxnPieceBytes,
-		Timeouts:      cfg.timeouts(),
-		StalePID:      life.walsender.Load(),
-		Codec:         codecCfg,
-		Logger:        log,
-	}, &keyColumns{connect: pgConnect})
+	replCfg := cfg.Replication
+	replCfg.ConnString, replCfg.Slot, replCfg.Publication = cfg.PGURL, cfg.Slot, cfg.Publication
+	replCfg.SessionParams, replCfg.MarkerTag, replCfg.Timeouts = pgcat.SessionParams(), markerTag, cfg.timeouts()
+	replCfg.StalePID, replCfg.Codec, replCfg.Logger = life.walsender.Load(), codecCfg, log
+	repl := replication.New(replCfg, &keyColumns{connect: pgConnect})
 	defer func() { life.walsender.Store(repl.BackendPID()) }()
-	snapCfg := snapshot.Config{
-		Publication:     cfg.Publication,
-		ConnString:      cfg.PGURL,
-		Workers:         cfg.SnapshotWorkers,
-		SlotPrefix:      cfg.Slot,
-		Codec:           codecCfg,
-		BatchBytes:      snapshotBatchBytes,
-		SlotWaitTimeout: cfg.SlotWaitTimeout,
-		Limiter:         snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond),
-		ChunkRows:       cfg.SnapshotChunkRows,
-		Timeouts:        cfg.timeouts(),
-		Logger:          log,
-		Registerer:      reg,
-	}
+	snapCfg := cfg.Snapshot
+	snapCfg.Publication, snapCfg.ConnString, snapCfg.SlotPrefix = cfg.Publication, cfg.PGURL, cfg.Slot
+	snapCfg.Codec, snapCfg.BatchBytes, snapCfg.Limiter = codecCfg, snapshotBatchBytes, snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond)
+	snapCfg.Timeouts, snapCfg.Logger, snapCfg.Registerer = cfg.timeouts(), log, reg
 	// The chunker's windows and chunks go to the replication stage directly; its failures and
 	// the snapshot stage's reports go to the owner as events.
 	chunker, err := snapshot.NewChunker(snapCfg, markerTag, chunkWiring{repl: repl, snapshotEvents: snapshotEvents{o}})
@@ -128,7 +109,7 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	defer life.owner.Store(nil)
 	life.ran.Store(true)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
-		"watermark_mode", string(cfg.WatermarkMode), "delivery", string(cfg.Delivery), "snapshot_strategy", string(cfg.SnapshotStrategy))
+		"watermark_mode", string(tracker.Mode()), "delivery", string(sk.Delivery()), "snapshot_strategy", string(cfg.SnapshotStrategy.OrDefault()))
 	err = g.Wait()
 
 	// Orderly stop: the stages have stopped sending; let the sink drain what it has, then

@@ -66,6 +66,8 @@ type Config struct {
 // in memory between this stage and Kafka, twice what one Kafka transaction of the sink takes (16
 // MiB), so the sink never waits for the stage.
 const (
+	// DefaultHoldMemory is Config.HoldMemory when zero: 64 MiB per hold buffer.
+	DefaultHoldMemory     = 64 << 20
 	DefaultPieceBytes     = 4 << 20
 	DefaultPiecesInFlight = 8
 )
@@ -168,7 +170,7 @@ func New(cfg Config, keys Keys) *Stage {
 		cfg.StatusInterval = time.Second
 	}
 	if cfg.HoldMemory <= 0 {
-		cfg.HoldMemory = 64 << 20
+		cfg.HoldMemory = DefaultHoldMemory
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

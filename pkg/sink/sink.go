@@ -184,6 +184,9 @@ func (s *Sink) Init(ctx context.Context) error {
 	return nil
 }
 
+// Delivery returns the sink's delivery guarantee (Config.Delivery, defaulted).
+func (s *Sink) Delivery() Delivery { return s.cfg.Delivery }
+
 // Partitions returns the partition count of a topic EnsureTopics saw or Run looked up, or 0.
 func (s *Sink) Partitions(topic string) int32 {
 	s.mu.Lock()
