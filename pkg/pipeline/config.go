@@ -65,6 +65,10 @@ type Config struct {
 	Tables []change.ExportID
 	// Slot is the name of the main logical replication slot.
 	Slot string
+	// SlotFailover creates the slot with FAILOVER (PostgreSQL 17+), so that a physical standby
+	// set up for it holds a synchronised copy that goes on after its promotion; an existing slot
+	// is made one. On an older server start-up fails.
+	SlotFailover bool
 
 	Brokers []string
 	// KafkaSecurity is TLS and SASL for every Kafka client.
