@@ -322,6 +322,18 @@ func runFailover(t *testing.T, failover bool) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	nudge.Close(context.Background())
+	// cdc check on the pair, as configured: with a failover slot it sees the slot synced on
+	// the standby (sync_replication_slots is off there: the test syncs by hand, and check says
+	// so); without, it warns that a promotion loses the slot.
+	chk := runCDC(t, vars, time.Minute, "check")
+	t.Logf("cdc check (exit %d):\n%s", chk.code, chk.out)
+	if failover {
+		assertContains(t, chk.out, fmt.Sprintf("replication slot %s is a failover slot", e.slot),
+			"synchronized_standby_slots names standby1: a standby", fmt.Sprintf("replication slot %s is synced", e.slot),
+			"hot_standby_feedback = on", "sync_replication_slots = off")
+	} else {
+		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
+	}
 	var committed atomic.Int64
 	wg.Add(1)
 	go func() { defer wg.Done(); committed.Store(failoverWorkload(ctx, pp.primaryURL)) }()
