@@ -369,7 +369,12 @@ func runFailover(t *testing.T, failover bool) {
 		log := p.log.String()
 		found := false
 		for _, want := range wants {
-			if i := strings.Index(log, want); i >= 0 {
+			// The text log quotes the error, escaping its quotes.
+			i := strings.Index(log, want)
+			if j := strings.Index(log, strings.ReplaceAll(want, `"`, `\"`)); i < 0 {
+				i = j
+			}
+			if i >= 0 {
 				found = true
 				line := log[i:]
 				if j := strings.IndexByte(line, '\n'); j >= 0 {
