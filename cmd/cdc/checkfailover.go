@@ -59,7 +59,7 @@ func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
 		p.pass("replication slot %s will be created as a failover slot (CDC_SLOT_FAILOVER=true)", slot)
 	case standbys > 0:
 		p.warn("set CDC_SLOT_FAILOVER=true ("+failoverDoc+")",
-			"%d physical standby(s) stream from this server, but the replication slot is not a failover slot: after a promotion the new primary has no slot, and every table is copied again", standbys)
+			"%d physical standby(s) stream from this server, but the replication slot is not a failover slot: after a promotion the new primary has no slot: cdc stops, and every table must be copied again", standbys)
 		return
 	default:
 		return
