@@ -66,7 +66,8 @@ PG17_TESTS = TestServerVersion TestSnapshotStreamAndRestart TestTypesSnapshotEqu
 	TestChunkedNoLongTransaction TestChunkedCopiesRunTogether TestResnapshot \
 	TestSchemaChangesWhileStreaming TestSchemaChangesDuringChunkedCopy TestNewKeyRecopyReconciles \
 	TestKeyLostWhileStopped TestQuietTables TestQuietTablesAdvance TestRemoveAndReAddTable TestCheck \
-	TestStartupWalLevelNotLogical TestStartupRoleWithoutReplication TestStartupMissingPublication
+	TestStartupWalLevelNotLogical TestStartupRoleWithoutReplication TestStartupMissingPublication \
+	TestFailoverSlot
 empty :=
 space := $(empty) $(empty)
 PG17_ENV = env -u CDC_TEST_PG_URL -u CDC_TEST_KAFKA_BROKERS CDC_TEST_PG_VERSION=17 CI=$${CI:-}

@@ -140,6 +140,7 @@ func (p *preflight) postgres(ctx context.Context) {
 		p.table(ctx, conn, t)
 	}
 	p.slot(ctx, conn)
+	p.failover(ctx, conn)
 }
 
 // connectionTLS reports whether the connection just made is actually encrypted: with

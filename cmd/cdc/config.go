@@ -37,6 +37,7 @@ type Env struct {
 	Publication  string `env:"CDC_PUBLICATION" envDefault:"tidemark" desc:"PostgreSQL publication whose tables are exported"`
 	Tables       string `env:"CDC_TABLES" helpDefault:"(none)" desc:"comma-separated schema.table list; when set, the service creates the publication or adds these tables to it; when empty the publication must exist"`
 	Slot         string `env:"CDC_SLOT" envDefault:"tidemark" desc:"logical replication slot name (a-z, 0-9, _; at most 63)"`
+	SlotFailover string `env:"CDC_SLOT_FAILOVER" envDefault:"false" desc:"true: the slot is a failover slot (PostgreSQL 17+; refused on older servers), synchronised to a standby set up for it so that cdc goes on from the standby after its promotion; an existing slot is made one (see docs/production.md, Failover)"`
 
 	TopicPrefix        string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"prefix of every topic: <prefix>.<schema>.<table>"`
 	TopicPartitions    string `env:"CDC_TOPIC_PARTITIONS" envDefault:"1" desc:"partitions of each created topic (1 to 10000)"`
@@ -177,10 +178,11 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
 	s := Settings{
 		Pipeline: pipeline.Config{
-			PGURL:       pgURL,
-			Publication: c.identifier("CDC_PUBLICATION", e.Publication),
-			Tables:      c.tables(e.Tables, prefix),
-			Slot:        c.slot(e.Slot),
+			PGURL:        pgURL,
+			Publication:  c.identifier("CDC_PUBLICATION", e.Publication),
+			Tables:       c.tables(e.Tables, prefix),
+			Slot:         c.slot(e.Slot),
+			SlotFailover: c.boolean("CDC_SLOT_FAILOVER", e.SlotFailover),
 			Sink: sink.Config{
 				Brokers:            c.brokers(e.KafkaBrokers),
 				Security:           c.kafkaSecurity(e),

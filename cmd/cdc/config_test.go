@@ -504,3 +504,26 @@ func TestReplicationFactorAcceptedBySink(t *testing.T) {
 		})
 	}
 }
+
+func TestLoadConfigSlotFailover(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		want  bool
+	}{{"", false}, {"true", true}, {"TRUE", true}, {"false", false}} {
+		vars := validEnv()
+		if tc.value != "" {
+			vars = with(vars, map[string]string{"CDC_SLOT_FAILOVER": tc.value})
+		}
+		s, err := load(t, vars)
+		if err != nil {
+			t.Fatalf("CDC_SLOT_FAILOVER=%q: %v", tc.value, err)
+		}
+		if s.Pipeline.SlotFailover != tc.want {
+			t.Errorf("CDC_SLOT_FAILOVER=%q: SlotFailover = %v, want %v", tc.value, s.Pipeline.SlotFailover, tc.want)
+		}
+	}
+	_, err := load(t, with(validEnv(), map[string]string{"CDC_SLOT_FAILOVER": "maybe"}))
+	if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_SLOT_FAILOVER"}) {
+		t.Errorf("CDC_SLOT_FAILOVER=maybe: problems with %v, want CDC_SLOT_FAILOVER: %v", got, err)
+	}
+}

@@ -25,6 +25,10 @@ type Config struct {
 	Tables []change.ExportID
 	// Slot is the name of the main logical replication slot.
 	Slot string
+	// SlotFailover creates the slot with FAILOVER (PostgreSQL 17+), so that a physical standby
+	// set up for it holds a synchronised copy that goes on after its promotion; an existing slot
+	// is made one. On an older server start-up fails.
+	SlotFailover bool
 
 	// Sink holds the sink's own settings: Brokers, Security, Delivery, TransactionTimeout,
 	// Compression, and the layout of created topics (Partitions, ReplicationFactor,

@@ -25,7 +25,7 @@ func TestConnectErrorsHidePassword(t *testing.T) {
 				t.Fatal("connect succeeded, want an error")
 			}
 			secrettest.Check(t, "connect error", err.Error())
-			if err := replication.CreateSlot(ctx, tc.ConnString, "tidemark", pgcat.Timeouts{}); err == nil {
+			if err := replication.CreateSlot(ctx, tc.ConnString, "tidemark", false, pgcat.Timeouts{}); err == nil {
 				t.Fatal("createSlot succeeded, want an error")
 			} else {
 				secrettest.Check(t, "createSlot error", err.Error())

@@ -75,6 +75,11 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err := replication.CheckServer(ctx, conn); err != nil {
 		return nil, err
 	}
+	if cfg.SlotFailover {
+		if err := replication.CheckFailover(conn); err != nil {
+			return nil, err
+		}
+	}
 	var database string
 	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
 		return nil, fmt.Errorf("read database name: %w", err)
@@ -152,13 +157,24 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		return nil, err
 	}
 	if !slot.Exists {
-		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
+		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.SlotFailover, cfg.timeouts()); err != nil {
 			return nil, err
 		}
 		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
 			return nil, err
 		}
-		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.Confirmed.String())
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.Confirmed.String(), "failover", cfg.SlotFailover)
+	} else if cfg.SlotFailover {
+		failover, err := replication.ReadFailover(ctx, conn, cfg.Slot)
+		if err != nil {
+			return nil, err
+		}
+		if !failover {
+			if err := replication.SetFailover(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
+				return nil, err
+			}
+			log.Info("made the replication slot a failover slot", "slot", cfg.Slot)
+		}
 	}
 
 	// The WAL markers of this life's chunked copies: earlier lives and other instances write

@@ -77,10 +77,26 @@ func ReadSlot(ctx context.Context, conn pgcat.Querier, slot string) (SlotInfo, e
 	return s, nil
 }
 
-// CreateSlot creates the main slot on a replication connection (NOEXPORT_SNAPSHOT: the
-// snapshot stage takes its own consistent points). Only the connection attempt is bounded by
-// t: the creation waits for open transactions, as long as ctx allows.
-func CreateSlot(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
+// FailoverMajor is the first PostgreSQL major version with failover slots: a logical slot
+// created with FAILOVER is synchronised to a physical standby (sync_replication_slots) and goes
+// on from there after the standby's promotion.
+const FailoverMajor = 17
+
+// CheckFailover refuses failover slots on a server older than FailoverMajor, with a message
+// that says why: asked for explicitly, they must not silently be left out.
+func CheckFailover(conn pgcat.Querier) error {
+	v := conn.PgConn().ParameterStatus("server_version")
+	if m := pgcat.ServerMajor(v); m < FailoverMajor {
+		return pgcat.SetupError(fmt.Errorf("CDC_SLOT_FAILOVER=true needs PostgreSQL %d or later (failover slots); the server is %s: upgrade it, or set CDC_SLOT_FAILOVER=false", FailoverMajor, v))
+	}
+	return nil
+}
+
+// CreateSlot creates the main slot on a replication connection (no exported snapshot: the
+// snapshot stage takes its own consistent points); failover creates it with FAILOVER
+// (PostgreSQL 17+, see CheckFailover). Only the connection attempt is bounded by t: the
+// creation waits for open transactions, as long as ctx allows.
+func CreateSlot(ctx context.Context, url, slot string, failover bool, t pgcat.Timeouts) error {
 	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
 	if err != nil {
 		return pgcat.SetupError(err)
@@ -90,7 +106,13 @@ func CreateSlot(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
 		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
 	}
 	defer conn.Close(context.Background())
-	_, err = pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	if failover {
+		// pglogrepl knows no FAILOVER option: the options-list syntax (PostgreSQL 15+).
+		sql := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'nothing', FAILOVER)", pgcat.Ident(slot))
+		_, err = pglogrepl.ParseCreateReplicationSlot(conn.Exec(ctx, sql))
+	} else {
+		_, err = pglogrepl.CreateReplicationSlot(ctx, conn, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	}
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "53400" {
@@ -99,6 +121,42 @@ func CreateSlot(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
 		return fmt.Errorf("create replication slot %s: %w", slot, err)
 	}
 	return nil
+}
+
+// SetFailover makes an existing slot a failover slot (ALTER_REPLICATION_SLOT, PostgreSQL 17+):
+// a slot created before CDC_SLOT_FAILOVER was turned on. It fails while another process streams
+// from the slot.
+func SetFailover(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
+	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	if err != nil {
+		return pgcat.SetupError(err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER_REPLICATION_SLOT %s (FAILOVER true)", pgcat.Ident(slot))).ReadAll(); err != nil {
+		return fmt.Errorf("make replication slot %s a failover slot: %w", slot, err)
+	}
+	return nil
+}
+
+// ReadFailover reports whether slot is a failover slot (false before PostgreSQL 17, or when
+// there is no such slot).
+func ReadFailover(ctx context.Context, conn pgcat.Querier, slot string) (bool, error) {
+	if pgcat.ServerMajor(conn.PgConn().ParameterStatus("server_version")) < FailoverMajor {
+		return false, nil
+	}
+	var failover bool
+	err := conn.QueryRow(ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&failover)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read slot %s: %w", slot, err)
+	}
+	return failover, nil
 }
 
 // AdvanceSlot confirms lsn on the slot without streaming (used at shutdown, once the sink has

@@ -411,7 +411,8 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 		return 0, 0, nil, fmt.Errorf("read slot %s: %w", s.cfg.Slot, err)
 	}
 	if len(res) == 0 || len(res[0].Rows) == 0 {
-		return 0, 0, nil, fmt.Errorf("replication slot %q does not exist: %w", s.cfg.Slot, ErrSlotLost)
+		// Dropped, or the server is a promoted standby that had no synchronised copy of it.
+		return 0, 0, nil, fmt.Errorf("replication slot %q does not exist (dropped, or this server is a promoted standby without a synchronised failover slot: CDC_SLOT_FAILOVER, docs/production.md#failover): changes since it was last confirmed are lost; to start over, delete the watermark topic (or use a new CDC_TOPIC_PREFIX) so every table is copied again: %w", s.cfg.Slot, ErrSlotLost)
 	}
 	row := res[0].Rows[0]
 	if string(row[1]) == "lost" {
