@@ -88,6 +88,17 @@ func (c *Claim) Return() {
 	c.b.give(c.n)
 }
 
+// Shrink keeps n of c's share (if less) and gives the rest back at once: a unit that turned out
+// smaller than what was taken for it (a chunk of a few rows). Only whoever holds c alone, before
+// handing it on, may call it; on a returned claim it does nothing.
+func (c *Claim) Shrink(n int64) {
+	if c == nil || n >= c.n || c.done.Load() {
+		return
+	}
+	c.b.give(c.n - n)
+	c.n = n
+}
+
 // Move returns a new claim over the same share and makes Return of c do nothing: the share moves
 // on (a chunk read again keeps its memory slot, while the copy handed over before is dropped).
 // If c was returned already, the new claim is too.

@@ -81,3 +81,34 @@ func TestBudgetAcquireWaits(t *testing.T) {
 	}
 	hold.Return()
 }
+
+func TestClaimShrink(t *testing.T) {
+	b := NewBudget(64)
+	c := b.Take(64)
+	if b.Take(1) != nil {
+		t.Fatal("budget full, yet a take of 1 fits")
+	}
+	c.Shrink(1)
+	if b.InUse() != 1 {
+		t.Fatalf("in use %d after shrinking 64 to 1, want 1", b.InUse())
+	}
+	select {
+	case <-b.Freed():
+	default:
+		t.Fatal("no signal after a shrink")
+	}
+	c.Shrink(5) // never grows
+	if b.InUse() != 1 {
+		t.Fatalf("in use %d after shrinking 1 to 5, want 1", b.InUse())
+	}
+	m := c.Move()
+	c.Return()
+	if b.InUse() != 1 {
+		t.Fatalf("in use %d after returning a moved claim, want 1", b.InUse())
+	}
+	m.Return()
+	m.Shrink(0) // returned: nothing
+	if b.InUse() != 0 {
+		t.Fatalf("in use %d after returning the moved claim, want 0", b.InUse())
+	}
+}

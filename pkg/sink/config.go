@@ -42,6 +42,8 @@ const (
 	// for the measurement that chose it).
 	DefaultCompression = "lz4"
 
+	// metadataMinAge is the shortest time between two metadata refreshes of the producer.
+	metadataMinAge = 250 * time.Millisecond
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.
 	producerLinger = 5 * time.Millisecond
 	// concurrentTxnBackoff is kgo's retry delay when the transaction coordinator is still

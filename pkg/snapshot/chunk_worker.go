@@ -92,14 +92,14 @@ type chunkWorker struct {
 // chunk reads chunk ch of t (one to read again, or t's next, open-ended one) and hands it over.
 // It returns the chunk it worked on.
 //
-// Memory: a chunk holds a claim on Chunker.slots from before it is read until the sink returned
-// it (durable or dropped), and keeps it while it waits to be read again. Chunks are
+// Memory: a chunk holds a claim on Chunker.slots (a full chunk's share from before it is read,
+// then what its rows need) until the sink returned it (durable or dropped), and keeps it while it waits to be read again. Chunks are
 // published in order, so the earliest chunk not yet published always holds a slot and can go
 // on: the slots never run out in a way that blocks it.
 func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk) (*plannedChunk, error) {
 	c := w.c
 	if ch.slot == nil {
-		slot, err := c.slots.Acquire(ctx, 1)
+		slot, err := c.slots.Acquire(ctx, slotShares)
 		if err != nil {
 			return ch, err
 		}
@@ -122,6 +122,9 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 		c.hooks.AbandonWindow(id)
 		return ch, err
 	}
+	// The chunk keeps what its rows need. (Read again, it keeps that share: a range that grew
+	// meanwhile may take a little more memory than its share says.)
+	ch.slot.Shrink(chunkShare(u.Chunk.Read, u.Bytes(), t.chunkRows))
 	u.Claim = ch.slot
 	c.hooks.ChunkRead(id, u)
 	if _, err := w.marker(ctx, id, true); err != nil {

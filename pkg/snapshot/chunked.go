@@ -61,7 +61,10 @@ type Chunker struct {
 	mu     sync.Mutex
 	tables []*chunkTable
 	wake   chan struct{}
-	// slots bounds the chunks handed over and not yet durable (their rows are in memory).
+	// slots bounds the chunks handed over and not yet durable (their rows are in memory), in
+	// shares of a full chunk (slotShares each): a chunk takes a full one before its read and
+	// keeps what its rows need (chunkShare), so many small tables' chunks can wait for the
+	// stream at once.
 	slots  *change.Budget
 	nextID atomic.Uint64
 
@@ -86,7 +89,7 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 		metrics: newMetrics(cfg.Registerer),
 		limiter: cfg.Limiter,
 		wake:    make(chan struct{}, 1),
-		slots:   change.NewBudget(int64(2 * cfg.Workers)),
+		slots:   change.NewBudget(int64(2*cfg.Workers) * slotShares),
 		long:    make(map[uint64]bool),
 	}, nil
 }
@@ -110,6 +113,20 @@ const (
 	maxChunkRows = 10000
 	chunkBytes   = 1 << 20
 )
+
+// slotShares is a full chunk's share of Chunker.slots. 2 × Workers full chunks fit in it, or up
+// to 2 × Workers × slotShares small ones (a 10-row table's only chunk takes one share).
+const slotShares = 64
+
+// chunkShare is the share of Chunker.slots a chunk of read rows and bytes (encoded) keeps: its
+// part of a full chunk (chunkRows rows, or twice chunkBytes encoded), rounded up, at least one.
+func chunkShare(read, bytes, chunkRows int) int64 {
+	frac := float64(bytes) / (2 * chunkBytes)
+	if chunkRows > 0 {
+		frac = max(frac, float64(read)/float64(chunkRows))
+	}
+	return min(max(int64(math.Ceil(frac*slotShares)), 1), slotShares)
+}
 
 // Add queues a chunked copy; it starts as soon as a worker is free, whatever else is being
 // copied. A job for an export already queued replaces it (a re-copy).

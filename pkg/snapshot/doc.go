@@ -41,8 +41,9 @@
 // one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
 // abandoned (ChunkHooks.AbandonWindow) and read again under a new id, on a new connection, after
 // a backoff; a table that is gone, unreadable or unencodable fails alone (ChunkHooks.Failed).
-// Memory: a chunk holds one of 2 × Workers slots (a change.Budget) from before it is read until
-// the sink made it durable and returned the unit's Claim. Config.Limiter caps rows read per
+// Memory: a chunk holds a full chunk's share of a budget of 2 × Workers chunks (a change.Budget)
+// from before it is read, then only the share its rows need (a 10-row chunk 1/64 of a full one),
+// until the sink made it durable and returned the unit's Claim. Config.Limiter caps rows read per
 // second, before each read.
 // ChunkJob.ResumeAfter continues a copy after the last durable chunk (a restart).
 //
