@@ -106,6 +106,7 @@ CDC_PG_URL="$PG_URL" \
 	CDC_SLOT=tidemark_demo \
 	CDC_TOPIC_PREFIX="$PREFIX" \
 	CDC_LOG_FORMAT=text \
+	CDC_HTTP_ADDR="127.0.0.1:${TIDEMARK_DEMO_HTTP_PORT:-9187}" \
 	bin/cdc >"$DEMO/cdc.log" 2>&1 &
 CDC_PID=$!
 
@@ -195,6 +196,7 @@ echo "print the topics again with"
 echo "  bin/tidemark-tail -brokers $BROKERS -prefix $PREFIX"
 echo "and look at the replica with"
 echo "  $PSQL '$REPLICA_URL'"
+echo "The status page is at http://127.0.0.1:${TIDEMARK_DEMO_HTTP_PORT:-9187}/ (tables, watermarks, lag; metrics on /metrics)."
 echo "Ctrl-C stops cdc, tidemark-apply, PostgreSQL and Kafka."
 set +e
 wait "$CDC_PID"
