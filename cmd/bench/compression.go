@@ -54,9 +54,7 @@ func (b *bench) compression(ctx context.Context) ([]compressionResult, error) {
 	defer s.cleanup()
 	const table = "public.bench_compress"
 	e := exportID(table)
-	rows := b.o.compressionRows
-	b.logf("compression: generating %s rows in %s", thousands(rows), table)
-	if err := b.createBigTable(ctx, s.db, table, rows); err != nil {
+	if err := s.createBigTable(ctx, table, b.o.compressionRows); err != nil {
 		return nil, err
 	}
 	res := make([]compressionResult, len(compressionCodecs))

@@ -103,8 +103,7 @@ func (s *scenario) createLagTables(ctx context.Context, small []change.ExportID,
 			return err
 		}
 	}
-	s.b.logf("%s: generating %s rows in %s", s.name, thousands(bigRows), big)
-	return s.b.createBigTable(ctx, s.db, big.String(), bigRows)
+	return s.createBigTable(ctx, big.String(), bigRows)
 }
 
 // addAndCopy adds big to the publication and waits until cdc has copied it: when it was added,

@@ -54,10 +54,7 @@ type snapshotResult struct {
 	Workers    int        `json:"workers"`
 	Ranges     int        `json:"ranges"`
 	Read       throughput `json:"read"`
-	Write      throughput `json:"write"`
-	// Ceiling are the write ceiling's runs (writeCeiling); CeilingBest the fastest.
-	Ceiling     []ceilingRun `json:"write_ceiling,omitempty"`
-	CeilingBest throughput   `json:"write_ceiling_best"`
+	writeLimits
 	// RatioCeiling is cdc (chunked, snapshot start -> hydrated) over min(read, ceiling best).
 	RatioCeiling float64 `json:"ratio_cdc_to_min_read_ceiling"`
 	Delivery     string  `json:"delivery"`
@@ -77,6 +74,15 @@ type snapshotResult struct {
 	// RowsReadFresh is, by strategy, what PostgreSQL read copying a freshly loaded table (no
 	// vacuum: the visibility map unset), the case of a table copied after a bulk load.
 	RowsReadFresh map[string]*rowsRead `json:"rows_read_fresh_table,omitempty"`
+}
+
+// writeLimits are the WRITE limit and the write ceiling of a scenario (measureWrite), their
+// fields at the top level of its result.
+type writeLimits struct {
+	Write throughput `json:"write"`
+	// Ceiling are the write ceiling's runs (writeCeiling); CeilingBest the fastest.
+	Ceiling     []ceilingRun `json:"write_ceiling,omitempty"`
+	CeilingBest throughput   `json:"write_ceiling_best"`
 }
 
 // snapshotRun is the snapshot table copied by cdc with one snapshot strategy: one run, or the
@@ -157,10 +163,8 @@ type streamResult struct {
 	Changes        int64      `json:"changes"`
 	Read           throughput `json:"read"`
 	// ReadRecvlogical is the same backlog streamed by pg_recvlogical to /dev/null.
-	ReadRecvlogical *throughput  `json:"read_pg_recvlogical,omitempty"`
-	Write           throughput   `json:"write"`
-	Ceiling         []ceilingRun `json:"write_ceiling,omitempty"`
-	CeilingBest     throughput   `json:"write_ceiling_best"`
+	ReadRecvlogical *throughput `json:"read_pg_recvlogical,omitempty"`
+	writeLimits
 	// RatioCeiling is cdc exactly-once over min(the higher read limit, ceiling best).
 	RatioCeiling float64 `json:"ratio_cdc_to_min_read_ceiling"`
 	// The exactly-once catch-up, its fields at the top level as before the at-least-once run.
@@ -335,7 +339,7 @@ func (s *snapshotResult) print(w io.Writer, cpus string) {
 		s.Table, thousands(s.Rows), mib(s.TableBytes), s.Workers, s.Ranges, s.Delivery)
 	header(w, "rows/s")
 	row(w, "READ  limit (parallel text COPY, discarded)", s.Read)
-	printWriteLimits(w, s.Write, s.Ceiling)
+	s.writeLimits.print(w)
 	runs := []snapshotRun{s.snapshotRun}
 	if s.Copy != nil {
 		runs = append(runs, *s.Copy)
@@ -382,7 +386,7 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 	if s.ReadRecvlogical != nil {
 		row(w, "READ  limit (pg_recvlogical to /dev/null)", *s.ReadRecvlogical)
 	}
-	printWriteLimits(w, s.Write, s.Ceiling)
+	s.writeLimits.print(w)
 	runs := []catchUp{s.catchUp}
 	if s.AtLeastOnce != nil {
 		runs = append(runs, *s.AtLeastOnce)
@@ -429,10 +433,10 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 	}
 }
 
-// printWriteLimits writes the WRITE limit's row and the write ceiling's.
-func printWriteLimits(w io.Writer, write throughput, ceiling []ceilingRun) {
-	row(w, "WRITE limit (franz-go, sink settings)", write)
-	for _, c := range ceiling {
+// print writes the WRITE limit's row and the write ceiling's.
+func (l writeLimits) print(w io.Writer) {
+	row(w, "WRITE limit (franz-go, sink settings)", l.Write)
+	for _, c := range l.Ceiling {
 		row(w, fmt.Sprintf("WRITE ceiling (%d producer(s), %s)", c.Producers, c.Profile), c.Result)
 	}
 }

@@ -357,7 +357,8 @@ func snapshotRunAt(strategy string, secs float64) snapshotRun {
 
 func TestSnapshotStrategies(t *testing.T) {
 	r := &snapshotResult{Table: "public.t", Rows: 1_000_000, Delivery: "exactly-once",
-		Read: newThroughput(1_000_000, 100e6, time.Second, ""), Write: newThroughput(1_000_000, 400e6, 2*time.Second, "")}
+		Read:        newThroughput(1_000_000, 100e6, time.Second, ""),
+		writeLimits: writeLimits{Write: newThroughput(1_000_000, 400e6, 2*time.Second, "")}}
 	// Round 1: chunked 5s, copy 4s; round 2 (copy first): copy 4s, chunked 3s.
 	r.setRuns([]snapshotRun{snapshotRunAt("chunked", 5), snapshotRunAt("chunked", 3)},
 		[]snapshotRun{snapshotRunAt("copy", 4), snapshotRunAt("copy", 4)}, 2)
@@ -418,7 +419,8 @@ func TestSnapshotStrategies(t *testing.T) {
 // TestSnapshotJSON checks that the chunked runs keep the snapshot's top-level keys and that the
 // copy runs and the ratio between them are in the file.
 func TestSnapshotJSON(t *testing.T) {
-	r := &snapshotResult{Table: "public.t", Read: newThroughput(100, 1000, time.Second, ""), Write: newThroughput(100, 1000, time.Second, "")}
+	r := &snapshotResult{Table: "public.t", Read: newThroughput(100, 1000, time.Second, ""),
+		writeLimits: writeLimits{Write: newThroughput(100, 1000, time.Second, "")}}
 	r.setRuns([]snapshotRun{snapshotRunAt("chunked", 4)}, []snapshotRun{snapshotRunAt("copy", 5)}, 1)
 	path := filepath.Join(t.TempDir(), "results.json")
 	if err := (&results{Snapshot: r}).writeJSON(path); err != nil {
@@ -443,7 +445,7 @@ func TestSnapshotJSON(t *testing.T) {
 			t.Errorf("snapshot.%s = %s, want %s", key, got.Snapshot[key], want)
 		}
 	}
-	for _, key := range []string{"cdc", "cdc_from_process_start", "cdc_copy_durable", "ratio_cdc_to_min_limit"} {
+	for _, key := range []string{"cdc", "cdc_from_process_start", "cdc_copy_durable", "ratio_cdc_to_min_limit", "write", "write_ceiling_best"} {
 		if _, ok := got.Snapshot[key]; !ok {
 			t.Errorf("snapshot lacks the chunked run's %s key: %s", key, raw)
 		}

@@ -37,9 +37,11 @@ func fillTableSQL(table string, from, to int64) string {
 		FROM generate_series(%d, %d) g`, table, from, to)
 }
 
-// createBigTable creates and fills a table, then freezes it (so that no reader sets hint bits)
-// and checkpoints, so that every reader finds the same clean pages.
-func (b *bench) createBigTable(ctx context.Context, db *database, table string, rows int64) error {
+// createBigTable creates and fills a table in the scenario's database, then freezes it (so that
+// no reader sets hint bits) and checkpoints, so that every reader finds the same clean pages.
+func (s *scenario) createBigTable(ctx context.Context, table string, rows int64) error {
+	b, db := s.b, s.db
+	b.logf("%s: generating %s rows in %s", s.name, thousands(rows), table)
 	if err := db.exec(ctx, fmt.Sprintf(snapshotTableDDL, table)); err != nil {
 		return err
 	}
@@ -69,8 +71,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	defer s.cleanup()
 	const table = "public.bench_snapshot"
 	e := exportID(table)
-	b.logf("snapshot: generating %s rows in %s", thousands(b.o.rows), table)
-	if err := b.createBigTable(ctx, s.db, table, b.o.rows); err != nil {
+	if err := s.createBigTable(ctx, table, b.o.rows); err != nil {
 		return nil, err
 	}
 	res := &snapshotResult{Table: table, Rows: b.o.rows, Workers: b.o.workers, Delivery: "exactly-once"}
@@ -102,12 +103,11 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	if err != nil {
 		return res, errors.Join(append(errs, err)...)
 	}
-	res.Write, res.Ceiling, err = s.measureWrite(ctx, first.stats, " of the "+first.strategy+" run",
+	res.writeLimits, err = s.measureWrite(ctx, first.stats, " of the "+first.strategy+" run",
 		map[string]string{first.topic: s.prefix + ".write.snapshot"}, map[string]string{first.topic: policy})
 	if err != nil {
 		return res, errors.Join(append(errs, err)...)
 	}
-	res.CeilingBest = bestCeiling(res.Ceiling)
 	res.setRatios()
 	res.RatioCeiling = ratio(res.CDC.PerSecond, res.Read.PerSecond, res.CeilingBest.PerSecond)
 	if res.Copy != nil && res.CDC.Seconds > 0 {
@@ -164,13 +164,13 @@ func (s *scenario) snapshotRuns(ctx context.Context, e change.ExportID, res *sna
 // measureWrite measures the WRITE limit, the sample records of stats produced again into dest
 // with the sink's settings in transactions as large as cdc's (best of writeLimitRounds), and the
 // write ceiling. what says whose records they are, for the log.
-func (s *scenario) measureWrite(ctx context.Context, stats topicStats, what string, dest, policy map[string]string) (throughput, []ceilingRun, error) {
+func (s *scenario) measureWrite(ctx context.Context, stats topicStats, what string, dest, policy map[string]string) (writeLimits, error) {
 	b := s.b
 	perTxn := max(1, int(math.Round(stats.recordsPerTxn())))
 	b.logf("%s: WRITE limit (%s records%s, transactional, %d records/txn, best of %d)", s.name, thousands(stats.Records), what, perTxn, writeLimitRounds)
 	w, rates, err := bestWriteLimit(ctx, b.k, stats.samples, dest, policy, stats.Records, perTxn)
 	if err != nil {
-		return throughput{}, nil, fmt.Errorf("write limit: %w", err)
+		return writeLimits{}, fmt.Errorf("write limit: %w", err)
 	}
 	write := newThroughput(w.Records, w.Bytes, time.Duration(w.Seconds*float64(time.Second)),
 		fmt.Sprintf("%s; %d transactions; %d distinct sample records cycled; best of %s records/s", w.Mode, w.Transactions, len(stats.samples), formatRates(rates)))
@@ -178,10 +178,11 @@ func (s *scenario) measureWrite(ctx context.Context, stats topicStats, what stri
 	b.logf("%s: write ceiling (1 and 2 producers, sink settings and larger batches, no transactions)", s.name)
 	ceiling, err := writeCeiling(ctx, b.k, stats.samples, policy, s.prefix+".ceil", stats.Records)
 	if err != nil {
-		return write, nil, fmt.Errorf("write ceiling: %w", err)
+		return writeLimits{Write: write}, fmt.Errorf("write ceiling: %w", err)
 	}
-	b.logf("%s: write ceiling %.0f records/s", s.name, bestCeiling(ceiling).PerSecond)
-	return write, ceiling, nil
+	l := writeLimits{Write: write, Ceiling: ceiling, CeilingBest: bestCeiling(ceiling)}
+	b.logf("%s: write ceiling %.0f records/s", s.name, l.CeilingBest.PerSecond)
+	return l, nil
 }
 
 // Snapshot strategies, as CDC_SNAPSHOT_STRATEGY takes them.
@@ -331,12 +332,9 @@ type readResult struct {
 // the table split into the stage's ctid ranges, each range read with a text COPY of the same
 // SELECT, and the output discarded. The clock runs from the first COPY to the last.
 func readLimit(ctx context.Context, dbURL string, e change.ExportID, workers int) (readResult, error) {
-	cfg, err := pgx.ParseConfig(dbURL)
+	cfg, err := pgcat.ParseConfig(dbURL, pgcat.Timeouts{})
 	if err != nil {
-		return readResult{}, errors.New("parse PostgreSQL URL")
-	}
-	for k, v := range pgcat.SessionParams() {
-		cfg.RuntimeParams[k] = v
+		return readResult{}, err
 	}
 	exporter, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {

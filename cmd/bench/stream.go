@@ -198,10 +198,9 @@ func (s *scenario) streamWriteLimits(ctx context.Context, res *streamResult, eos
 		policy[t] = p
 	}
 	var err error
-	if res.Write, res.Ceiling, err = s.measureWrite(ctx, stats, "", dest, policy); err != nil {
+	if res.writeLimits, err = s.measureWrite(ctx, stats, "", dest, policy); err != nil {
 		return err
 	}
-	res.CeilingBest = bestCeiling(res.Ceiling)
 	readBest := res.Read.PerSecond
 	if res.ReadRecvlogical != nil {
 		readBest = max(readBest, res.ReadRecvlogical.PerSecond)
@@ -385,14 +384,9 @@ type streamRead struct {
 // readStream reads slot with pgoutput (the options cdc uses) from start until wantCommits
 // transactions have arrived, counting Insert, Update and Delete messages and discarding them.
 func readStream(ctx context.Context, dbURL, slot, pub string, start change.LSN, wantCommits int64) (streamRead, error) {
-	cfg, err := pgconn.ParseConfig(dbURL)
+	cfg, err := pgcat.ReplicationConfig(dbURL, "tidemark-bench-read", pgcat.Timeouts{})
 	if err != nil {
-		return streamRead{}, errors.New("parse PostgreSQL URL")
-	}
-	cfg.RuntimeParams["replication"] = "database"
-	cfg.RuntimeParams["application_name"] = "tidemark-bench-read"
-	for k, v := range pgcat.SessionParams() {
-		cfg.RuntimeParams[k] = v
+		return streamRead{}, err
 	}
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {

@@ -15,11 +15,15 @@ type TestCA struct {
 
 // NewTestCA creates a CA named name and writes its certificate into dir.
 func NewTestCA(dir, name string) (*TestCA, error) {
+	return writeCA(filepath.Join(dir, sanitizeFileName(name)+".pem"), name)
+}
+
+// writeCA creates a CA named name and writes its certificate to file.
+func writeCA(file, name string) (*TestCA, error) {
 	key, cert, der, err := newCA(name)
 	if err != nil {
 		return nil, err
 	}
-	file := filepath.Join(dir, sanitizeFileName(name)+".pem")
 	if err := writePEM(file, "CERTIFICATE", der); err != nil {
 		return nil, err
 	}
@@ -37,6 +41,12 @@ func (ca *TestCA) Issue(dir, base string, names []string, client bool) (certFile
 	if client {
 		usage, cn = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, base
 	}
+	return ca.issue(dir, base, cn, usage, names)
+}
+
+// issue writes a certificate for cn and names with usage, signed by the CA, and its key into
+// dir as <base>.pem and <base>-key.pem.
+func (ca *TestCA) issue(dir, base, cn string, usage []x509.ExtKeyUsage, names []string) (certFile, keyFile string, err error) {
 	key, der, err := newLeaf(ca.key, ca.cert, cn, usage, names, nil)
 	if err != nil {
 		return "", "", err

@@ -217,24 +217,17 @@ func kafkaLib(string) (string, error) {
 // writeCerts writes a CA, the broker's key store (key and certificate for localhost and
 // 127.0.0.1), a client certificate and an unrelated CA.
 func (k *SecureKafka) writeCerts() error {
-	caKey, caCert, caDER, err := newCA("tidemark test CA")
+	ca, err := writeCA(filepath.Join(k.Dir, "ca.pem"), "tidemark test CA")
 	if err != nil {
 		return err
 	}
-	k.CAFile = filepath.Join(k.Dir, "ca.pem")
-	if err := writePEM(k.CAFile, "CERTIFICATE", caDER); err != nil {
-		return err
-	}
-	_, _, otherDER, err := newCA("some other CA")
+	other, err := writeCA(filepath.Join(k.Dir, "other-ca.pem"), "some other CA")
 	if err != nil {
 		return err
 	}
-	k.OtherCAFile = filepath.Join(k.Dir, "other-ca.pem")
-	if err := writePEM(k.OtherCAFile, "CERTIFICATE", otherDER); err != nil {
-		return err
-	}
+	k.CAFile, k.OtherCAFile = ca.File, other.File
 	// Client use too: the broker talks to itself over the mutual-TLS listener.
-	srvKey, srvDER, err := newLeaf(caKey, caCert, "localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
+	srvKey, srvDER, err := newLeaf(ca.key, ca.cert, "localhost", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, []string{"localhost"}, []net.IP{net.ParseIP("127.0.0.1")})
 	if err != nil {
 		return err
 	}
@@ -247,19 +240,8 @@ func (k *SecureKafka) writeCerts() error {
 	if err := os.WriteFile(filepath.Join(k.Dir, "keystore.pem"), ks, 0o600); err != nil {
 		return err
 	}
-	cliKey, cliDER, err := newLeaf(caKey, caCert, "tidemark-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil, nil)
-	if err != nil {
-		return err
-	}
-	cliKeyDER, err := x509.MarshalPKCS8PrivateKey(cliKey)
-	if err != nil {
-		return err
-	}
-	k.ClientCert, k.ClientKey = filepath.Join(k.Dir, "client.pem"), filepath.Join(k.Dir, "client-key.pem")
-	if err := writePEM(k.ClientCert, "CERTIFICATE", cliDER); err != nil {
-		return err
-	}
-	return writePEM(k.ClientKey, "PRIVATE KEY", cliKeyDER)
+	k.ClientCert, k.ClientKey, err = ca.issue(k.Dir, "client", "tidemark-client", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil)
+	return err
 }
 
 func newCA(name string) (*ecdsa.PrivateKey, *x509.Certificate, []byte, error) {

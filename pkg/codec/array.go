@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 )
@@ -35,28 +36,40 @@ type arrayParser struct {
 // PostgreSQL bounds were.
 func appendArray(dst []byte, elem uint32, text []byte, scratch *[]byte) ([]byte, error) {
 	p := arrayParser{text: text, elem: elem, kind: kindOf(elem), scratch: scratch}
-	if len(text) > 0 && text[0] == '[' {
-		eq := -1
-		for i, c := range text {
-			if c == '=' {
-				eq = i
-				break
-			}
-		}
-		if eq < 0 {
-			return dst, fmt.Errorf("encode array: %w: dimension decoration without '='", errArraySyntax)
-		}
-		p.pos = eq + 1
+	if _, err := p.skipDecoration(); err != nil {
+		return dst, fmt.Errorf("encode array: %w", err)
 	}
 	out, err := p.level(dst, 1)
+	if err == nil {
+		err = p.end()
+	}
 	if err != nil {
 		return dst, fmt.Errorf("encode array: %w", err)
 	}
+	return out, nil
+}
+
+// skipDecoration moves p past the dimension decoration that starts a literal whose bounds are
+// not all 1 ("[0:1]=" of "[0:1]={1,2}") and returns it without the '=' (nil when there is none).
+func (p *arrayParser) skipDecoration() ([]byte, error) {
+	if len(p.text) == 0 || p.text[0] != '[' {
+		return nil, nil
+	}
+	eq := bytes.IndexByte(p.text, '=')
+	if eq < 0 {
+		return nil, fmt.Errorf("%w: dimension decoration without '='", errArraySyntax)
+	}
+	p.pos = eq + 1
+	return p.text[:eq], nil
+}
+
+// end checks that nothing but spaces follows the outermost level.
+func (p *arrayParser) end() error {
 	p.skipSpace()
 	if p.pos != len(p.text) {
-		return dst, fmt.Errorf("encode array: %w: junk after closing brace at byte %d", errArraySyntax, p.pos)
+		return fmt.Errorf("%w: junk after closing brace at byte %d", errArraySyntax, p.pos)
 	}
-	return out, nil
+	return nil
 }
 
 func (p *arrayParser) skipSpace() {

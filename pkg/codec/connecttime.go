@@ -74,18 +74,25 @@ func digits(b []byte, i int) (int64, int, bool) {
 	return v, i, i > s
 }
 
+// triple parses three unsigned decimals separated by sep at the start of b ("2024-05-01" with
+// '-', "12:30:05" with ':'), returning them and the index after the third.
+func triple(b []byte, sep byte) (x, y, z int64, i int, ok bool) {
+	x, i, ok = digits(b, 0)
+	if !ok || i >= len(b) || b[i] != sep {
+		return 0, 0, 0, 0, false
+	}
+	y, i, ok = digits(b, i+1)
+	if !ok || i >= len(b) || b[i] != sep {
+		return 0, 0, 0, 0, false
+	}
+	z, i, ok = digits(b, i+1)
+	return x, y, z, i, ok
+}
+
 // parseDate parses "YYYY-MM-DD" (no BC suffix) into days since the epoch; bc makes the year BC.
 func parseDate(b []byte, bc bool) (days int64, rest []byte, ok bool) {
-	y, i, ok1 := digits(b, 0)
-	if !ok1 || i >= len(b) || b[i] != '-' {
-		return 0, nil, false
-	}
-	m, i, ok2 := digits(b, i+1)
-	if !ok2 || i >= len(b) || b[i] != '-' {
-		return 0, nil, false
-	}
-	d, i, ok3 := digits(b, i+1)
-	if !ok3 || m < 1 || m > 12 || d < 1 || d > 31 {
+	y, m, d, i, ok := triple(b, '-')
+	if !ok || m < 1 || m > 12 || d < 1 || d > 31 {
 		return 0, nil, false
 	}
 	if bc {
@@ -96,16 +103,8 @@ func parseDate(b []byte, bc bool) (days int64, rest []byte, ok bool) {
 
 // parseClock parses "HH:MM:SS[.ffffff]" into microseconds; it returns the rest of b.
 func parseClock(b []byte) (int64, []byte, bool) {
-	h, i, ok1 := digits(b, 0)
-	if !ok1 || i >= len(b) || b[i] != ':' {
-		return 0, nil, false
-	}
-	m, i, ok2 := digits(b, i+1)
-	if !ok2 || i >= len(b) || b[i] != ':' {
-		return 0, nil, false
-	}
-	s, i, ok3 := digits(b, i+1)
-	if !ok3 {
+	h, m, s, i, ok := triple(b, ':')
+	if !ok {
 		return 0, nil, false
 	}
 	us := ((h*60+m)*60 + s) * 1_000_000

@@ -317,29 +317,17 @@ func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) 
 		text = append([]byte(nil), text...) // an element of an outer value may live in c.scratch
 	}
 	p := arrayParser{text: text, scratch: &c.scratch, conn: c, node: n.elem, flat: true}
-	var deco []byte
-	if len(text) > 0 && text[0] == '[' {
-		eq := -1
-		for i, ch := range text {
-			if ch == '=' {
-				eq = i
-				break
-			}
-		}
-		if eq < 0 {
-			return dst, fmt.Errorf("%w: dimension decoration without '='", errArraySyntax)
-		}
-		deco = text[:eq]
-		p.pos = eq + 1
-	}
-	dst = append(dst, '[')
-	out, err := p.level(dst, 1)
+	deco, err := p.skipDecoration()
 	if err != nil {
 		return dst, err
 	}
-	p.skipSpace()
-	if p.pos != len(p.text) {
-		return dst, fmt.Errorf("%w: junk after closing brace at byte %d", errArraySyntax, p.pos)
+	dst = append(dst, '[')
+	out, err := p.level(dst, 1)
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return dst, err
 	}
 	if deco == nil && p.ndims > 1 {
 		for d := 0; d < p.ndims; d++ {

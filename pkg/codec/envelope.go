@@ -54,25 +54,14 @@ func (e *Encoder) appendEnvelope(dst []byte, src Source, op change.Op, before, a
 	var err error
 	e.dims, e.dimsSec = e.dims[:0], false
 	dst = append(dst, e.valHead...)
-	dst = append(dst, `{"before":`...)
-	e.section = `"before"`
-	if before == nil {
-		dst = append(dst, "null"...)
-	} else if dst, err = e.appendRow(dst, before, nil); err != nil {
-		e.section = ""
+	dst = append(dst, '{')
+	if dst, err = e.appendSection(dst, `"before"`, before, nil); err != nil {
 		return dst, err
 	}
-	e.closeDims()
-	dst = append(dst, `,"after":`...)
-	e.section = `"after"`
-	if after == nil {
-		dst = append(dst, "null"...)
-	} else if dst, err = e.appendRow(dst, after, unavail); err != nil {
-		e.section = ""
+	dst = append(dst, ',')
+	if dst, err = e.appendSection(dst, `"after"`, after, unavail); err != nil {
 		return dst, err
 	}
-	e.closeDims()
-	e.section = ""
 	if len(e.dims) > 0 {
 		e.dims = append(e.dims, '}')
 	}
@@ -84,6 +73,24 @@ func (e *Encoder) appendEnvelope(dst []byte, src Source, op change.Op, before, a
 		return dst, fmt.Errorf("change (op %c) of %s at %s: %w: %d bytes encoded, the limit is %d",
 			op, e.table.Export, src.LSN, ErrRecordTooLarge, len(dst), e.cfg.MaxRecordBytes)
 	}
+	return dst, nil
+}
+
+// appendSection appends one side of the envelope: name (`"before"` or `"after"`) and row, or
+// null when there is no row. While row is encoded, e.section names the side for HeaderArrayDims.
+func (e *Encoder) appendSection(dst []byte, name string, row [][]byte, unavail []bool) ([]byte, error) {
+	dst = append(dst, name...)
+	dst = append(dst, ':')
+	if row == nil {
+		return append(dst, "null"...), nil
+	}
+	e.section = name
+	dst, err := e.appendRow(dst, row, unavail)
+	e.section = ""
+	if err != nil {
+		return dst, err
+	}
+	e.closeDims()
 	return dst, nil
 }
 
