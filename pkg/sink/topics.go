@@ -303,11 +303,13 @@ func deref(p *string) string {
 }
 
 // loadPartitions remembers the real partition count of every topic. Right after a create the
-// metadata may not list a topic yet, so this retries briefly.
+// metadata may not list a topic yet, so this retries for up to topicMetadataWait: a broker under
+// load can take seconds to propagate a new topic (50 tries 100 ms apart ran out on the loaded
+// test broker).
 func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
-	const attempts = 50
+	deadline := time.Now().Add(topicMetadataWait)
 	pending := names
-	for attempt := 1; ; attempt++ {
+	for pause := 50 * time.Millisecond; ; pause = min(2*pause, time.Second) {
 		metas, err := s.describeTopics(ctx, pending)
 		if err != nil {
 			return err
@@ -325,14 +327,17 @@ func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
 		if len(next) == 0 {
 			return nil
 		}
-		if attempt == attempts {
-			return fmt.Errorf("wait for topic metadata: %w", lastErr)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("wait for topic metadata (%s): %w", topicMetadataWait, lastErr)
 		}
 		pending = next
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for topic metadata: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(pause):
 		}
 	}
 }
+
+// topicMetadataWait bounds how long loadPartitions waits for the metadata of topics it created.
+const topicMetadataWait = time.Minute
