@@ -124,6 +124,7 @@ func (p *preflight) postgres(ctx context.Context) {
 	p.user, p.database = user, database
 	p.pass("PostgreSQL %s reachable, database %s as %s", version, database, user)
 	p.connectionTLS(conn)
+	p.standbySource(ctx, conn)
 	if walLevel == "logical" {
 		p.pass("wal_level = logical")
 	} else {

@@ -178,10 +178,11 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		spillDir = filepath.Join(os.TempDir(), "tidemark-spill")
 	}
 	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
+	primaryURL, primaryConfig := c.primaryURL(e.PrimaryURL)
 	s := Settings{
 		Pipeline: pipeline.Config{
 			PGURL:        pgURL,
-			PrimaryURL:   c.primaryURL(e.PrimaryURL),
+			PrimaryURL:   primaryURL,
 			Publication:  c.identifier("CDC_PUBLICATION", e.Publication),
 			Tables:       c.tables(e.Tables, prefix),
 			Slot:         c.slot(e.Slot),
@@ -236,7 +237,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		s.LogLevel = slog.LevelInfo
 	}
 	c.contradictions(e, s.Pipeline)
-	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, s.Pipeline.Sink.Security)
+	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, primaryConfig, s.Pipeline.Sink.Security)
 	if len(c.problems) > 0 {
 		return Settings{}, &ConfigError{Problems: c.problems}
 	}

@@ -50,9 +50,8 @@ func checkSource(ctx context.Context, cfg Config, conn *pgcat.Conn, log *slog.Lo
 		return source{}, nil
 	}
 	version := conn.PgConn().ParameterStatus("server_version")
-	if pgcat.ServerMajor(version) < pgcat.StandbyMajor {
-		return source{}, fatal(pgcat.SetupError(fmt.Errorf("CDC_PG_URL names a hot standby (PostgreSQL %s, in recovery): logical decoding on a standby needs PostgreSQL %d or later; point CDC_PG_URL at the primary, or upgrade (%s)",
-			version, pgcat.StandbyMajor, standbyDoc)))
+	if err := standbyVersion(version); err != nil {
+		return source{}, err
 	}
 	if cfg.SlotFailover {
 		return source{}, fatal(pgcat.SetupError(fmt.Errorf("CDC_SLOT_FAILOVER=true, but CDC_PG_URL names a hot standby: a failover slot lives on the primary and is synchronised to standbys; set CDC_SLOT_FAILOVER=false to capture from the standby, or point CDC_PG_URL at the primary (%s)", standbyDoc)))
@@ -82,6 +81,15 @@ func checkSource(ctx context.Context, cfg Config, conn *pgcat.Conn, log *slog.Lo
 	log.Info("CDC_PG_URL names a hot standby: the slot, the stream and the copies are there; the chunked copies' markers and the running-transactions records that slot creation waits for are written through CDC_PG_PRIMARY_URL",
 		"version", version, "doc", standbyDoc)
 	return src, nil
+}
+
+// standbyVersion refuses a standby older than PostgreSQL 16, which cannot decode.
+func standbyVersion(version string) error {
+	if pgcat.ServerMajor(version) < pgcat.StandbyMajor {
+		return fatal(pgcat.SetupError(fmt.Errorf("CDC_PG_URL names a hot standby (PostgreSQL %s, in recovery): logical decoding on a standby needs PostgreSQL %d or later; point CDC_PG_URL at the primary, or upgrade (%s)",
+			version, pgcat.StandbyMajor, standbyDoc)))
+	}
+	return nil
 }
 
 // checkPrimary refuses a CDC_PG_PRIMARY_URL that is not the standby's primary: a server in
