@@ -67,7 +67,7 @@ PG17_TESTS = TestServerVersion TestSnapshotStreamAndRestart TestTypesSnapshotEqu
 	TestSchemaChangesWhileStreaming TestSchemaChangesDuringChunkedCopy TestNewKeyRecopyReconciles \
 	TestKeyLostWhileStopped TestQuietTables TestQuietTablesAdvance TestRemoveAndReAddTable TestCheck \
 	TestStartupWalLevelNotLogical TestStartupRoleWithoutReplication TestStartupMissingPublication \
-	TestFailoverSlot
+	TestFailoverSlot TestStandbyCapture
 empty :=
 space := $(empty) $(empty)
 PG17_ENV = env -u CDC_TEST_PG_URL -u CDC_TEST_KAFKA_BROKERS CDC_TEST_PG_VERSION=17 CI=$${CI:-}

@@ -124,6 +124,7 @@ func (p *preflight) postgres(ctx context.Context) {
 	p.user, p.database = user, database
 	p.pass("PostgreSQL %s reachable, database %s as %s", version, database, user)
 	p.connectionTLS(conn)
+	p.standbySource(ctx, conn)
 	if walLevel == "logical" {
 		p.pass("wal_level = logical")
 	} else {
@@ -322,7 +323,7 @@ func (p *preflight) slot(ctx context.Context, conn *pgcat.Conn) {
 		active            bool
 		held              *int64
 	)
-	err := conn.QueryRow(ctx, `SELECT plugin, wal_status, active, pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::int8
+	err := conn.QueryRow(ctx, `SELECT plugin, wal_status, active, pg_wal_lsn_diff(`+pgcat.WALPositionSQL+`, restart_lsn)::int8
 		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&plugin, &walStatus, &active, &held)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -45,8 +45,7 @@ func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
 		return
 	}
 	if inRecovery {
-		p.warn("point CDC_PG_URL at the primary (several hosts with target_session_attrs=read-write find it)",
-			"PostgreSQL is a standby (in recovery): the slot and the stream belong on the primary")
+		// Capture from the standby: its own lines (checkstandby.go) say what it needs.
 		return
 	}
 	wanted := p.cfg.SlotFailover || failover

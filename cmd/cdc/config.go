@@ -33,6 +33,7 @@ import (
 // problem.
 type Env struct {
 	PGURL        string `env:"CDC_PG_URL" helpDefault:"(PG* variables)" desc:"PostgreSQL connection: URL (postgres://user:pass@host:5432/db) or key=value DSN; required unless PG* variables such as PGHOST are set"`
+	PrimaryURL   string `env:"CDC_PG_PRIMARY_URL" helpDefault:"(none)" desc:"when CDC_PG_URL names a hot standby (PostgreSQL 16+): a connection to its primary (URL or key=value DSN), for what a standby cannot write: the chunked copies' markers, the running-transactions records that creating a slot on the standby waits for (pg_log_standby_snapshot), and CDC_TABLES's publication changes; without it tables are copied with the copy strategy (see docs/production.md, Capture from a standby); unused when CDC_PG_URL names a primary; never logged"`
 	KafkaBrokers string `env:"CDC_KAFKA_BROKERS,required" helpDefault:"(required)" desc:"Kafka bootstrap brokers, comma-separated host:port"`
 	Publication  string `env:"CDC_PUBLICATION" envDefault:"tidemark" desc:"PostgreSQL publication whose tables are exported"`
 	Tables       string `env:"CDC_TABLES" helpDefault:"(none)" desc:"comma-separated schema.table list; when set, the service creates the publication or adds these tables to it; when empty the publication must exist"`
@@ -112,6 +113,7 @@ func (s Settings) LogValue() slog.Value {
 	p := s.Pipeline
 	return slog.GroupValue(
 		slog.String("pg_url", secret.Redact(p.PGURL)),
+		slog.String("pg_primary_url", secret.Redact(p.PrimaryURL)),
 		slog.String("publication", p.Publication),
 		slog.Any("tables", p.Tables),
 		slog.String("slot", p.Slot),
@@ -176,9 +178,11 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		spillDir = filepath.Join(os.TempDir(), "tidemark-spill")
 	}
 	pgURL, pgConfig := c.pgURL(e.PGURL, getenv)
+	primaryURL, primaryConfig := c.primaryURL(e.PrimaryURL)
 	s := Settings{
 		Pipeline: pipeline.Config{
 			PGURL:        pgURL,
+			PrimaryURL:   primaryURL,
 			Publication:  c.identifier("CDC_PUBLICATION", e.Publication),
 			Tables:       c.tables(e.Tables, prefix),
 			Slot:         c.slot(e.Slot),
@@ -233,7 +237,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 		s.LogLevel = slog.LevelInfo
 	}
 	c.contradictions(e, s.Pipeline)
-	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, s.Pipeline.Sink.Security)
+	s.TLS = c.tlsPostures(e.RequireTLS, pgConfig, primaryConfig, s.Pipeline.Sink.Security)
 	if len(c.problems) > 0 {
 		return Settings{}, &ConfigError{Problems: c.problems}
 	}

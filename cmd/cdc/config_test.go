@@ -443,6 +443,10 @@ func TestLoadConfigNeverShowsPassword(t *testing.T) {
 		{"key=value escaped space", map[string]string{"CDC_PG_URL": `host=db password=` + testPassword + `\ x sslmode=maybe`}},
 		{"misspelt password variable", map[string]string{"CDC_PG_PASSWORD": testPassword}},
 		{"valid URL, other problem", map[string]string{"CDC_SLOT": "BAD"}},
+		{"primary: bad URL port", map[string]string{"CDC_PG_PRIMARY_URL": "postgres://cdc:" + testPassword + "@db:notaport/app"}},
+		{"primary: bad key=value", map[string]string{"CDC_PG_PRIMARY_URL": "host=db password=" + testPassword + " sslmode=maybe"}},
+		{"primary: other scheme", map[string]string{"CDC_PG_PRIMARY_URL": "mysql://cdc:" + testPassword + "@db/app"}},
+		{"primary: valid, other problem", map[string]string{"CDC_PG_PRIMARY_URL": "postgres://cdc:" + testPassword + "@primary/app", "CDC_SLOT": "BAD"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -525,5 +529,34 @@ func TestLoadConfigSlotFailover(t *testing.T) {
 	_, err := load(t, with(validEnv(), map[string]string{"CDC_SLOT_FAILOVER": "maybe"}))
 	if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_SLOT_FAILOVER"}) {
 		t.Errorf("CDC_SLOT_FAILOVER=maybe: problems with %v, want CDC_SLOT_FAILOVER: %v", got, err)
+	}
+}
+
+// TestLoadConfigPrimaryURL: CDC_PG_PRIMARY_URL is optional, parsed like CDC_PG_URL, reported by
+// name when it does not parse, and logged redacted.
+func TestLoadConfigPrimaryURL(t *testing.T) {
+	s, err := load(t, validEnv())
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if s.Pipeline.PrimaryURL != "" {
+		t.Errorf("PrimaryURL = %q without CDC_PG_PRIMARY_URL, want empty", s.Pipeline.PrimaryURL)
+	}
+	primary := "postgres://cdc:" + testPassword + "@primary.example:5432/app"
+	s, err = load(t, with(validEnv(), map[string]string{"CDC_PG_PRIMARY_URL": primary}))
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if s.Pipeline.PrimaryURL != primary {
+		t.Errorf("PrimaryURL = %q, want %q", s.Pipeline.PrimaryURL, primary)
+	}
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s)
+	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "cdc:xxxxx@primary.example") {
+		t.Errorf("log line does not redact the primary's password: %s", b.String())
+	}
+	_, err = load(t, with(validEnv(), map[string]string{"CDC_PG_PRIMARY_URL": "postgres://primary:port/app"}))
+	if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_PG_PRIMARY_URL"}) {
+		t.Errorf("bad CDC_PG_PRIMARY_URL: problems with %v, want CDC_PG_PRIMARY_URL: %v", got, err)
 	}
 }

@@ -78,6 +78,28 @@ func (c *checker) pgURL(s string, getenv func(string) string) (string, *pgconn.C
 	return s, cfg
 }
 
+// primaryURL checks CDC_PG_PRIMARY_URL, the optional connection to the primary of a standby
+// that CDC_PG_URL names: it must parse, and it is a secret like CDC_PG_URL.
+//
+// It returns the connection string and pgx's parsed configuration (for the TLS posture), or ""
+// and nil when it is not set or has a problem.
+func (c *checker) primaryURL(s string) (string, *pgconn.Config) {
+	if s == "" {
+		return "", nil
+	}
+	if m := urlSchemeRE.FindStringSubmatch(s); m != nil && m[1] != "postgres" && m[1] != "postgresql" {
+		c.add("CDC_PG_PRIMARY_URL", secret.Redact(s), "scheme %s: want postgres:// or postgresql://, or a key=value DSN (host=... dbname=...)", cut(m[1]))
+		return "", nil
+	}
+	cfg, err := pgconn.ParseConfig(s)
+	if err != nil {
+		c.add("CDC_PG_PRIMARY_URL", secret.Redact(s), "%s; want a URL (postgres://user:password@host:5432/db) or key=value DSN (host=... dbname=...)",
+			cutN(secret.Scrub(pgParseReason(err), s), 300))
+		return "", nil
+	}
+	return s, cfg
+}
+
 // urlSchemeRE is the scheme of a URL.
 var urlSchemeRE = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
 

@@ -102,6 +102,15 @@ func pgPosture(cfg *pgconn.Config) tlsPosture {
 	return p
 }
 
+// primaryPosture is pgPosture for CDC_PG_PRIMARY_URL, the connection to a standby's primary.
+func primaryPosture(cfg *pgconn.Config) tlsPosture {
+	p := pgPosture(cfg)
+	p.Conn, p.Var = "PostgreSQL primary", "CDC_PG_PRIMARY_URL"
+	p.Summary = strings.Replace(p.Summary, "PostgreSQL:", "PostgreSQL primary (CDC_PG_PRIMARY_URL):", 1)
+	p.Fix = strings.Replace(p.Fix, "CDC_PG_URL", "CDC_PG_PRIMARY_URL", 1)
+	return p
+}
+
 // kafkaPosture classifies the Kafka security settings. TLS always verifies the brokers (it
 // cannot be turned off), so the question is only whether TLS is on, and whether credentials
 // cross the network without it.
@@ -140,11 +149,14 @@ func kafkaPosture(s sink.Security) tlsPosture {
 
 // tlsPostures classifies both connections (PostgreSQL only when its configuration parsed) and,
 // with CDC_REQUIRE_TLS=true, reports every one that is not encrypted and verified as a problem.
-func (c *checker) tlsPostures(requireTLS string, pg *pgconn.Config, kafka sink.Security) []tlsPosture {
+func (c *checker) tlsPostures(requireTLS string, pg, primary *pgconn.Config, kafka sink.Security) []tlsPosture {
 	require := c.boolean("CDC_REQUIRE_TLS", requireTLS)
 	var out []tlsPosture
 	if pg != nil {
 		out = append(out, pgPosture(pg))
+	}
+	if primary != nil {
+		out = append(out, primaryPosture(primary))
 	}
 	out = append(out, kafkaPosture(kafka))
 	if !require {

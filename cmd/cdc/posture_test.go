@@ -135,6 +135,8 @@ func TestLoadConfigRequireTLS(t *testing.T) {
 			"CDC_KAFKA_SASL_USERNAME": "u", "CDC_KAFKA_SASL_PASSWORD": "p"}, []string{"CDC_KAFKA_SASL_MECHANISM"}},
 		{"both", map[string]string{"CDC_PG_URL": "postgres://db.example/app?sslmode=disable"}, []string{"CDC_PG_URL", "CDC_KAFKA_TLS"}},
 		{"not a boolean", map[string]string{"CDC_PG_URL": verified, "CDC_KAFKA_TLS": "true", "CDC_REQUIRE_TLS": "maybe"}, []string{"CDC_REQUIRE_TLS"}},
+		{"primary verified", map[string]string{"CDC_PG_URL": verified, "CDC_PG_PRIMARY_URL": verified, "CDC_KAFKA_TLS": "true"}, nil},
+		{"primary plaintext", map[string]string{"CDC_PG_URL": verified, "CDC_PG_PRIMARY_URL": "postgres://primary.example/app?sslmode=disable", "CDC_KAFKA_TLS": "true"}, []string{"CDC_PG_PRIMARY_URL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -186,11 +187,11 @@ func (b *statusBoard) samplePostgres(ctx context.Context, conn *pgx.Conn) *pgx.C
 	var active *bool
 	var retained, safe *int64
 	err := conn.QueryRow(ctx, `
-		SELECT pg_current_wal_lsn()::text, current_setting('server_version'),
+		SELECT (`+pgcat.WALPositionSQL+`)::text, current_setting('server_version'),
 			coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false),
 			(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
 			s.restart_lsn::text, s.wal_status, s.active,
-			pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, s.safe_wal_size
+			pg_wal_lsn_diff(`+pgcat.WALPositionSQL+`, s.restart_lsn)::bigint, s.safe_wal_size
 		FROM (SELECT 1) one LEFT JOIN pg_replication_slots s ON s.slot_name = $1`, b.cfg.Slot).
 		Scan(&wal, &st.Version, &tlsInUse, &maxKeepMB, &restart, &walStatus, &active, &retained, &safe)
 	if err != nil {

@@ -27,8 +27,12 @@
 //     OutOfLineColumns (columns whose unchanged TOASTed values an update does not send);
 //   - EnsurePublication creates the publication or adds configured tables, and refuses with an
 //     ErrSetup error that says what to do when a table could not be published safely;
-//   - QueryTypes reads pg_type for codec.Types; CurrentWAL is the WAL insert position;
-//     Database and ServerMajor name the database and the server's major version.
+//   - QueryTypes reads pg_type for codec.Types; CurrentWAL is the WAL insert position (the
+//     replayed position on a standby); Database and ServerMajor name the database and the
+//     server's major version;
+//   - a hot standby as the source (standby.go): InRecovery, SystemIdentifier, WaitReplayed (a
+//     standby has replayed up to an LSN), LogStandbySnapshots (running-transactions records on
+//     the primary, which slot creation on a standby waits for).
 //
 // Quoting. Ident, Table and Literal quote names and values in SQL (Literal as quote_literal does,
 // so a value reads the same whatever standard_conforming_strings says); CommandLiteral quotes

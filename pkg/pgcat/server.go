@@ -21,10 +21,11 @@ func ServerMajor(version string) int {
 // serverMajor is the major version of the server q is connected to.
 func serverMajor(q Querier) int { return ServerMajor(q.PgConn().ParameterStatus("server_version")) }
 
-// CurrentWAL is the server's current WAL insert position.
+// CurrentWAL is the server's current WAL insert position; on a standby, the last position it
+// replayed (WALPositionSQL).
 func CurrentWAL(ctx context.Context, q Querier) (change.LSN, error) {
 	var s string
-	if err := q.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&s); err != nil {
+	if err := q.QueryRow(ctx, `SELECT (`+WALPositionSQL+`)::text`).Scan(&s); err != nil {
 		return 0, err
 	}
 	return change.ParseLSN(s)

@@ -18,6 +18,13 @@ type Config struct {
 	// PGURL is a libpq connection string or URL; empty fields fall back to libpq's PG* variables
 	// (pgx honours them).
 	PGURL string
+	// PrimaryURL, when PGURL names a hot standby (PostgreSQL 16+), connects to its primary for
+	// what a standby cannot do: the chunked strategy's WAL markers, running-transactions
+	// records that let slot creation on the standby go on (pg_log_standby_snapshot), and
+	// changes to the publication (Tables). Without it, tables on a standby are copied with
+	// snapshot.StrategyCopy, which writes nothing. Unused when PGURL names a primary. A
+	// secret, like PGURL.
+	PrimaryURL string
 	// Publication is the PostgreSQL publication whose tables are exported.
 	Publication string
 	// Tables, when not empty, makes the service create the publication (or add these tables to

@@ -160,7 +160,7 @@ func (m *monitor) sample(ctx context.Context, conn **pgcat.Conn) error {
 		restart, status *string
 		s               = slotSample{}
 	)
-	err := (*conn).QueryRow(qctx, `SELECT pg_catalog.pg_current_wal_lsn()::text,
+	err := (*conn).QueryRow(qctx, `SELECT (`+pgcat.WALPositionSQL+`)::text,
 			pg_catalog.pg_size_bytes(pg_catalog.current_setting('max_slot_wal_keep_size')),
 			s.slot_name IS NOT NULL, s.restart_lsn::text, s.wal_status, s.safe_wal_size
 		FROM (VALUES (1)) AS one

@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -30,6 +31,12 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	defer pl.close()
+	if pl.src.standby && pl.src.primary == nil && cfg.SnapshotStrategy.OrDefault() == snapshot.StrategyChunked {
+		// The chunked strategy writes its markers into the WAL; a standby cannot.
+		cfg.Logger.Info("tables are copied with the copy strategy: CDC_PG_URL names a standby, and the chunked strategy writes its markers on the primary (CDC_PG_PRIMARY_URL is not set)",
+			"stage", "pipeline", "doc", standbyDoc)
+		cfg.SnapshotStrategy = snapshot.StrategyCopy
+	}
 	return wire(ctx, cfg, life, reg, attempt, pl, &stopAt)
 }
 
@@ -43,12 +50,14 @@ type plan struct {
 	tracker    *watermark.Tracker
 	checkpoint *watermark.Checkpoint
 	slot       replication.SlotInfo
+	src        source
 	resume     map[change.ExportID]change.LSN
 	codec      codec.Config
 	markerTag  string
 }
 
 func (pl *plan) close() {
+	pl.src.close()
 	if pl.sk != nil {
 		pl.sk.Close()
 	}
@@ -80,6 +89,9 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 			return nil, err
 		}
 	}
+	if pl.src, err = checkSource(ctx, cfg, conn, log.With("stage", "pipeline")); err != nil {
+		return nil, err
+	}
 	var database string
 	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
 		return nil, fmt.Errorf("read database name: %w", err)
@@ -99,7 +111,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		return nil, err
 	}
 	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
-	if err := pgcat.EnsurePublication(ctx, conn, cfg.Publication, cfg.Tables); err != nil {
+	if err := ensurePublication(ctx, cfg, conn, pl.src); err != nil {
 		return nil, err
 	}
 	published, err := pgcat.PublishedTables(ctx, conn, cfg.Publication)
@@ -149,6 +161,9 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	}
 
 	resume := tracker.Resume()
+	if err := checkChunkedOnStandby(pl.src, tracker, resume); err != nil {
+		return nil, err
+	}
 	slot, err := replication.ReadSlot(ctx, conn, cfg.Slot)
 	if err != nil {
 		return nil, err
@@ -157,7 +172,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		return nil, err
 	}
 	if !slot.Exists {
-		if err := replication.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.SlotFailover, cfg.timeouts()); err != nil {
+		if err := createSlot(ctx, cfg, pl.src, log.With("stage", "pipeline")); err != nil {
 			return nil, err
 		}
 		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {

@@ -43,6 +43,13 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	snapCfg.Publication, snapCfg.ConnString, snapCfg.SlotPrefix = cfg.Publication, cfg.PGURL, cfg.Slot
 	snapCfg.Codec, snapCfg.BatchBytes, snapCfg.Limiter = codecCfg, snapshotBatchBytes, snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond)
 	snapCfg.Timeouts, snapCfg.Logger, snapCfg.Registerer = cfg.timeouts(), log, reg
+	if pl.src.standby {
+		// Copies read on the standby; what they must write goes to the primary.
+		snapCfg.Standby = true
+		if pl.src.primary != nil {
+			snapCfg.PrimaryConnString = cfg.PrimaryURL
+		}
+	}
 	// The chunker's windows and chunks go to the replication stage directly; its failures and
 	// the snapshot stage's reports go to the owner as events.
 	chunker, err := snapshot.NewChunker(snapCfg, markerTag, chunkWiring{repl: repl, snapshotEvents: snapshotEvents{o}})

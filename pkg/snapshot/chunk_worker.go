@@ -17,17 +17,34 @@ import (
 
 // worker reads chunks on its own connection, reconnecting after failures.
 func (c *Chunker) worker(ctx context.Context, n int) {
-	var conn *pgx.Conn
-	defer func() { closeQuietly(conn) }()
+	// conn reads the chunks; marks writes their markers: the same connection, or one to the
+	// primary when the source is a standby.
+	var conn, marks *pgx.Conn
+	defer func() {
+		closeQuietly(conn)
+		if marks != conn {
+			closeQuietly(marks)
+		}
+	}()
 	backoff := retryMin
 	for {
 		t, ch, err := c.take(ctx)
 		if err != nil {
 			return
 		}
-		if conn == nil || conn.IsClosed() {
+		if conn == nil || conn.IsClosed() || marks == nil || marks.IsClosed() {
 			closeQuietly(conn)
+			if marks != conn {
+				closeQuietly(marks)
+			}
+			conn, marks = nil, nil
 			conn, err = pgcat.Dial(ctx, workerConfig(c.connConfig, c.cfg.Timeouts))
+			marks = conn
+			if err == nil && c.primaryConfig != nil {
+				if marks, err = pgcat.Dial(ctx, workerConfig(c.primaryConfig, c.cfg.Timeouts)); err != nil {
+					err = fmt.Errorf("connect to the primary: %w", secret.ScrubError(err, c.cfg.PrimaryConnString))
+				}
+			}
 			if err != nil {
 				c.done(t, ch, false)
 				if ctx.Err() != nil {
@@ -42,7 +59,12 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 				continue
 			}
 		}
-		w := &chunkWorker{c: c, conn: conn}
+		if c.cfg.Standby && c.primaryConfig == nil {
+			c.done(t, ch, false)
+			c.failTable(t, ErrStandbyMarkers)
+			continue
+		}
+		w := &chunkWorker{c: c, conn: conn, marks: marks}
 		ch, err = w.chunk(ctx, t, ch)
 		var perm *permanentError
 		switch {
@@ -60,7 +82,10 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 			c.log.Warn("chunk failed; reading it again", slog.String("export", t.job.Export.String()),
 				slog.Any("error", err), slog.Duration("retry_in", backoff))
 			closeQuietly(conn)
-			conn = nil
+			if marks != conn {
+				closeQuietly(marks)
+			}
+			conn, marks = nil, nil
 			if !sleep(ctx, backoff) {
 				return
 			}
@@ -78,14 +103,21 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// ErrStandbyMarkers fails a chunked copy whose source is a standby without a connection to its
+// primary: its markers cannot be written.
+var ErrStandbyMarkers = errors.New("a chunked copy from a standby writes its markers on the primary, and there is no connection to it (CDC_PG_PRIMARY_URL)")
+
 // permanentError stops a table's copy for good.
 type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 
 type chunkWorker struct {
-	c      *Chunker
-	conn   *pgx.Conn
+	c    *Chunker
+	conn *pgx.Conn
+	// marks writes the markers: conn itself, or a connection to the primary when conn is on
+	// its standby.
+	marks  *pgx.Conn
 	fields [][]byte
 }
 
@@ -141,8 +173,13 @@ func (w *chunkWorker) chunk(ctx context.Context, t *chunkTable, ch *plannedChunk
 // marker writes chunk id's low or high marker and returns its WAL position.
 func (w *chunkWorker) marker(ctx context.Context, id uint64, high bool) (change.LSN, error) {
 	var lsn string
-	err := w.conn.QueryRow(ctx, `SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text`,
-		change.MarkerPrefix, change.ChunkMarker(w.c.tag, id, high)).Scan(&lsn)
+	sql := `SELECT pg_catalog.pg_logical_emit_message(false, $1, $2)::text`
+	if w.marks != w.conn && pgcat.ServerMajor(w.marks.PgConn().ParameterStatus("server_version")) >= 17 {
+		// Flushed at once (17+): the standby receives only flushed WAL, and the chunk waits
+		// for it to replay the low marker.
+		sql = `SELECT pg_catalog.pg_logical_emit_message(false, $1, $2, true)::text`
+	}
+	err := w.marks.QueryRow(ctx, sql, change.MarkerPrefix, change.ChunkMarker(w.c.tag, id, high)).Scan(&lsn)
 	if err != nil {
 		return 0, fmt.Errorf("write chunk marker: %w", err)
 	}
@@ -164,12 +201,20 @@ func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	if err != nil {
 		return nil, err
 	}
-	running, err := w.running(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := w.waitFor(ctx, running); err != nil {
-		return nil, err
+	if w.marks != w.conn {
+		// On a standby a transaction becomes visible when its commit record is replayed: once
+		// the low marker is replayed, every transaction that committed before it is visible.
+		if err := pgcat.WaitReplayed(ctx, w.conn, low); err != nil {
+			return nil, fmt.Errorf("wait for the standby to replay the low marker: %w", err)
+		}
+	} else {
+		running, err := w.running(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.waitFor(ctx, running); err != nil {
+			return nil, err
+		}
 	}
 	if err := execSimple(ctx, w.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return nil, fmt.Errorf("begin chunk transaction: %w", err)

@@ -53,10 +53,13 @@ type Chunker struct {
 	cfg        Config
 	hooks      ChunkHooks
 	connConfig *pgx.ConnConfig
-	log        *slog.Logger
-	metrics    *metrics
-	tag        string
-	limiter    *rate.Limiter
+	// primaryConfig, when the source is a standby, connects to its primary, where the markers
+	// are written (Config.PrimaryConnString); nil otherwise.
+	primaryConfig *pgx.ConnConfig
+	log           *slog.Logger
+	metrics       *metrics
+	tag           string
+	limiter       *rate.Limiter
 
 	mu     sync.Mutex
 	tables []*chunkTable
@@ -83,8 +86,14 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot config: %w", err)
 	}
+	var pc *pgx.ConnConfig
+	if cfg.Standby && cfg.PrimaryConnString != "" {
+		if pc, err = parseConnConfig(cfg.PrimaryConnString, cfg.Timeouts); err != nil {
+			return nil, fmt.Errorf("snapshot config: primary: %w", err)
+		}
+	}
 	return &Chunker{
-		cfg: cfg, hooks: hooks, connConfig: cc, tag: tag,
+		cfg: cfg, hooks: hooks, connConfig: cc, primaryConfig: pc, tag: tag,
 		log:     cfg.Logger.With(slog.String("stage", "snapshot"), slog.String("strategy", "chunked")),
 		metrics: newMetrics(cfg.Registerer),
 		limiter: cfg.Limiter,

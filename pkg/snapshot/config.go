@@ -35,6 +35,15 @@ type Config struct {
 	// ConnString is a PostgreSQL URL or keyword/value DSN. Workers use ordinary connections; the
 	// slot connection adds replication=database.
 	ConnString string
+	// Standby says that ConnString names a hot standby (PostgreSQL 16+): copies read there, and
+	// what they write goes through PrimaryConnString. The chunked strategy needs it; the copy
+	// strategy writes nothing.
+	Standby bool
+	// PrimaryConnString, with Standby, connects to the standby's primary: the chunked copies
+	// write their markers there and wait until the standby has replayed them before they read,
+	// and temporary slot creation asks it for running-transactions records
+	// (pg_log_standby_snapshot) instead of waiting for the next one.
+	PrimaryConnString string
 	// Publication is the publication whose column lists and row filters every copy honours
 	// (pgcat.LoadTable); "" copies every column and row.
 	Publication string

@@ -47,6 +47,13 @@
 // second, before each read.
 // ChunkJob.ResumeAfter continues a copy after the last durable chunk (a restart).
 //
+// From a hot standby (Config.Standby, PostgreSQL 16+) the chunks are read on the standby and
+// their markers written on the primary (Config.PrimaryConnString), and step 3 becomes a wait
+// until the standby has replayed the low marker: a standby makes a transaction visible when it
+// replays its commit record, so from then on its snapshots hold every transaction that
+// committed before the marker. Without a connection to the primary a chunked copy fails its
+// table (ErrStandbyMarkers); the pipeline copies with the Stage instead.
+//
 // # Copy (Stage)
 //
 // The Stage copies the tables of a request from one consistent PostgreSQL snapshot, in
@@ -62,6 +69,12 @@
 // the temporary slot: an imported snapshot stays valid in the importing transaction, while a
 // slot held for the whole copy would pin WAL. Then Hooks.Begin learns C and the tables and assigns the
 // attempt numbers, and the copy starts.
+//
+// The same works on a hot standby (Config.Standby, PostgreSQL 16+), and writes nothing there:
+// the temporary slot, its exported snapshot and the workers are all the standby's. Creating the
+// slot there waits for a running-transactions record from the primary; with
+// Config.PrimaryConnString the stage asks the primary for them (pg_log_standby_snapshot) while
+// it waits.
 //
 // Each table is split into ctid block ranges (SplitRanges); the ranges of all tables form one
 // queue, largest tables first (BuildQueue). A worker COPYs one range at a time in text format

@@ -140,6 +140,14 @@ func (s *Stage) createSlotWatched(ctx context.Context, conn *pgconn.PgConn, slot
 			_ = monitor.Close(context.Background())
 		}
 	}()
+	if s.cfg.Standby && s.cfg.PrimaryConnString != "" {
+		// On a standby the creation waits for a running-transactions record from the primary:
+		// ask for them until it is done.
+		nctx, stop := context.WithCancel(createCtx)
+		nudged := make(chan struct{})
+		defer func() { stop(); <-nudged }()
+		go func() { defer close(nudged); s.nudgePrimary(nctx, slot) }()
+	}
 	timer := time.NewTimer(slotWaitQuiet)
 	defer timer.Stop()
 	for {
@@ -165,6 +173,13 @@ func (s *Stage) createSlotWatched(ctx context.Context, conn *pgconn.PgConn, slot
 			return r.res, classifyCapacity(fmt.Errorf("create temporary replication slot %s: %w", slot, r.err))
 		case <-timer.C:
 			timer.Reset(slotWaitEvery)
+			if s.cfg.Standby {
+				// A standby's own sessions hold no xids: what it waits for is the primary's.
+				s.log.Warn("slot creation on the standby is waiting for a running-transactions record from the primary (it writes one every 15 s while it has writes, and waits there for transactions that hold an xid)",
+					slog.String("slot", slot), slog.Duration("waited", time.Since(start).Round(time.Second)),
+					slog.Duration("timeout", s.cfg.SlotWaitTimeout), slog.Bool("asking_primary", s.cfg.PrimaryConnString != ""))
+				continue
+			}
 			if monitor == nil {
 				var err error
 				monitor, err = pgcat.Dial(createCtx, workerConfig(s.connConfig, s.cfg.Timeouts))
@@ -230,3 +245,24 @@ func classifyCapacity(err error) error {
 	}
 	return err
 }
+
+// nudgePrimary asks the primary for running-transactions records (pg_log_standby_snapshot)
+// until ctx ends, so that a slot's creation on the standby goes on at once.
+func (s *Stage) nudgePrimary(ctx context.Context, slot string) {
+	cc, err := parseConnConfig(s.cfg.PrimaryConnString, s.cfg.Timeouts)
+	if err == nil {
+		var conn *pgx.Conn
+		if conn, err = pgcat.Dial(ctx, workerConfig(cc, s.cfg.Timeouts)); err == nil {
+			defer closeQuietly(conn)
+			err = pgcat.LogStandbySnapshots(ctx, conn, standbyNudge)
+		}
+	}
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("cannot ask the primary for running-transactions records (pg_log_standby_snapshot() is for superusers unless granted); slot creation on the standby waits for the primary's next one",
+			slog.String("slot", slot), slog.Any("error", secret.ScrubError(err, s.cfg.PrimaryConnString)))
+	}
+}
+
+// standbyNudge is how often the primary is asked for a running-transactions record while a
+// slot is created on its standby.
+const standbyNudge = 200 * time.Millisecond
