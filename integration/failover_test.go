@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,22 +19,57 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// failoverTables are the tables of the failover workload.
+// failoverTables are the tables of the failover workload; failoverBig is the large table whose
+// chunked copy is in progress when the primary dies.
 var failoverTables = []string{"public.fa", "public.fb", "public.fc"}
+
+const (
+	failoverBig     = "public.big"
+	failoverBigRows = 300_000
+	// The copy reads 1,000-row chunks at 30,000 rows/s at most: about 10 s in all, so the
+	// primary dies in the middle of it.
+	failoverChunkRows = 1000
+	failoverCopyRate  = 30_000
+	// failoverMarkerID is the row written on the promoted server at once: the first change
+	// from the new primary.
+	failoverMarkerID = 900_000
+)
+
+// failoverCase is what TestFailoverSlot's subtests set up before the primary dies.
+type failoverCase int
+
+const (
+	// failoverSlot: a failover slot, synced, and synchronized_standby_slots on the primary.
+	failoverSlot failoverCase = iota
+	// noFailoverSlot: the promoted standby has no slot.
+	noFailoverSlot
+	// kafkaPastPromotion: a failover slot, but the standby stopped receiving WAL (and
+	// synchronized_standby_slots was reset) before the last changes, which cdc published: Kafka
+	// holds changes the promoted server never had.
+	kafkaPastPromotion
+)
 
 // TestFailoverSlot: on PostgreSQL 17 (make test-integration-pg17), a private primary and a
 // streaming standby; cdc runs on a multi-host CDC_PG_URL with CDC_SLOT_FAILOVER=true under a
-// three-table workload. The primary is stopped with -m immediate while changes are in flight and
-// the standby promoted: cdc goes on from the synchronised slot on the promoted server, every
-// topic equals its table there and no change is published twice. Without a failover slot the
-// promoted server has no slot, and cdc stops with a message that says so. On an older server
-// (the PostgreSQL 15 suite) it checks that CDC_SLOT_FAILOVER=true is refused.
+// three-table workload, and a large table is added and copied in chunks. The primary is stopped
+// with -m immediate while changes are in flight and the copy is half done, and the standby
+// promoted: cdc goes on from the synchronised slot on the promoted server. At the end every
+// topic equals its table there, no change is published twice, no watermark moved backwards, no
+// table was copied again and the copy in progress resumed where Kafka had it (each row's
+// snapshot record at most once, the chunks done before the failure not read again). The time
+// from the primary's death to the first change of the new primary in Kafka is logged. Without a
+// failover slot the promoted server has no slot, and cdc stops with a message that says so; with
+// a failover slot but a standby that did not receive what cdc published (Kafka past the
+// promotion), cdc stops with a message that says so too. On an older server (the PostgreSQL 15
+// suite) it checks that CDC_SLOT_FAILOVER=true is refused.
 func TestFailoverSlot(t *testing.T) {
 	// The PostgreSQL 17 run (CDC_TEST_PG_VERSION=17) needs no shared servers: each subtest
 	// starts its own, and fails if they are not 17.
@@ -41,8 +77,9 @@ func TestFailoverSlot(t *testing.T) {
 		failoverRefused(t)
 		return
 	}
-	t.Run("failover slot", func(t *testing.T) { runFailover(t, true) })
-	t.Run("no failover slot", func(t *testing.T) { runFailover(t, false) })
+	t.Run("failover slot", func(t *testing.T) { runFailover(t, failoverSlot) })
+	t.Run("no failover slot", func(t *testing.T) { runFailover(t, noFailoverSlot) })
+	t.Run("kafka past the promotion", func(t *testing.T) { runFailover(t, kafkaPastPromotion) })
 }
 
 // failoverRefused: before PostgreSQL 17, CDC_SLOT_FAILOVER=true stops cdc with a clear message.
@@ -74,6 +111,7 @@ type pgPair struct {
 	primaryData, standbyData   string
 	primaryPort, standbyPort   int
 	primaryURL, standbyURL, db string
+	standbyOpts                string // the standby's server options
 }
 
 // asPostgres runs a PostgreSQL program as the postgres user (initdb's owner) when we are root.
@@ -145,11 +183,10 @@ func startPair(t *testing.T, srv *testenv.Servers, db string, setup ...string) *
 	}
 	asPostgres(t, filepath.Join(pp.bin, "pg_basebackup"), "-D", pp.standbyData, "-R", "-X", "stream", "-c", "fast", "-C", "-S", "standby1",
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", pp.primaryPort))
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s", pp.standbyPort, pp.standbyData) +
+	pp.standbyOpts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s", pp.standbyPort, pp.standbyData) +
 		" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 -c fsync=off -c synchronous_commit=off" +
 		" -c hot_standby_feedback=on -c sync_replication_slots=off"
-	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-l", filepath.Join(pp.standbyData, "standby.log"),
-		"-w", "-t", "60", "-o", opts, "start")
+	pp.startStandby()
 	t.Cleanup(func() {
 		cmd := exec.Command(filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-m", "immediate", "-w", "stop")
 		if os.Geteuid() == 0 {
@@ -159,6 +196,12 @@ func startPair(t *testing.T, srv *testenv.Servers, db string, setup ...string) *
 	})
 	testenv.Exec(t, pp.primaryURL, `ALTER SYSTEM SET synchronized_standby_slots = 'standby1'`, `SELECT pg_reload_conf()`)
 	return pp
+}
+
+// startStandby starts the standby's server.
+func (pp *pgPair) startStandby() {
+	asPostgres(pp.t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-l", filepath.Join(pp.standbyData, "standby.log"),
+		"-w", "-t", "60", "-o", pp.standbyOpts, "start")
 }
 
 // multiHostURL names both servers; cdc connects to the one that accepts writes.
@@ -254,6 +297,10 @@ func failoverWorkload(ctx context.Context, url string) int64 {
 				}
 			}
 		}
+		// The large table changes while it is copied: before, inside and after its chunks.
+		if err == nil && i%2 == 0 {
+			_, err = tx.Exec(ctx, `UPDATE big SET v = v + 1 WHERE id = $1`, (i*7919)%failoverBigRows+1)
+		}
 		if err == nil {
 			err = tx.Commit(ctx)
 		}
@@ -265,7 +312,8 @@ func failoverWorkload(ctx context.Context, url string) int64 {
 	return n
 }
 
-func runFailover(t *testing.T, failover bool) {
+func runFailover(t *testing.T, c failoverCase) {
+	failover := c != noFailoverSlot
 	srv := testenv.StartPrivate(t, testenv.PrivateOptions{})
 	if major := srv.PGMajor(); major < 17 {
 		t.Fatalf("the private server is PostgreSQL %d; failover slots need 17", major)
@@ -274,6 +322,11 @@ func runFailover(t *testing.T, failover bool) {
 	for _, tbl := range []string{"fa", "fb", "fc"} {
 		setup = append(setup, fmt.Sprintf(`CREATE TABLE %s (id int PRIMARY KEY, v int NOT NULL)`, tbl),
 			fmt.Sprintf(`INSERT INTO %s SELECT g, 0 FROM generate_series(1, 1000) g`, tbl))
+	}
+	// The large table (the kafka-past-the-promotion case stops before it would copy it).
+	if c != kafkaPastPromotion {
+		setup = append(setup, `CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, pad text NOT NULL)`,
+			fmt.Sprintf(`INSERT INTO big SELECT g, 0, md5(g::text) FROM generate_series(1, %d) g`, failoverBigRows))
 	}
 	begin := time.Now()
 	pp := startPair(t, srv, "failover", setup...)
@@ -287,6 +340,10 @@ func runFailover(t *testing.T, failover bool) {
 	vars["CDC_TABLES"] = strings.Join(failoverTables, ",")
 	vars["CDC_SLOT_FAILOVER"] = strconv.FormatBool(failover)
 	vars["CDC_CONNECT_TIMEOUT"] = "2s"
+	vars["CDC_SNAPSHOT_STRATEGY"] = "chunked"
+	vars["CDC_SNAPSHOT_CHUNK_ROWS"] = strconv.Itoa(failoverChunkRows)
+	vars["CDC_SNAPSHOT_MAX_ROWS_PER_SECOND"] = strconv.Itoa(failoverCopyRate)
+	rec := e.recordWatermarks()
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), failoverTables...)
 
@@ -334,59 +391,60 @@ func runFailover(t *testing.T, failover bool) {
 	} else {
 		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
 	}
+	if c == kafkaPastPromotion {
+		cancel()
+		wg.Wait()
+		kafkaPast(t, e, pp, p)
+		return
+	}
 	var committed atomic.Int64
 	wg.Add(1)
 	go func() { defer wg.Done(); committed.Store(failoverWorkload(ctx, pp.primaryURL)) }()
-	time.Sleep(2 * time.Second)
+	// The large table joins the publication (CDC_TABLES only ever adds to it): cdc copies it
+	// in chunks while the workload runs.
+	bigID, _ := change.ParseExportID(failoverBig)
+	testenv.Exec(t, pp.primaryURL, `ALTER PUBLICATION it_pub ADD TABLE big`)
+	copying := func(r watermark.Record) bool {
+		return r.State == watermark.StateHydrating && r.Snapshot != nil && r.Snapshot.ChunksDone > 0
+	}
+	rec.first(t, 2*time.Minute, bigID, "a third of its chunks", func(r watermark.Record) bool {
+		return copying(r) && r.Snapshot.ChunksDone >= failoverBigRows/failoverChunkRows/3
+	})
+	// The first change of the promoted server, read from where its topic ends now.
+	first := e.followKey(e.topic("public.fa"), fmt.Sprintf(`{"id":%d}`, failoverMarkerID))
 
-	// The primary dies with transactions in flight.
+	// The primary dies with transactions in flight and the copy half done.
 	killed := time.Now()
 	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.primaryData, "-m", "immediate", "-w", "stop")
 	cancel()
 	wg.Wait()
-	t.Logf("primary stopped (-m immediate) after %d workload transactions", committed.Load())
+	before := e.latestWatermarks()[bigID]
+	if !copying(before) || before.Snapshot.ChunksDone >= failoverBigRows/failoverChunkRows {
+		t.Fatalf("big was not being copied when the primary died: %+v", before)
+	}
+	t.Logf("primary stopped (-m immediate) after %d workload transactions; big's copy had %d chunks (%d rows) in Kafka",
+		committed.Load(), before.Snapshot.ChunksDone, before.Snapshot.RowsCopied)
 	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-w", "-t", "60", "promote")
 	promoted := time.Now()
 	t.Logf("standby promoted in %s", promoted.Sub(killed).Round(time.Millisecond))
 	e.pgURL = pp.standbyURL
+	testenv.Exec(t, pp.standbyURL, fmt.Sprintf(`INSERT INTO fa VALUES (%d, 0)`, failoverMarkerID))
 
 	if !failover {
-		select {
-		case <-p.done:
-			p.done <- nil
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("cdc still running 2m after the promotion of a standby without its slot:\n%s", tail(p.log.String(), 3000))
-		}
-		// The stream's reconnection finds the slot missing (or, on a new start, the start-up
-		// check does): either message names the case and the fix.
-		wants := []string{
-			fmt.Sprintf("replication slot %q does not exist (dropped, or this server is a promoted standby without a synchronised failover slot", e.slot),
-			fmt.Sprintf("replication slot %q is missing but 3 exports were hydrated from it", e.slot),
-		}
-		if code := p.cmd.ProcessState.ExitCode(); code == 0 {
-			t.Errorf("exit code 0 after the promotion of a standby without the slot")
-		}
-		log := p.log.String()
-		found := false
-		for _, want := range wants {
-			// The text log quotes the error, escaping its quotes.
-			i := strings.Index(log, want)
-			if j := strings.Index(log, strings.ReplaceAll(want, `"`, `\"`)); i < 0 {
-				i = j
-			}
-			if i >= 0 {
-				found = true
-				line := log[i:]
-				if j := strings.IndexByte(line, '\n'); j >= 0 {
-					line = line[:j]
-				}
-				t.Logf("cdc stopped %s after the primary died: %s", time.Since(killed).Round(time.Millisecond), line)
-			}
-		}
-		if !found {
-			t.Errorf("cdc log lacks any of %q:\n%s", wants, tail(log, 3000))
-		}
+		// The stream's reconnection finds another timeline, and the start-up check the slot
+		// missing (or, had the stage reached it, its own check): either message names the case.
+		stoppedWith(t, p, killed, "promotion of a standby without the slot",
+			fmt.Sprintf("replication slot %q is missing (this server was promoted at", e.slot),
+			fmt.Sprintf("replication slot %q does not exist (dropped, or this server is a promoted standby without a synchronised failover slot", e.slot))
 		return
+	}
+
+	select {
+	case at := <-first:
+		t.Logf("first change from the new primary published %s after the primary died (%s after the promotion)",
+			at.Sub(killed).Round(time.Millisecond), at.Sub(promoted).Round(time.Millisecond))
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the new primary's first change is not in Kafka 3m after the promotion:\n%s", tail(p.log.String(), 3000))
 	}
 
 	// More changes on the new primary; cdc must publish them.
@@ -399,15 +457,182 @@ func runFailover(t *testing.T, failover bool) {
 			t.Fatal(err)
 		}
 	}
-	e.waitFor(p, 3*time.Minute, e.currentLSN(t.Context()), failoverTables...)
-	t.Logf("cdc published the new primary's changes %s after the primary died", time.Since(killed).Round(time.Millisecond))
-	for _, tbl := range failoverTables {
+	all := append([]string{failoverBig}, failoverTables...)
+	e.waitFor(p, 3*time.Minute, e.currentLSN(t.Context()), all...)
+	t.Logf("cdc published the new primary's changes, and big's copy, %s after the primary died", time.Since(killed).Round(time.Millisecond))
+	// What cdc said about the failover (warnings and errors since the primary died).
+	var said []string
+	for line := range strings.Lines(p.log.String()) {
+		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if ts, err := time.Parse(time.RFC3339Nano, stamp); err == nil && ts.After(killed) &&
+			(strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "resumes")) {
+			said = append(said, strings.TrimSpace(line))
+		}
+	}
+	t.Logf("cdc's warnings and errors after the primary died:\n%s", strings.Join(said, "\n"))
+	committedRows := 0
+	for _, tbl := range all {
 		name := strings.TrimPrefix(tbl, "public.")
 		recs := e.readTopic(e.topic(tbl))
 		assertSameState(t, name, materialize(t, recs), e.tableState(name, "id"))
+		// No table was copied again: each key has at most one snapshot record. No change was
+		// published twice (as checkNoDuplicates, on the records read once).
+		copies := map[string]int{}
+		changes := map[string]int64{}
+		for _, r := range recs {
+			env := decode(t, r)
+			switch {
+			case env == nil:
+			case env.Op == "r":
+				if copies[string(r.Key)]++; copies[string(r.Key)] == 2 {
+					t.Errorf("%s: key %s copied twice", tbl, r.Key)
+				}
+			default:
+				id := fmt.Sprintf("%s/%d/%d/%s", r.Key, env.Source.LSN, env.Source.Sequence, env.Op)
+				if prev, ok := changes[id]; ok {
+					t.Errorf("%s: change %s published twice (offsets %d and %d)", tbl, id, prev, r.Offset)
+				}
+				changes[id] = r.Offset
+			}
+		}
+		if tbl == failoverBig {
+			committedRows = len(copies)
+		}
 	}
-	e.checkNoDuplicates(failoverTables...)
+	checkFailoverWatermarks(t, rec.all(), bigID, before)
+	// The chunks in Kafka before the failure were not read again: only the chunks in flight
+	// at the failure (at most one per worker) were produced twice, in aborted transactions.
+	produced := 0
+	e.scanTopic(e.topic(failoverBig), kgo.ReadUncommitted(), func(r *kgo.Record) {
+		if bytes.Contains(r.Value, []byte(`"op":"r"`)) {
+			produced++
+		}
+	})
+	t.Logf("big: %d rows; snapshot records committed %d, produced %d", failoverBigRows, committedRows, produced)
+	if slack := 4 * failoverChunkRows; produced > failoverBigRows+slack {
+		t.Errorf("big: %d snapshot records produced for %d rows (more than the %d of the chunks in flight): chunks were read again", produced, failoverBigRows, slack)
+	}
+	if n := strings.Count(p.log.String(), "chunked copy resumes"); n != 1 {
+		t.Errorf("cdc logged %d resumes of the chunked copy, want 1:\n%s", n, tail(p.log.String(), 3000))
+	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code after SIGTERM = %d, want 0", code)
 	}
+}
+
+// checkFailoverWatermarks: read in order, no export's watermark moved backwards, no export
+// started a new copy attempt, and big's copy went on from the chunks it had in Kafka before the
+// failure (before is its latest record then).
+func checkFailoverWatermarks(t *testing.T, recs []watermark.Record, big change.ExportID, before watermark.Record) {
+	t.Helper()
+	last := map[change.ExportID]uint64{}
+	chunks := 0
+	resumed := false
+	for _, r := range recs {
+		if r.WatermarkLSN != nil {
+			if prev := last[r.Export]; *r.WatermarkLSN < prev {
+				t.Errorf("%s: watermark moved backwards from %s to %s", r.Export, change.LSN(prev), change.LSN(*r.WatermarkLSN))
+			}
+			last[r.Export] = max(last[r.Export], *r.WatermarkLSN)
+		}
+		if r.Snapshot != nil && r.Snapshot.Attempt != 1 {
+			t.Errorf("%s: copy attempt %d: the table was copied again", r.Export, r.Snapshot.Attempt)
+		}
+		if r.Export != big || r.Snapshot == nil {
+			continue
+		}
+		if r.Snapshot.ChunksDone < chunks {
+			t.Errorf("big: chunks done went back from %d to %d", chunks, r.Snapshot.ChunksDone)
+		}
+		chunks = max(chunks, r.Snapshot.ChunksDone)
+		if r.Time.After(before.Time) && r.Snapshot.ChunksDone > before.Snapshot.ChunksDone {
+			resumed = true
+		}
+	}
+	if len(last) != 4 {
+		t.Errorf("watermarks of %d exports, want 4: %v", len(last), last)
+	}
+	if !resumed {
+		t.Errorf("big's copy did not go on after the failure (last record before it: %d chunks)", before.Snapshot.ChunksDone)
+	}
+}
+
+// followKey reports when a record with key appears in topic, read from its current end.
+func (e *env) followKey(topic, key string) <-chan time.Time {
+	e.t.Helper()
+	offsets := map[string]map[int32]kgo.Offset{topic: {}}
+	for p, o := range e.endOffsets(topic) {
+		offsets[topic][p] = kgo.NewOffset().At(o)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumePartitions(offsets),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	e.t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	seen := make(chan time.Time, 1)
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			found := false
+			fs.EachRecord(func(r *kgo.Record) { found = found || string(r.Key) == key })
+			if found {
+				seen <- time.Now()
+				return
+			}
+		}
+	}()
+	return seen
+}
+
+// stoppedWith waits for cdc to stop with an error after what, and checks that its log has one
+// of wants (the text log escapes the quotes of an error).
+func stoppedWith(t *testing.T, p *proc, killed time.Time, what string, wants ...string) {
+	t.Helper()
+	select {
+	case <-p.done:
+		p.done <- nil
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("cdc still running 2m after the %s:\n%s", what, tail(p.log.String(), 3000))
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code == 0 {
+		t.Errorf("exit code 0 after the %s", what)
+	}
+	log := p.log.String()
+	for _, want := range wants {
+		i := strings.Index(log, want)
+		if i < 0 {
+			i = strings.Index(log, strings.ReplaceAll(want, `"`, `\"`))
+		}
+		if i >= 0 {
+			line, _, _ := strings.Cut(log[i:], "\n")
+			t.Logf("cdc stopped %s after the primary died: %s", time.Since(killed).Round(time.Millisecond), line)
+			return
+		}
+	}
+	t.Errorf("cdc log lacks any of %q:\n%s", wants, tail(log, 3000))
+}
+
+// kafkaPast: the standby stops receiving WAL (it is stopped, and synchronized_standby_slots no
+// longer holds the stream back for it), cdc publishes changes it never gets, the primary dies
+// and the standby is promoted. Its synchronised slot is behind what Kafka holds, and Kafka
+// holds changes past the promotion: cdc must stop and say so, not skip the new primary's own
+// changes as published ones.
+func kafkaPast(t *testing.T, e *env, pp *pgPair, p *proc) {
+	testenv.Exec(t, pp.primaryURL, `ALTER SYSTEM RESET synchronized_standby_slots`, `SELECT pg_reload_conf()`)
+	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-m", "fast", "-w", "stop")
+	for _, tbl := range []string{"fa", "fb", "fc"} {
+		testenv.Exec(t, pp.primaryURL, fmt.Sprintf(`UPDATE %s SET v = v + 1000 WHERE id <= 100`, tbl))
+	}
+	at := e.currentLSN(t.Context())
+	e.waitFor(p, 2*time.Minute, at, failoverTables...)
+	t.Logf("cdc published up to %s, which the stopped standby never received", at)
+	killed := time.Now()
+	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.primaryData, "-m", "immediate", "-w", "stop")
+	pp.startStandby()
+	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-w", "-t", "60", "promote")
+	stoppedWith(t, p, killed, "promotion of a standby behind what Kafka holds", "failover: this server was promoted at")
 }

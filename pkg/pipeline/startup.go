@@ -51,6 +51,7 @@ type plan struct {
 	checkpoint *watermark.Checkpoint
 	slot       replication.SlotInfo
 	src        source
+	timeline   replication.Timeline
 	resume     map[change.ExportID]change.LSN
 	codec      codec.Config
 	markerTag  string
@@ -168,7 +169,14 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSlot(cfg, slot, resume, published); err != nil {
+	timeline, err := replication.ReadTimeline(ctx, cfg.PGURL, cfg.timeouts())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSlot(cfg, slot, timeline, resume, published); err != nil {
+		return nil, err
+	}
+	if err := checkPromotion(cfg, slot, timeline, resume, published); err != nil {
 		return nil, err
 	}
 	if !slot.Exists {
@@ -212,13 +220,14 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		Placeholder: cfg.UnchangedPlaceholder,
 	}
 	pl.published, pl.tracker, pl.checkpoint, pl.slot, pl.resume = published, tracker, checkpoint, slot, resume
+	pl.timeline = timeline
 	pl.codec, pl.markerTag = codecCfg, markerTag
 	return pl, nil
 }
 
 // checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports
 // are hydrated, or a slot confirmed past a hydrated export's own position.
-func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+func checkSlot(cfg Config, slot replication.SlotInfo, tl replication.Timeline, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
 	live := 0
 	for e := range resume {
 		if _, ok := published[e]; ok {
@@ -232,7 +241,11 @@ func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID
 		return nil
 	}
 	if !slot.Exists {
-		return fatal(fmt.Errorf("replication slot %q is missing but %d exports were hydrated from it: changes since then are lost; to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is snapshotted again", cfg.Slot, live, cfg.Sink.WatermarkTopic))
+		why := "dropped"
+		if tl.ID > 1 {
+			why = fmt.Sprintf("this server was promoted at %s (timeline %d) without a synchronised copy of it: not a failover slot (CDC_SLOT_FAILOVER), or not synced yet; docs/production.md#failover", tl.SwitchPoint, tl.ID)
+		}
+		return fatal(fmt.Errorf("replication slot %q is missing (%s) but %d tables were published from it: changes since it was last confirmed are lost. cdc does not guess and stops: to start over, delete the watermark topic %s (or use a new CDC_TOPIC_PREFIX) so every table is copied again", cfg.Slot, why, live, cfg.Sink.WatermarkTopic))
 	}
 	if slot.WALStatus == "lost" {
 		return fatal(fmt.Errorf("replication slot %q was invalidated (wal_status=lost, max_slot_wal_keep_size exceeded): changes are lost; drop the slot and delete the watermark topic %s to take a new snapshot", cfg.Slot, cfg.Sink.WatermarkTopic))
@@ -241,6 +254,41 @@ func checkSlot(cfg Config, slot replication.SlotInfo, resume map[change.ExportID
 		if _, ok := published[e]; ok && slot.Confirmed > p {
 			return fatal(fmt.Errorf("replication slot %q is confirmed at %s, past export %s's own position %s: changes in between are lost; delete the watermark topic %s to take a new snapshot", cfg.Slot, slot.Confirmed, e, p, cfg.Sink.WatermarkTopic))
 		}
+	}
+	return nil
+}
+
+// checkPromotion compares what Kafka holds with the WAL of a promoted server whose slot was
+// not confirmed since the promotion (the synchronised copy of a failover slot, confirmed where
+// the old primary's slot was). The server's WAL is the old primary's up to the switch point
+// and its own after it. Kafka positions at or below the switch point are in this server's WAL:
+// the stream replays from the slot and skips what Kafka holds, and it is logged. A position
+// past the switch point came from WAL the old primary sent but the standby never received
+// (no synchronized_standby_slots): this server's own changes up to it would be skipped as
+// published. That is refused: cdc does not guess. A slot confirmed past the switch point was
+// confirmed on this server, by a life that made the same check.
+func checkPromotion(cfg Config, slot replication.SlotInfo, tl replication.Timeline, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+	if tl.ID <= 1 || !slot.Exists || slot.Confirmed >= tl.SwitchPoint {
+		return nil
+	}
+	var ahead change.ExportID
+	var kafka change.LSN
+	for e, p := range resume {
+		if _, ok := published[e]; ok && p > kafka {
+			ahead, kafka = e, p
+		}
+	}
+	if kafka > tl.SwitchPoint {
+		return fatal(fmt.Errorf("failover: this server was promoted at %s (timeline %d), but Kafka holds table %s up to %s, past the promotion, "+
+			"and replication slot %q here is confirmed at %s: what Kafka holds past %s came from the old primary's WAL, which this server never received, "+
+			"and this server's own changes up to %s would be skipped as published. cdc does not guess and stops: delete the watermark topic %s "+
+			"(or use a new CDC_TOPIC_PREFIX) so every table is copied again, and set synchronized_standby_slots on the primary "+
+			"so that the stream never runs ahead of the standby (docs/production.md#failover)",
+			tl.SwitchPoint, tl.ID, ahead, kafka, cfg.Slot, slot.Confirmed, tl.SwitchPoint, kafka, cfg.Sink.WatermarkTopic))
+	}
+	if kafka > slot.Confirmed {
+		cfg.Logger.Warn("failover: this server was promoted and its replication slot is behind what Kafka holds; the stream replays from the slot and skips what Kafka holds, nothing is copied again",
+			"slot", cfg.Slot, "timeline", tl.ID, "promoted_at", tl.SwitchPoint.String(), "slot_lsn", slot.Confirmed.String(), "kafka_lsn", kafka.String(), "export", ahead.String())
 	}
 	return nil
 }

@@ -162,15 +162,22 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	}
 	close(stopDrain)
 	<-drained
-	if lsn, ok := o.confirmable(); ok {
+	// Not on a promoted server (another timeline): what Kafka holds is checked against its
+	// WAL at the next start-up (checkPromotion), and confirming could skip its own changes.
+	if lsn, ok := o.confirmable(); ok && !errors.Is(err, replication.ErrServerChanged) {
 		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), confirmBy)
-		if conn.IsClosed() { // the server restarted under it
+		same := true
+		if conn.IsClosed() { // the server restarted under it, or another one took over
 			if c, err := connect(fctx, cfg.PGURL, cfg.timeouts()); err == nil {
 				defer c.Close(context.Background())
 				conn = c
 			}
+			tl, err := replication.ReadTimeline(fctx, cfg.PGURL, cfg.timeouts())
+			same = err == nil && tl.ID == pl.timeline.ID
 		}
-		confirmFinal(fctx, conn, cfg.Slot, lsn, log)
+		if same {
+			confirmFinal(fctx, conn, cfg.Slot, lsn, log)
+		}
 		cancel()
 	}
 	if ctx.Err() != nil {
@@ -197,11 +204,20 @@ func stopBudget(begin time.Time, timeout time.Duration) (drainBy, confirmBy time
 	return drainBy, confirmBy
 }
 
-// confirmFinal advances the slot to lsn once the replication connection has let go of it.
+// confirmFinal advances the slot to lsn once the replication connection has let go of it. A
+// slot that does not exist (dropped, or the server is a promoted standby without it) has
+// nothing to confirm: waiting for it would hold the stop for the whole shutdown budget.
 func confirmFinal(ctx context.Context, conn *pgcat.Conn, slot string, lsn change.LSN, log *slog.Logger) {
 	for {
 		s, err := replication.ReadSlot(ctx, conn, slot)
-		if err == nil && s.Exists && !s.Active {
+		if err == nil && !s.Exists {
+			return
+		}
+		if err != nil && conn.IsClosed() {
+			log.Warn("confirm final position: the connection is gone; the next start resumes from the slot", "slot", slot, "lsn", lsn.String(), "err", err)
+			return
+		}
+		if err == nil && !s.Active {
 			if lsn > s.Confirmed {
 				if err := replication.AdvanceSlot(ctx, conn, slot, lsn); err != nil {
 					log.Warn("confirm final position", "slot", slot, "lsn", lsn.String(), "err", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -290,4 +291,60 @@ func ReleaseStale(ctx context.Context, conn *pgconn.PgConn, slot string, pid uin
 		}
 	}
 	return nil
+}
+
+// Timeline is where a server stands in its WAL history. A promoted standby starts a new
+// timeline: its WAL is the old primary's up to SwitchPoint, and its own after it. LSNs go on
+// from there, so they stay comparable across the promotion.
+type Timeline struct {
+	ID int32
+	// SwitchPoint is the LSN at which timeline ID branched off its parent (the promotion);
+	// 0/0 on timeline 1, which has no parent.
+	SwitchPoint change.LSN
+}
+
+// ReadTimeline reads the server's timeline (IDENTIFY_SYSTEM) and, when it has a parent, the
+// point where it branched off (TIMELINE_HISTORY), on a replication connection of its own.
+func ReadTimeline(ctx context.Context, url string, t pgcat.Timeouts) (Timeline, error) {
+	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	if err != nil {
+		return Timeline{}, pgcat.SetupError(err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return Timeline{}, fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+	}
+	defer conn.Close(context.Background())
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return Timeline{}, fmt.Errorf("identify system: %w", err)
+	}
+	tl := Timeline{ID: sys.Timeline}
+	if tl.ID <= 1 {
+		return tl, nil
+	}
+	hist, err := pglogrepl.TimelineHistory(ctx, conn, tl.ID)
+	if err != nil {
+		return Timeline{}, fmt.Errorf("timeline %d history: %w", tl.ID, err)
+	}
+	if tl.SwitchPoint, err = switchPoint(string(hist.Content)); err != nil {
+		return Timeline{}, fmt.Errorf("timeline %d history %s: %w", tl.ID, hist.FileName, err)
+	}
+	return tl, nil
+}
+
+// switchPoint returns the switch point on the last line of a timeline history file: lines of
+// "parent timeline, tab, LSN where it ended, tab, reason"; comments start with #.
+func switchPoint(history string) (change.LSN, error) {
+	var last string
+	for _, line := range strings.Split(history, "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			last = line
+		}
+	}
+	fields := strings.Fields(last)
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("no switch point in %q", history)
+	}
+	return change.ParseLSN(fields[1])
 }

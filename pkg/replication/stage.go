@@ -122,6 +122,8 @@ type Stage struct {
 	state *streamState
 	// streamed: a connection got as far as streaming; later ones resume at the stream position.
 	streamed bool
+	// timeline is the server's timeline on the first connection (IDENTIFY_SYSTEM).
+	timeline int32
 
 	// backendPID is the server process of the latest replication connection.
 	backendPID atomic.Uint32
@@ -283,7 +285,8 @@ func (s *Stage) takeControl() []func(*streamState) {
 // the stream position S) survives, the incomplete transaction is discarded, and streaming
 // resumes at S, skipping every transaction that commits below it (it was handled before the
 // cut). Nothing is produced twice and the hydrating exports keep their copies. Permanent errors
-// end Run: the slot missing or invalidated (ErrSlotLost), settings that do not parse.
+// end Run: the slot missing or invalidated (ErrSlotLost), settings that do not parse, and a
+// server on another timeline (ErrServerChanged: a promoted standby, which start-up checks).
 func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 	defer s.state.close()
 	s.removeStaleSpill()
@@ -298,7 +301,7 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		}
 		// A slot still active is retried too: the walsender of a cut connection lingers until
 		// the server notices.
-		if err == nil || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) {
+		if err == nil || errors.Is(err, ErrSlotLost) || errors.Is(err, errConfig) || errors.Is(err, ErrServerChanged) {
 			return err
 		}
 		if time.Since(started) > time.Minute || errors.Is(err, ErrSlotActive) {
@@ -364,6 +367,18 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	// The previous connection's walsender, if its path died without closing.
 	if err := ReleaseStale(ctx, conn, s.cfg.Slot, s.backendPID.Swap(conn.PID()), s.log); err != nil {
 		return err
+	}
+
+	// A promoted standby (a new timeline) is checked at start-up against what Kafka holds
+	// (pipeline's checkPromotion): a new life does that, not a reconnect.
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	if s.timeline == 0 {
+		s.timeline = sys.Timeline
+	} else if sys.Timeline != s.timeline {
+		return fmt.Errorf("the server is on timeline %d, no longer %d (a standby was promoted): %w", sys.Timeline, s.timeline, ErrServerChanged)
 	}
 
 	confirmed, interval, protoArgs, err := s.prepare(ctx, conn)
@@ -437,6 +452,10 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 	}
 	return start, interval, args, nil
 }
+
+// ErrServerChanged means the stream reconnected to another timeline: a standby was promoted.
+// The stage stops, and a new life of the pipeline checks the promoted server at start-up.
+var ErrServerChanged = errors.New("replication server changed")
 
 // ErrSlotLost means changes may have been lost: the slot is missing or invalidated.
 var ErrSlotLost = errors.New("replication slot lost")
