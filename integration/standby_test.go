@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"os"
@@ -99,6 +100,11 @@ func runStandbyCapture(t *testing.T, withPrimary bool) {
 			fmt.Sprintf("✗ publication %s lacks 3 table(s) of CDC_TABLES, and a standby cannot change it", e.pub))
 		// The standby cannot create the publication: it is made on the primary beforehand.
 		e.exec(fmt.Sprintf(`CREATE PUBLICATION %s FOR TABLE %s`, e.pub, strings.Join(standbyTables, ", ")))
+		// A slot on a standby is ready once the standby replays a running-transactions record.
+		// A busy primary's background writer logs one every 15 s; a test primary writes so
+		// little that cdc waited 38-47 s per slot. Stand in for a busy primary: log one every
+		// second (what CDC_PG_PRIMARY_URL makes cdc do itself).
+		go standbySnapshots(ctx, testenv.Conn(t, pp.primaryURL))
 	}
 	replayed()
 
@@ -193,6 +199,22 @@ func runStandbyCapture(t *testing.T, withPrimary bool) {
 	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code after SIGTERM = %d, want 0", code)
+	}
+}
+
+// standbySnapshots calls pg_log_standby_snapshot() on the primary every second until ctx ends.
+func standbySnapshots(ctx context.Context, primary *pgx.Conn) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if _, err := primary.Exec(ctx, `SELECT pg_log_standby_snapshot()`); err != nil && ctx.Err() == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
