@@ -19,6 +19,7 @@ import (
 func (c *Chunker) worker(ctx context.Context, n int) {
 	var conn *pgx.Conn
 	defer func() { closeQuietly(conn) }()
+	var records []change.Record // the worker's record buffer, kept from chunk to chunk
 	backoff := retryMin
 	for {
 		t, ch, err := c.take(ctx)
@@ -42,8 +43,9 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 				continue
 			}
 		}
-		w := &chunkWorker{c: c, conn: conn}
+		w := &chunkWorker{c: c, conn: conn, records: records}
 		ch, err = w.chunk(ctx, t, ch)
+		records = w.records
 		var perm *permanentError
 		switch {
 		case err == nil:
@@ -87,6 +89,9 @@ type chunkWorker struct {
 	c      *Chunker
 	conn   *pgx.Conn
 	fields [][]byte
+	// records is the buffer a chunk's rows are read into (room for a full chunk); each chunk
+	// hands over a copy of its own size (copy).
+	records []change.Record
 }
 
 // chunk reads chunk ch of t (one to read again, or t's next, open-ended one) and hands it over.
