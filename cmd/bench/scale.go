@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -95,6 +96,9 @@ type scaleResult struct {
 	HeapProfiles []string `json:"heap_profiles,omitempty"`
 	TargetRSSMiB float64  `json:"target_rss_mib"`
 	TargetLagSec float64  `json:"target_hydrated_lag_p99_seconds"`
+	// Timeline is every watermark sample: seconds since cdc started, the highest lag of a
+	// hydrated table (seconds) and cdc's RSS (MiB).
+	Timeline [][3]float64 `json:"timeline_seconds_maxlag_rssmib"`
 }
 
 // scaleLagTargetSec is the issue's bound on the hydrated tables' lag p99.
@@ -185,7 +189,9 @@ func (b *bench) copies(ctx context.Context) (*scaleResult, error) {
 
 // copyCatchUp hydrates pgbench's tables, stops cdc, writes a -catchup-txns backlog, adds a
 // -catchup-copy-rows table to the publication and restarts cdc: it catches the backlog up and
-// copies the table at the same time, while a steady writer keeps updating pgbench_tellers.
+// copies the table at the same time, while a steady writer keeps updating pgbench_tellers. The
+// catch-up phase ends once pgbench's tables' watermarks reach the backlog's end, and then the
+// WAL position read at that moment (the writer's changes written meanwhile).
 func (b *bench) copyCatchUp(ctx context.Context) (*scaleResult, error) {
 	res := &scaleResult{Scenario: scenarioCopyCatchUp, Copies: 1, CopyRows: b.o.catchupCopyRows, WriterRate: b.o.lagRate,
 		TargetRSSMiB: memoryTargetMiB, TargetLagSec: scaleLagTargetSec}
@@ -250,6 +256,15 @@ func (b *bench) copyCatchUp(ctx context.Context) (*scaleResult, error) {
 	}
 	caughtUp, err := run.wt.until(wctx, "catch-up of the backlog", allHydrated(target, exports...), run.p.check)
 	if err != nil {
+		return res, err
+	}
+	// Then what the writer wrote until then: the catch-up ends when the watermarks reach the
+	// WAL's position at the backlog's end.
+	lsn, err := currentLSN(ctx, conn)
+	if err != nil {
+		return res, err
+	}
+	if caughtUp, err = run.wt.until(wctx, "catch-up of the writer", allHydrated(lsn, exports...), run.p.check); err != nil {
 		return res, err
 	}
 	b.logf("%s: backlog caught up %.1fs after cdc started", s.name, caughtUp.Sub(run.p.started).Seconds())
@@ -540,6 +555,18 @@ func (r *scaleRun) finish(ctx context.Context, res *scaleResult) error {
 	}
 	if len(r.marks) < 2 {
 		return nil
+	}
+	for i, smp := range samples {
+		if smp.wm == nil {
+			continue
+		}
+		lags, _ := scaleLags(samples[:i+1], smp.at, smp.at.Add(time.Nanosecond))
+		worst := 0.0
+		for _, l := range lags {
+			worst = max(worst, l)
+		}
+		res.Timeline = append(res.Timeline, [3]float64{
+			math.Round(smp.at.Sub(r.p.started).Seconds()*100) / 100, math.Round(worst*100) / 100, math.Round(float64(smp.rssKiB) / 1024)})
 	}
 	wms, err := recordTimes(ctx, b.svc.brokers, r.s.watermarkTopic())
 	if err != nil {
