@@ -139,13 +139,17 @@ func (p *cdcProc) usage() (cpuSeconds float64, peakRSSMiB float64) {
 }
 
 // vmHWM returns the VmHWM line of /proc/<pid>/status in KiB, or 0 if it cannot be read.
-func vmHWM(pid int) int64 {
+func vmHWM(pid int) int64 { return procStatusKiB(pid, "VmHWM:") }
+
+// procStatusKiB returns the field of /proc/<pid>/status (its name with the colon) in KiB, or 0
+// if it cannot be read.
+func procStatusKiB(pid int, field string) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
 				return 0

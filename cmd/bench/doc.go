@@ -33,6 +33,15 @@
 //   - tables: -quiet-tables quiet tables beside 10 busy ones: time to hydrate, topics created,
 //     watermark records per second by kind at steady state, and a quiet table's watermark lag
 //     as pkg/wait reads it.
+//   - copies (scale.go): -copies-tables tables in one publication, 10 busy (-lag-rate
+//     transactions a second) and the rest quiet, then -copies tables of -copies-rows rows added
+//     in one statement and copied at once beside the streaming; and copy-catchup: a
+//     -catchup-copy-rows table added while cdc is stopped with a -catchup-txns pgbench backlog,
+//     copied beside the catch-up and a steady writer. Both report, per phase, records/s by kind
+//     (snapshot rows from tidemark_snapshot_rows_total, stream changes and watermark records
+//     from their topics), the hydrated tables' watermark lag in seconds (p50, p99, max), cdc's
+//     RSS (sampled and VmHWM) and Go heap (/metrics), and keep cdc's heap profiles (after
+//     hydration, after the copies, and at the heap's peak) in the work folder.
 //   - debezium (only with -only debezium, `make bench-debezium`): Tidemark against Debezium's
 //     PostgreSQL connector in a Kafka Connect standalone worker, on the same pgbench data
 //     (-debezium-scale, -debezium-txns): snapshot rows/s and catch-up changes/s from process
@@ -82,7 +91,7 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|debezium,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|copies|copy-catchup|debezium,
 // -instructions, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.

@@ -53,6 +53,12 @@ type options struct {
 	debeziumTxns    int
 	instructions    bool
 	profileRounds   int
+	copiesTables    int
+	copies          int
+	copiesRows      int64
+	catchupCopyRows int64
+	catchupTxns     int
+	scaleWMInterval string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -62,13 +68,19 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory or tables; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory, tables, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
 	fs.IntVar(&o.debeziumScale, "debezium-scale", 10, "pgbench scale factor of the debezium scenario (100000 accounts each)")
 	fs.IntVar(&o.debeziumTxns, "debezium-txns", 100_000, "pgbench transactions in the debezium scenario's catch-up backlog")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
 	fs.IntVar(&o.memoryTxns, "memory-txns", 1_000_000, "pgbench transactions of the backlog caught up in the memory scenario")
+	fs.IntVar(&o.copiesTables, "copies-tables", 1000, "tables in the copies scenario (10 busy, -copies copied at once, the rest quiet)")
+	fs.IntVar(&o.copies, "copies", 10, "tables added to the publication at once in the copies scenario")
+	fs.Int64Var(&o.copiesRows, "copies-rows", 200_000, "rows of each table copied in the copies scenario")
+	fs.Int64Var(&o.catchupCopyRows, "catchup-copy-rows", 10_000_000, "rows of the table copied beside the catch-up in the copy-catchup scenario")
+	fs.IntVar(&o.catchupTxns, "catchup-txns", 100_000, "pgbench transactions of the backlog caught up beside the copy in the copy-catchup scenario")
+	fs.StringVar(&o.scaleWMInterval, "scale-watermark-interval", "", "CDC_WATERMARK_INTERVAL of the copies and copy-catchup scenarios (empty: cdc's default, 1s)")
 	fs.Int64Var(&o.compressionRows, "compression-rows", 300_000, "rows of the table each codec copies in the compression scenario")
 	fs.IntVar(&o.compressionTxns, "compression-txns", 20_000, "pgbench transactions each codec catches up in the compression scenario")
 	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
@@ -99,9 +111,17 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 func (o options) problems() []error {
 	var errs []error
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables, scenarioDebezium:
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables,
+		scenarioCopies, scenarioCopyCatchUp, scenarioDebezium:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables or debezium", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables, copies, copy-catchup or debezium", o.only))
+	}
+	if o.copies < 1 || o.copiesTables < o.copies+10 || o.copiesRows < 1 {
+		errs = append(errs, fmt.Errorf("-copies %d, -copies-tables %d, -copies-rows %d: want at least 1 copy, room for it and 10 busy tables, and 1 row",
+			o.copies, o.copiesTables, o.copiesRows))
+	}
+	if o.catchupCopyRows < 1 || o.catchupTxns < 1 {
+		errs = append(errs, fmt.Errorf("-catchup-copy-rows %d, -catchup-txns %d: both must be at least 1", o.catchupCopyRows, o.catchupTxns))
 	}
 	if o.debeziumScale < 1 || o.debeziumTxns < 1 {
 		errs = append(errs, fmt.Errorf("-debezium-scale %d, -debezium-txns %d: both must be at least 1", o.debeziumScale, o.debeziumTxns))
@@ -152,6 +172,10 @@ const (
 	scenarioMemory = "memory"
 	// scenarioTables measures many quiet tables beside a few busy ones.
 	scenarioTables = "tables"
+	// scenarioCopies copies several tables at once among many, beside streaming.
+	scenarioCopies = "copies"
+	// scenarioCopyCatchUp copies a large table beside the catch-up of a backlog.
+	scenarioCopyCatchUp = "copy-catchup"
 	// scenarioDebezium runs Tidemark and Debezium on the same data; only with -only (it
 	// downloads Debezium).
 	scenarioDebezium = "debezium"

@@ -267,7 +267,7 @@ func newLagStats(lags []int64, walRate float64) lagStats {
 }
 
 // percentile is the nearest-rank percentile p (0 < p <= 100) of sorted values.
-func percentile(sorted []int64, p float64) int64 {
+func percentile[T int64 | float64](sorted []T, p float64) T {
 	if len(sorted) == 0 {
 		return 0
 	}
@@ -293,6 +293,8 @@ type results struct {
 	Compression []compressionResult  `json:"compression,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
+	Copies      *scaleResult         `json:"copies,omitempty"`
+	CopyCatchUp *scaleResult         `json:"copy_catchup,omitempty"`
 	Debezium    *debeziumResult      `json:"debezium,omitempty"`
 	Errors      []string             `json:"errors,omitempty"`
 }
@@ -323,6 +325,8 @@ func (r *results) print(w io.Writer) {
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
+	printScale(w, r.Copies)
+	printScale(w, r.CopyCatchUp)
 	if r.Debezium != nil {
 		r.Debezium.print(w)
 	}

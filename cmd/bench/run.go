@@ -145,6 +145,8 @@ func (b *bench) scenarios() []scenarioRun {
 		{scenarioCompression, into(b.compression, func(r *results) *[]compressionResult { return &r.Compression })},
 		{scenarioTables, into(b.tables, func(r *results) **tablesResult { return &r.Tables })},
 		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
+		{scenarioCopies, into(b.copies, func(r *results) **scaleResult { return &r.Copies })},
+		{scenarioCopyCatchUp, into(b.copyCatchUp, func(r *results) **scaleResult { return &r.CopyCatchUp })},
 		{scenarioDebezium, into(b.debezium, func(r *results) **debeziumResult { return &r.Debezium })},
 	}
 }

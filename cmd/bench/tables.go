@@ -190,15 +190,34 @@ func (s *scenario) quietLag(ctx context.Context, quietIDs []change.ExportID) (la
 // countWatermarkRecords reads topic (read-committed) to its end and counts the records produced
 // between from and to by kind: tables' own records, quiet records and checkpoints.
 func countWatermarkRecords(ctx context.Context, brokers []string, topic string, from, to time.Time) (own, quiet, checkpoints int, err error) {
+	err = eachWatermarkRecord(ctx, brokers, topic, func(at time.Time, key string) {
+		if at.Before(from) || at.After(to) {
+			return
+		}
+		switch key {
+		case watermark.QuietKey:
+			quiet++
+		case watermark.CheckpointKey:
+			checkpoints++
+		default:
+			own++
+		}
+	})
+	return own, quiet, checkpoints, err
+}
+
+// eachWatermarkRecord reads topic (read-committed) to its end and calls fn with each record's
+// timestamp and key.
+func eachWatermarkRecord(ctx context.Context, brokers []string, topic string, fn func(at time.Time, key string)) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
-		return 0, 0, 0, err
+		return err
 	}
 	defer cl.Close()
 	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 	if err != nil {
-		return 0, 0, 0, err
+		return err
 	}
 	var end int64
 	ends.Each(func(o kadm.ListedOffset) { end = o.Offset })
@@ -207,25 +226,15 @@ func countWatermarkRecords(ctx context.Context, brokers []string, topic string, 
 	for {
 		fs := cl.PollFetches(rctx)
 		if rctx.Err() != nil {
-			return own, quiet, checkpoints, nil // the last records before end were markers
+			return nil // the last records before end were markers
 		}
 		last := int64(-1)
 		fs.EachRecord(func(r *kgo.Record) {
 			last = r.Offset
-			if r.Timestamp.Before(from) || r.Timestamp.After(to) {
-				return
-			}
-			switch string(r.Key) {
-			case watermark.QuietKey:
-				quiet++
-			case watermark.CheckpointKey:
-				checkpoints++
-			default:
-				own++
-			}
+			fn(r.Timestamp, string(r.Key))
 		})
 		if last+2 >= end { // the last record, or the last before its commit marker
-			return own, quiet, checkpoints, nil
+			return nil
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -83,7 +84,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	u := &change.Unit{
 		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
 		Chunk:   &change.Chunk{Seq: ch.seq, Estimated: t.estimated},
-		Records: make([]change.Record, 0, limit),
+		Records: w.scratch(limit),
 	}
 	start := time.Now()
 	if w.c.cfg.Codec.Now != nil {
@@ -92,6 +93,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	cw := &chunkWriter{w: w, t: t, u: u, enc: enc.Clone(), cols: len(table.Columns), last: make([][]byte, keys),
 		src: codec.Source{LSN: low, Snapshot: true, Attempt: t.job.Attempt, Time: start}}
 	_, err = w.conn.PgConn().CopyTo(ctx, cw, b.String())
+	u.Records = w.release(u.Records)
 	if err == nil && cw.err == nil && len(cw.buf) > 0 {
 		err = fmt.Errorf("stream ended inside a line (%d bytes)", len(cw.buf))
 	}
@@ -132,6 +134,28 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	}
 	u.Chunk.Range = ch.rg
 	return u, nil
+}
+
+// scratch returns the worker's record buffer, empty, with room for n records.
+func (w *chunkWorker) scratch(n int) []change.Record {
+	if cap(w.records) < n {
+		w.records = make([]change.Record, 0, n)
+	}
+	return w.records[:0]
+}
+
+// release returns rows, read into the worker's buffer, in a slice of their own size, and
+// clears the buffer (it no longer holds the rows) for the next chunk. A chunk keeps its rows
+// until they are durable, and up to 2 × Workers × slotShares small chunks may wait at once: with
+// room for a full chunk each (about 1 MB of records), a thousand 10-row tables had the heap at
+// 370 MB.
+func (w *chunkWorker) release(rows []change.Record) []change.Record {
+	out := slices.Clone(rows)
+	clear(rows)
+	if cap(rows) >= cap(w.records) {
+		w.records = rows[:0]
+	}
+	return out
 }
 
 // chunkWriter receives a chunk's COPY stream and encodes its rows into one unit.

@@ -26,6 +26,7 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 			closeQuietly(marks)
 		}
 	}()
+	var records []change.Record // the worker's record buffer, kept from chunk to chunk
 	backoff := retryMin
 	for {
 		t, ch, err := c.take(ctx)
@@ -64,8 +65,9 @@ func (c *Chunker) worker(ctx context.Context, n int) {
 			c.failTable(t, ErrStandbyMarkers)
 			continue
 		}
-		w := &chunkWorker{c: c, conn: conn, marks: marks}
+		w := &chunkWorker{c: c, conn: conn, marks: marks, records: records}
 		ch, err = w.chunk(ctx, t, ch)
+		records = w.records
 		var perm *permanentError
 		switch {
 		case err == nil:
@@ -119,6 +121,9 @@ type chunkWorker struct {
 	// its standby.
 	marks  *pgx.Conn
 	fields [][]byte
+	// records is the buffer a chunk's rows are read into (room for a full chunk); each chunk
+	// hands over a copy of its own size (copy).
+	records []change.Record
 }
 
 // chunk reads chunk ch of t (one to read again, or t's next, open-ended one) and hands it over.

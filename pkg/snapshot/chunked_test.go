@@ -1,6 +1,10 @@
 package snapshot
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/tidemark/cdc/pkg/change"
+)
 
 func TestChunkShare(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,6 +21,36 @@ func TestChunkShare(t *testing.T) {
 	} {
 		if got := chunkShare(tc.read, tc.bytes, tc.chunkRows); got != tc.want {
 			t.Errorf("chunkShare(%d, %d, %d) = %d, want %d", tc.read, tc.bytes, tc.chunkRows, got, tc.want)
+		}
+	}
+}
+
+// TestChunkRecordsOwnSize: a chunk hands over its rows in a slice of their own size, not in the
+// worker's buffer with room for a full chunk, and the buffer keeps no reference to them.
+func TestChunkRecordsOwnSize(t *testing.T) {
+	w := &chunkWorker{}
+	buf := w.scratch(maxChunkRows)
+	if cap(buf) < maxChunkRows || len(buf) != 0 {
+		t.Fatalf("scratch: len %d cap %d, want empty with room for %d", len(buf), cap(buf), maxChunkRows)
+	}
+	for i := range 10 {
+		buf = append(buf, change.Record{Topic: "t", Key: []byte{byte(i)}})
+	}
+	rows := w.release(buf)
+	if len(rows) != 10 || cap(rows) >= 100 {
+		t.Errorf("released: len %d cap %d, want 10 rows in a slice of about their size", len(rows), cap(rows))
+	}
+	for i, r := range rows {
+		if r.Topic != "t" || len(r.Key) != 1 || r.Key[0] != byte(i) {
+			t.Errorf("row %d = %+v", i, r)
+		}
+	}
+	if again := w.scratch(maxChunkRows); &again[:1][0] != &buf[:1][0] {
+		t.Error("the worker's buffer was not kept for the next chunk")
+	}
+	for i, r := range buf[:10] {
+		if r.Topic != "" || r.Key != nil {
+			t.Errorf("buffer row %d still holds %+v", i, r)
 		}
 	}
 }
