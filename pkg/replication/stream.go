@@ -47,6 +47,9 @@ type txn struct {
 	split  bool
 }
 
+// maxRecHint bounds streamState.recHint.
+const maxRecHint = 1024
+
 // streamState is owned by the stream goroutine.
 type streamState struct {
 	s      *Stage
@@ -68,6 +71,11 @@ type streamState struct {
 	windows map[uint64]*window
 	// rows are the reusable buffers of the row-change fast path (fastpath.go).
 	rows rowBuffers
+	// recHint is the capacity a transaction's record slice starts with: the records of the
+	// last whole transaction, at most maxRecHint.
+	recHint int
+	// handleFn is st.handle, bound once (a method value made per batch would allocate).
+	handleFn func([]byte) error
 	// partial is the part of a transaction already handed over in pieces: when the server
 	// sends that transaction again (after a reconnect, or a restart that found it partly
 	// durable), its first partial.Changes changes are skipped.
@@ -102,17 +110,17 @@ func (st *streamState) close() {
 	}
 }
 
-func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
+func (st *streamState) loop(ctx context.Context, msgs <-chan *msgBatch, pool batchPool, out chan<- *change.Unit) error {
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	for {
 		// Yield point: nothing waiting. Publish progress and do pending releases.
 		select {
-		case data, ok := <-msgs:
+		case b, ok := <-msgs:
 			if !ok {
 				return ctx.Err()
 			}
-			if err := st.handle(data); err != nil {
+			if err := st.handleBatch(b, pool); err != nil {
 				return err
 			}
 			continue
@@ -125,11 +133,11 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 			return err
 		}
 		select {
-		case data, ok := <-msgs:
+		case b, ok := <-msgs:
 			if !ok {
 				return ctx.Err()
 			}
-			if err := st.handle(data); err != nil {
+			if err := st.handleBatch(b, pool); err != nil {
 				return err
 			}
 		case <-st.s.ctrlSig:
@@ -138,6 +146,17 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 			return ctx.Err()
 		}
 	}
+}
+
+// handleBatch handles a batch's messages in order and recycles it: nothing the stream keeps
+// refers to a message's bytes (row values are encoded, names copied, before the next message).
+func (st *streamState) handleBatch(b *msgBatch, pool batchPool) error {
+	if st.handleFn == nil {
+		st.handleFn = st.handle
+	}
+	err := b.each(st.handleFn)
+	pool.put(b)
+	return err
 }
 
 // control runs the queued control functions in order.
@@ -373,6 +392,10 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 		if st.tx.commit < r.replayBelow {
 			return nil
 		}
+		if st.tx.records == nil && st.recHint > 0 {
+			// Sized like the last transaction's: no growth for a workload of similar ones.
+			st.tx.records = make([]change.Record, 0, st.recHint)
+		}
 		n := len(st.tx.records)
 		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
 		if err == nil {
@@ -526,6 +549,7 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
 		}
 	case len(tx.records) > 0:
+		st.recHint = min(len(tx.records), maxRecHint)
 		if err := st.emitTxn(u, tx.bytes); err != nil {
 			return err
 		}
