@@ -353,8 +353,6 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	for k, v := range s.cfg.SessionParams {
 		cfg.RuntimeParams[k] = v
 	}
-	rd := &flushReader{}
-	cfg.BuildFrontend = rd.frontend()
 	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("replication connect: %w", secret.ScrubError(err, s.cfg.ConnString))
@@ -396,12 +394,11 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 
 	s.streaming.Store(true)
 	defer s.streaming.Store(false)
-	msgs := make(chan *msgBatch, batchesInFlight)
-	pool := newBatchPool()
+	msgs := make(chan []byte, 4096)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return s.receive(gctx, conn, rd, msgs, pool) })
+	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })
-	g.Go(func() error { return s.state.loop(gctx, msgs, pool, out) })
+	g.Go(func() error { return s.state.loop(gctx, msgs, out) })
 	return g.Wait()
 }
 
@@ -444,10 +441,9 @@ func (s *Stage) prepare(ctx context.Context, conn *pgconn.PgConn) (change.LSN, t
 // ErrSlotLost means changes may have been lost: the slot is missing or invalidated.
 var ErrSlotLost = errors.New("replication slot lost")
 
-// receive reads messages from the server and forwards XLogData and keepalives in batches (see
-// batch.go): each batch goes to msgs just before the socket is read again, or when it is full.
-// It answers keepalives that request a reply at once, whatever the stream goroutine is doing.
-func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, rd *flushReader, msgs chan<- *msgBatch, pool batchPool) error {
+// receive reads messages from the server and forwards XLogData and keepalives; it answers
+// keepalives that request a reply at once, whatever the stream goroutine is doing.
+func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []byte) error {
 	defer close(msgs)
 	// ReceiveMessage given a cancellable context sets up and tears down a context watcher for
 	// every message (a channel, a callback, two selects): 18% of cdc's CPU in a catch-up. The
@@ -455,22 +451,6 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, rd *flushReade
 	// deadline in the past (the connection is not used again).
 	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	cur := pool.get()
-	send := func() error {
-		if len(cur.ends) == 0 {
-			return nil
-		}
-		select {
-		case msgs <- cur:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		cur = pool.get()
-		return nil
-	}
-	// The batch goes before pgconn reads the socket: every message read so far is in it.
-	rd.before = send
-	defer func() { rd.before = nil }()
 	for {
 		raw, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -498,12 +478,12 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, rd *flushReade
 					}
 				}
 			}
-			// m.Data is valid until the next receive: the batch keeps a copy.
-			cur.add(m.Data)
-			if cur.full() {
-				if err := send(); err != nil {
-					return err
-				}
+			data := make([]byte, len(m.Data))
+			copy(data, m.Data)
+			select {
+			case msgs <- data:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))

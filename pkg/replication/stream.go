@@ -74,8 +74,6 @@ type streamState struct {
 	// recHint is the capacity a transaction's record slice starts with: the records of the
 	// last whole transaction, at most maxRecHint.
 	recHint int
-	// handleFn is st.handle, bound once (a method value made per batch would allocate).
-	handleFn func([]byte) error
 	// partial is the part of a transaction already handed over in pieces: when the server
 	// sends that transaction again (after a reconnect, or a restart that found it partly
 	// durable), its first partial.Changes changes are skipped.
@@ -110,17 +108,17 @@ func (st *streamState) close() {
 	}
 }
 
-func (st *streamState) loop(ctx context.Context, msgs <-chan *msgBatch, pool batchPool, out chan<- *change.Unit) error {
+func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	for {
 		// Yield point: nothing waiting. Publish progress and do pending releases.
 		select {
-		case b, ok := <-msgs:
+		case data, ok := <-msgs:
 			if !ok {
 				return ctx.Err()
 			}
-			if err := st.handleBatch(b, pool); err != nil {
+			if err := st.handle(data); err != nil {
 				return err
 			}
 			continue
@@ -133,11 +131,11 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan *msgBatch, pool bat
 			return err
 		}
 		select {
-		case b, ok := <-msgs:
+		case data, ok := <-msgs:
 			if !ok {
 				return ctx.Err()
 			}
-			if err := st.handleBatch(b, pool); err != nil {
+			if err := st.handle(data); err != nil {
 				return err
 			}
 		case <-st.s.ctrlSig:
@@ -146,17 +144,6 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan *msgBatch, pool bat
 			return ctx.Err()
 		}
 	}
-}
-
-// handleBatch handles a batch's messages in order and recycles it: nothing the stream keeps
-// refers to a message's bytes (row values are encoded, names copied, before the next message).
-func (st *streamState) handleBatch(b *msgBatch, pool batchPool) error {
-	if st.handleFn == nil {
-		st.handleFn = st.handle
-	}
-	err := b.each(st.handleFn)
-	pool.put(b)
-	return err
 }
 
 // control runs the queued control functions in order.
