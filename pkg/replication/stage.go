@@ -480,10 +480,16 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 				}
 			}
 			data := copies.copy(m.Data)
+			// A send that does not wait skips the select's locking of two channels (it was
+			// a tenth of cdc's CPU in a catch-up, with the stream goroutine's).
 			select {
 			case msgs <- data:
-			case <-ctx.Done():
-				return ctx.Err()
+			default:
+				select {
+				case msgs <- data:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		case *pgproto3.ErrorResponse:
 			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(m))

@@ -112,7 +112,14 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	for {
-		// Yield point: nothing waiting. Publish progress and do pending releases.
+		// Control calls first (checking for none is cheap), then the next message; one
+		// select over both would lock both channels for every message.
+		select {
+		case <-st.s.ctrlSig:
+			st.control()
+			continue
+		default:
+		}
 		select {
 		case data, ok := <-msgs:
 			if !ok {
@@ -122,11 +129,9 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 				return err
 			}
 			continue
-		case <-st.s.ctrlSig:
-			st.control()
-			continue
 		default:
 		}
+		// Yield point: nothing waiting. Publish progress and do pending releases.
 		if err := st.yield(); err != nil {
 			return err
 		}
@@ -156,6 +161,15 @@ func (st *streamState) control() {
 // emit sends a unit to the sink, applying control calls while it waits (they only change
 // routing state; releases happen at yield points).
 func (st *streamState) emit(u *change.Unit) error {
+	select {
+	case st.out <- u:
+		// The sink had room: no select over the control and context channels.
+		if u.Kind == change.KindTxn || u.Kind == change.KindProgress {
+			st.emitted = max(st.emitted, u.End)
+		}
+		return nil
+	default:
+	}
 	for {
 		select {
 		case st.out <- u:
