@@ -73,6 +73,10 @@
 // runs' cdc CPU seconds per 1,000,000 changes. -profile-rounds (default 3) such catch-ups are
 // profiled and their profiles merged; the profiles stay in the work folder.
 //
+// -ab-bin compares another cdc binary with the repository's in the stream scenario: -ab-rounds
+// exactly-once catch-ups of the same backlog each, alternating A B B A, each logged with its
+// cdc and walsender CPU per 1,000,000 changes, then the medians per binary.
+//
 // -instructions (`make bench-instructions`, instructions.go) runs no scenario: it counts the
 // instructions per record of BenchmarkDecodeTxn (with its pkg/codec part) and of the codec's
 // snapshot row benchmarks under valgrind --tool=callgrind, from two fixed iteration counts.

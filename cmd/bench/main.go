@@ -59,6 +59,8 @@ type options struct {
 	catchupCopyRows int64
 	catchupTxns     int
 	scaleWMInterval string
+	abBin           string
+	abRounds        int
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -93,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.snapshotRounds, "snapshot-rounds", 2, "measured copies of the snapshot table per snapshot strategy (CDC_SNAPSHOT_STRATEGY), in the order chunked, copy, copy, chunked, ..., after one unmeasured warm-up copy")
 	fs.BoolVar(&o.instructions, "instructions", false, "count the instructions per record of the hot loops' benchmarks under valgrind --tool=callgrind instead of running the scenarios (no services; `make bench-instructions`)")
 	fs.IntVar(&o.profileRounds, "profile-rounds", 3, "extra exactly-once catch-ups of the streaming backlog with a CPU profile, merged for the catch-up's CPU split (0: none)")
+	fs.StringVar(&o.abBin, "ab-bin", "", "stream scenario: also catch the backlog up exactly-once with this other cdc binary (B) and with the repository's (A), alternating A B B A ..., -ab-rounds times each, and print each run's CPU per change beside the walsender's of the same run (an A/B comparison on a shared machine)")
+	fs.IntVar(&o.abRounds, "ab-rounds", 3, "catch-ups per binary with -ab-bin")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
@@ -140,7 +144,7 @@ func (o options) problems() []error {
 		v    int64
 	}{
 		{"rows", o.rows}, {"txns", int64(o.txns)}, {"clients", int64(o.clients)}, {"delivery-rounds", int64(o.deliveryRounds)},
-		{"snapshot-rounds", int64(o.snapshotRounds)}, {"scale", int64(o.scale)}, {"lag-rows", o.lagRows},
+		{"snapshot-rounds", int64(o.snapshotRounds)}, {"ab-rounds", int64(o.abRounds)}, {"scale", int64(o.scale)}, {"lag-rows", o.lagRows},
 	} {
 		if f.v < 1 {
 			errs = append(errs, fmt.Errorf("-%s %d: must be at least 1", f.name, f.v))

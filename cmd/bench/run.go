@@ -277,9 +277,14 @@ func (s *scenario) vars(extra map[string]string) map[string]string {
 
 // startCDC starts cdc with the scenario's environment; its log goes to the work folder.
 func (s *scenario) startCDC(extra map[string]string) (*cdcProc, error) {
+	return s.startCDCBin(s.b.bin, extra)
+}
+
+// startCDCBin is startCDC with another cdc binary.
+func (s *scenario) startCDCBin(bin string, extra map[string]string) (*cdcProc, error) {
 	s.b.runs++
 	logPath := filepath.Join(s.b.work, fmt.Sprintf("%02d-%s-cdc.log", s.b.runs, s.name))
-	p, err := startCDC(s.b.bin, logPath, s.tmp, s.vars(extra))
+	p, err := startCDC(bin, logPath, s.tmp, s.vars(extra))
 	if err != nil {
 		return nil, err
 	}

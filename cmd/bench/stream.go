@@ -49,7 +49,8 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	for i := range b.o.profileRounds {
 		profiled = append(profiled, s.newLane(deliveryExactlyOnce, fmt.Sprintf("prof%d", i), exports))
 	}
-	for _, l := range append(order, profiled...) {
+	ab := s.abLanes(exports)
+	for _, l := range append(append(order, profiled...), ab...) {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
 			return res, err
@@ -77,6 +78,9 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 
 	target, err := s.streamReadLimits(ctx, conn, res, readSlot, recvSlot, startLSN)
 	if err != nil {
+		return res, err
+	}
+	if err := s.abCatchUps(wctx, ab, target, res.Changes); err != nil {
 		return res, err
 	}
 	eos, stats, err := s.streamCatchUps(wctx, res, order, target)
@@ -251,6 +255,8 @@ type lane struct {
 	wt       *watcher
 	// prof, when set, takes a CPU profile of the next catch-up.
 	prof *profiler
+	// bin, when set, is the cdc binary of the lane's catch-ups (-ab-bin); name says which.
+	bin, name string
 }
 
 // newLane returns the lane of delivery. With tag "" it uses the scenario's own slot and prefix;
@@ -323,7 +329,11 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 		vars = maps.Clone(l.vars)
 		maps.Copy(vars, l.prof.vars())
 	}
-	p, err := l.s.startCDC(vars)
+	bin := l.s.b.bin
+	if l.bin != "" {
+		bin = l.bin
+	}
+	p, err := l.s.startCDCBin(bin, vars)
 	if err != nil {
 		return res, topicStats{}, err
 	}
@@ -565,4 +575,57 @@ func createReadSlots(ctx context.Context, conn *pgx.Conn, readSlot, recvSlot str
 		return 0, fmt.Errorf("create slot %s: %w", recvSlot, err)
 	}
 	return change.ParseLSN(slotLSN)
+}
+
+// abLanes are the exactly-once lanes of -ab-bin: per round one with the repository's cdc (A)
+// and one with the other binary (B), in the order A B B A A B ...
+func (s *scenario) abLanes(exports []change.ExportID) []*lane {
+	if s.b.o.abBin == "" {
+		return nil
+	}
+	var ls []*lane
+	for r := range s.b.o.abRounds {
+		a := s.newLane(deliveryExactlyOnce, fmt.Sprintf("aba%d", r), exports)
+		b := s.newLane(deliveryExactlyOnce, fmt.Sprintf("abb%d", r), exports)
+		a.name, b.name, b.bin = "A", "B", s.b.o.abBin
+		if r%2 == 0 {
+			ls = append(ls, a, b)
+		} else {
+			ls = append(ls, b, a)
+		}
+	}
+	return ls
+}
+
+// abCatchUps runs the -ab-bin lanes and logs each run's cdc and walsender CPU per 1,000,000
+// changes, and the medians per binary.
+func (s *scenario) abCatchUps(ctx context.Context, lanes []*lane, target change.LSN, changes int64) error {
+	per := make(map[string][][2]float64)
+	for _, l := range lanes {
+		run, _, err := l.catchUp(ctx, target, changes)
+		if err != nil {
+			return err
+		}
+		cdc, ws := run.CPUSeconds/float64(changes)*1e6, run.WalsenderCPUSeconds/float64(changes)*1e6
+		per[l.name] = append(per[l.name], [2]float64{cdc, ws})
+		s.b.logf("stream: A/B %s: cdc %.2fs, walsender %.2fs CPU per 1,000,000 changes, ratio %.2f, %.0f changes/s",
+			l.name, cdc, ws, cdc/max(ws, 1e-9), run.CDC.PerSecond)
+	}
+	for _, name := range []string{"A", "B"} {
+		var cdc, ws, ratio []float64
+		for _, v := range per[name] {
+			cdc, ws, ratio = append(cdc, v[0]), append(ws, v[1]), append(ratio, v[0]/max(v[1], 1e-9))
+		}
+		s.b.logf("stream: A/B %s medians of %d: cdc %.2fs, walsender %.2fs CPU per 1,000,000 changes, ratio %.2f (runs: cdc %s; ratio %s)",
+			name, len(cdc), median(cdc), median(ws), median(ratio), formatFloats(cdc), formatFloats(ratio))
+	}
+	return nil
+}
+
+func formatFloats(v []float64) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = strconv.FormatFloat(x, 'f', 2, 64)
+	}
+	return strings.Join(parts, " / ")
 }

@@ -27,6 +27,30 @@ func (e *Encoder) own(b []byte) []byte {
 	return e.arena[s:len(e.arena):len(e.arena)]
 }
 
+// arenaTail returns the free end of the arena as an empty slice to append a value to, with
+// room for twice the last value: a value written there and kept with commitTail is not copied
+// again. (A value that outgrows the room is appended into a new allocation by append, and
+// commitTail copies it as own does.)
+func (e *Encoder) arenaTail() []byte {
+	if cap(e.arena)-len(e.arena) < 2*e.lastVal+256 {
+		e.arena = make([]byte, 0, arenaChunk)
+	}
+	n := len(e.arena)
+	return e.arena[n:n]
+}
+
+// commitTail keeps val, appended to the slice arenaTail returned, in the arena, and returns it
+// with its capacity limited as own does.
+func (e *Encoder) commitTail(val []byte) []byte {
+	n := len(e.arena)
+	if len(val) == 0 || cap(val) != cap(e.arena)-n || &val[0] != &e.arena[n : n+1][0] {
+		// append moved it out of the arena.
+		return e.own(val)
+	}
+	e.arena = e.arena[:n+len(val)]
+	return e.arena[n:len(e.arena):len(e.arena)]
+}
+
 // lsnText returns the "X/Y" rendering of l in the arena.
 func (e *Encoder) lsnText(l change.LSN) []byte {
 	var buf [17]byte

@@ -154,6 +154,7 @@ type Encoder struct {
 	merged  [][]byte // after with unchanged columns resolved
 	unavail []bool   // columns of merged that stay unknown
 	arena   []byte
+	lastVal int // bytes of the last value simple wrote
 	hdrs    []change.Header
 	conv    converter // json-with-schema value conversion
 	dims    []byte    // json-with-schema: HeaderArrayDims of the record being encoded, or empty
@@ -366,10 +367,22 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	} else if before == nil {
 		return dst, fmt.Errorf("encode %c of %s: no tuple", op, e.table.Export)
 	}
+	// The value is written straight into the arena (see arenaTail), unless the last one was
+	// too large to share a chunk.
+	var val []byte
 	var err error
-	if e.val, err = e.appendEnvelope(e.val[:0], src, op, before, after, unavail); err != nil {
-		return dst, err
+	if e.lastVal <= arenaLarge/2 {
+		if val, err = e.appendEnvelope(e.arenaTail(), src, op, before, after, unavail); err != nil {
+			return dst, err
+		}
+		val = e.commitTail(val)
+	} else {
+		if e.val, err = e.appendEnvelope(e.val[:0], src, op, before, after, unavail); err != nil {
+			return dst, err
+		}
+		val = e.own(e.val)
 	}
+	e.lastVal = len(val)
 	// e.spans now holds the value offsets of the last row encoded: after, or before when
 	// after is nil. The key reuses those bytes.
 	var key []byte
@@ -384,7 +397,7 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 				e.key = append(e.key, ',')
 			}
 			e.key = append(e.key, e.cols[c].name...)
-			e.key = append(e.key, e.val[e.spans[2*c]:e.spans[2*c+1]]...)
+			e.key = append(e.key, val[e.spans[2*c]:e.spans[2*c+1]]...)
 		}
 		e.key = append(e.key, '}')
 		if e.keyHead != nil {
@@ -393,7 +406,7 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 		key = e.own(e.key)
 	}
 	return append(dst, change.Record{
-		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: e.own(e.val),
+		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: val,
 		Headers: e.headers(e.lsnText(src.LSN), op, nil, nil, e.unchangedNames(unavail)),
 	}), nil
 }

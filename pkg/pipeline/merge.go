@@ -43,6 +43,11 @@ func mergeUnits(ctx context.Context, stream, bulk <-chan *change.Unit, out chan<
 		}
 		select {
 		case out <- u:
+			continue
+		default:
+		}
+		select {
+		case out <- u:
 		case <-ctx.Done():
 			return
 		}

@@ -47,6 +47,9 @@ type txn struct {
 	split  bool
 }
 
+// maxRecHint bounds streamState.recHint.
+const maxRecHint = 1024
+
 // streamState is owned by the stream goroutine.
 type streamState struct {
 	s      *Stage
@@ -68,6 +71,9 @@ type streamState struct {
 	windows map[uint64]*window
 	// rows are the reusable buffers of the row-change fast path (fastpath.go).
 	rows rowBuffers
+	// recHint is the capacity a transaction's record slice starts with: the records of the
+	// last whole transaction, at most maxRecHint.
+	recHint int
 	// partial is the part of a transaction already handed over in pieces: when the server
 	// sends that transaction again (after a reconnect, or a restart that found it partly
 	// durable), its first partial.Changes changes are skipped.
@@ -106,7 +112,14 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	for {
-		// Yield point: nothing waiting. Publish progress and do pending releases.
+		// Control calls first (checking for none is cheap), then the next message; one
+		// select over both would lock both channels for every message.
+		select {
+		case <-st.s.ctrlSig:
+			st.control()
+			continue
+		default:
+		}
 		select {
 		case data, ok := <-msgs:
 			if !ok {
@@ -116,11 +129,9 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 				return err
 			}
 			continue
-		case <-st.s.ctrlSig:
-			st.control()
-			continue
 		default:
 		}
+		// Yield point: nothing waiting. Publish progress and do pending releases.
 		if err := st.yield(); err != nil {
 			return err
 		}
@@ -150,6 +161,15 @@ func (st *streamState) control() {
 // emit sends a unit to the sink, applying control calls while it waits (they only change
 // routing state; releases happen at yield points).
 func (st *streamState) emit(u *change.Unit) error {
+	select {
+	case st.out <- u:
+		// The sink had room: no select over the control and context channels.
+		if u.Kind == change.KindTxn || u.Kind == change.KindProgress {
+			st.emitted = max(st.emitted, u.End)
+		}
+		return nil
+	default:
+	}
 	for {
 		select {
 		case st.out <- u:
@@ -373,6 +393,10 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 		if st.tx.commit < r.replayBelow {
 			return nil
 		}
+		if st.tx.records == nil && st.recHint > 0 {
+			// Sized like the last transaction's: no growth for a workload of similar ones.
+			st.tx.records = make([]change.Record, 0, st.recHint)
+		}
 		n := len(st.tx.records)
 		st.tx.records, err = encode(rel.enc, st.tx.records, src, rel.ncols)
 		if err == nil {
@@ -526,6 +550,7 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 			st.log.Info("large transaction handed over", "commit_lsn", u.Commit.String(), "xid", tx.xid, "pieces", tx.pieces+1, "changes", tx.changes)
 		}
 	case len(tx.records) > 0:
+		st.recHint = min(len(tx.records), maxRecHint)
 		if err := st.emitTxn(u, tx.bytes); err != nil {
 			return err
 		}

@@ -182,6 +182,8 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		}
 		b.txn = false
 	}
+	// Every record of the batch was flushed: their promises ran, and the slabs can be reused.
+	s.recycleSlabs()
 	select {
 	case acks <- Ack{Kind: AckCommitted}:
 	case <-ctx.Done():

@@ -56,10 +56,11 @@ type Sink struct {
 	// transaction handed over in pieces).
 	next *change.Unit
 	// slab hands out the kgo.Records (with room for their headers) that produce needs, so
-	// that producing allocates once per slabSize records, not twice per record. Run's
-	// goroutine alone uses it; a slab is never reused, so a record stays untouched until
-	// Kafka has it and the garbage collector frees its slab.
-	slab []slabRecord
+	// that producing allocates nothing per record. Run's goroutine alone uses it. A slab is
+	// reused only after a batch's records are all flushed (every promise has run, and
+	// franz-go keeps no record after its promise), so a record stays untouched until Kafka
+	// has it; see recycleSlabs.
+	slab slabs
 }
 
 // slabSize is the records of one slab.
@@ -72,14 +73,48 @@ type slabRecord struct {
 	hdrs [6]kgo.RecordHeader
 }
 
+// slabs are the slabs of records handed out since the last recycle (used; the last one is
+// cur, of which next records are handed out) and those free for reuse.
+type slabs struct {
+	cur  *[slabSize]slabRecord
+	next int
+	used []*[slabSize]slabRecord
+	free []*[slabSize]slabRecord
+}
+
+// maxFreeSlabs bounds the slabs kept for reuse (each about 115 KiB).
+const maxFreeSlabs = 64
+
 // newRecord returns a zeroed record from the slab.
 func (s *Sink) newRecord() *slabRecord {
-	if len(s.slab) == 0 {
-		s.slab = make([]slabRecord, slabSize)
+	sl := &s.slab
+	if sl.cur == nil || sl.next == slabSize {
+		if n := len(sl.free); n > 0 {
+			sl.cur, sl.free = sl.free[n-1], sl.free[:n-1]
+		} else {
+			sl.cur = new([slabSize]slabRecord)
+		}
+		sl.used = append(sl.used, sl.cur)
+		sl.next = 0
 	}
-	r := &s.slab[0]
-	s.slab = s.slab[1:]
+	r := &sl.cur[sl.next]
+	sl.next++
+	*r = slabRecord{}
 	return r
+}
+
+// recycleSlabs makes every slab handed out so far free for reuse. Call it only when every
+// record produced from them has had its promise called (after a successful Flush): franz-go
+// does not touch a record after its promise.
+func (s *Sink) recycleSlabs() {
+	sl := &s.slab
+	for _, p := range sl.used {
+		if len(sl.free) < maxFreeSlabs {
+			sl.free = append(sl.free, p)
+		}
+	}
+	clear(sl.used)
+	sl.used, sl.cur, sl.next = sl.used[:0], nil, 0
 }
 
 // New validates cfg and builds the Kafka client. It does not connect; see Ping.

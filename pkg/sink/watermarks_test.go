@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -183,26 +185,39 @@ func scenarioWatermarkTopicSegments(t *testing.T, env *testEnv) {
 		"segment.bytes":  strconv.Itoa(WatermarkSegmentBytes),
 		"cleanup.policy": "compact",
 	}
+	// check waits up to a minute for topic's configuration to read want: the broker applies a
+	// change through its metadata log, and a loaded one answers a describe from a cache that
+	// can lag the change by seconds.
 	check := func(topic string, want map[string]string) {
 		t.Helper()
-		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
-		if err != nil {
-			t.Fatalf("describe %s: %v", topic, err)
-		}
-		rc, err := rcs.On(topic, nil)
-		if err != nil {
-			t.Fatalf("describe %s: %v", topic, err)
-		}
-		got := map[string]string{}
-		for _, c := range rc.Configs {
-			if _, ok := want[c.Key]; ok {
-				got[c.Key] = deref(c.Value)
+		var wrong []string
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+			if err != nil {
+				t.Fatalf("describe %s: %v", topic, err)
+			}
+			rc, err := rcs.On(topic, nil)
+			if err != nil {
+				t.Fatalf("describe %s: %v", topic, err)
+			}
+			got := map[string]string{}
+			for _, c := range rc.Configs {
+				if _, ok := want[c.Key]; ok {
+					got[c.Key] = deref(c.Value)
+				}
+			}
+			wrong = wrong[:0]
+			for _, k := range slices.Sorted(maps.Keys(want)) {
+				if got[k] != want[k] {
+					wrong = append(wrong, fmt.Sprintf("%s = %q, want %q", k, got[k], want[k]))
+				}
+			}
+			if len(wrong) == 0 || time.Now().After(deadline) {
+				break
 			}
 		}
-		for k, v := range want {
-			if got[k] != v {
-				t.Errorf("%s: %s = %q, want %q", topic, k, got[k], v)
-			}
+		for _, w := range wrong {
+			t.Errorf("%s: %s", topic, w)
 		}
 	}
 	// Created by EnsureTopics.
