@@ -24,13 +24,8 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	var jobs []snapshot.ChunkJob
 	for _, e := range sortedExports(resume) {
 		p := resume[e]
-		// e is taken up in the phase its records left it in.
 		attempt, after, chunked := o.tracker.Chunked(e)
-		if chunked {
-			o.phases[e] = phaseChunking
-		} else {
-			o.phases[e] = phaseHydrated
-		}
+		o.takeUp(e, chunked)
 		if _, ok := published[e]; !ok {
 			o.toRemoved(e, confirmed)
 			o.log.Info("table left the publication while stopped", "export", e.String())

@@ -83,6 +83,16 @@ func (o *owner) stateOf(e change.ExportID) (watermark.State, bool) {
 	return p.state(), p != 0
 }
 
+// takeUp gives e, restored from the watermark topic following the stream, the phase its records
+// left it in: chunking, or hydrated. Until then the tracker reads e's state from those records.
+func (o *owner) takeUp(e change.ExportID, chunked bool) {
+	if chunked {
+		o.phases[e] = phaseChunking
+	} else {
+		o.phases[e] = phaseHydrated
+	}
+}
+
 // setPhase moves e to p where that does not change what e's records say (removing, releasing).
 func (o *owner) setPhase(e change.ExportID, p phase) {
 	o.phases[e] = p
