@@ -37,15 +37,13 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 		case change.KindChunk:
 			o.tracker.ChunkDone(u.Export, u.Chunk, now)
 		case change.KindHydrated:
-			o.tracker.Hydrated(u.Export, u.End)
-			o.phases[u.Export] = phaseHydrated
+			o.toHydrated(u.Export, u.End)
 		case change.KindRemoved:
-			o.tracker.Removed(u.Export, u.End)
-			o.phases[u.Export] = phaseRemoved
+			o.toRemoved(u.Export, u.End)
 		case change.KindFailed:
-			o.tracker.Failed(u.Export, u.Err)
-			o.failures[u.Export] = failureClass(u.Cause)
-			o.phases[u.Export] = phaseFailed
+			if o.toFailed(u.Export, u.Err) {
+				o.failures[u.Export] = failureClass(u.Cause)
+			}
 			stop = append(stop, u.Export)
 		}
 	}
@@ -152,7 +150,7 @@ func (o *owner) committed() {
 	o.copied = nil
 	for _, e := range copied {
 		if o.phases[e] == phaseCopying {
-			o.phases[e] = phaseReleasing
+			o.setPhase(e, phaseReleasing)
 		}
 	}
 	var done []change.ExportID

@@ -22,8 +22,11 @@
 // reaches it on a channel (the publication as polled, the snapshot stage's and the chunker's
 // reports, the reconciles, the sink's acknowledgements, a re-copy asked for by an operator), and
 // it answers with typed commands to the stages through narrow interfaces (replicationControl,
-// chunkControl, topicControl, catalog), so its unit tests drive its loop with fakes. The state
-// an export's watermark records and GET /exports show follows from its phase (phase.state). The
+// chunkControl, topicControl, catalog), so its unit tests drive its loop with fakes. The phase
+// is an export's only lifecycle state: the state its watermark records and GET /exports show is
+// read from it (phase.state, which the tracker follows: watermark.Tracker.Follow), and which
+// transitions happen is decided by the phase machine alone (phase.go: toHydrated, toRemoved,
+// toFailed, ...). The
 // owner never waits for a stage that may wait for it: the replication stage's commands are
 // posted, and those whose outcome matters come back on channels the loop selects on.
 //

@@ -24,9 +24,10 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	var jobs []snapshot.ChunkJob
 	for _, e := range sortedExports(resume) {
 		p := resume[e]
+		attempt, after, chunked := o.tracker.Chunked(e)
+		o.takeUp(e, chunked)
 		if _, ok := published[e]; !ok {
-			o.tracker.Removed(e, confirmed)
-			o.phases[e] = phaseRemoved
+			o.toRemoved(e, confirmed)
 			o.log.Info("table left the publication while stopped", "export", e.String())
 			continue
 		}
@@ -34,8 +35,7 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 		if errors.Is(err, pgcat.ErrUnsupportedTable) {
 			// E.g. the publication's column list leaves out a key column now: e alone stops.
 			o.log.Error("export failed", "export", e.String(), "err", err)
-			o.tracker.Failed(e, err.Error())
-			o.phases[e] = phaseFailed
+			o.toFailed(e, err.Error())
 			continue
 		}
 		if err != nil {
@@ -44,12 +44,6 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 		specs = append(specs, sink.TopicSpec{Name: o.topic(e), Compact: len(t.KeyColumns()) > 0})
 		if p, ok := o.tracker.CopiedAs(e); ok {
 			o.definitions[e] = p
-		}
-		attempt, after, chunked := o.tracker.Chunked(e)
-		if chunked {
-			o.phases[e] = phaseChunking
-		} else {
-			o.phases[e] = phaseHydrated
 		}
 		if chunked {
 			o.repl.ResumeChunking(e, p)
@@ -84,12 +78,12 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 		}
 	}
 	for e := range published {
-		if !o.phases[e].known() {
+		if !o.phases[e].known() && o.mayAdd(e) {
 			added = append(added, e)
 		}
 	}
 	for _, e := range o.pending {
-		if _, ok := published[e]; ok && !slices.Contains(added, e) {
+		if _, ok := published[e]; ok && !slices.Contains(added, e) && o.mayAdd(e) {
 			added = append(added, e)
 		}
 	}
@@ -102,9 +96,12 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 			return fmt.Errorf("read WAL position: %w", err)
 		}
 		o.log.Info("table left the publication", "export", e.String(), "at", at.String())
-		if o.phases[e] == phaseHydrated {
+		switch o.phases[e] {
+		case phaseHydrated:
 			o.setPhase(e, phaseRemovingHydrated)
-		} else {
+		case phaseFailed:
+			o.setPhase(e, phaseRemovingFailed)
+		default:
 			o.setPhase(e, phaseRemoving)
 		}
 		o.chunks.Stop(e)
@@ -128,8 +125,7 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 	// still hydrated (added again before its removal took effect, or copied again) stops
 	// advancing first.
 	for _, e := range copies {
-		o.tracker.Holding(e)
-		o.phases[e] = phaseHolding
+		o.toHolding(e)
 	}
 	// The snapshot is requested once the replication stage holds them.
 	o.detecting = append(o.detecting, detectWait{applied: o.repl.Detect(copies), req: snapshot.Request{Exports: copies}})
@@ -209,8 +205,7 @@ func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.
 	}
 	for _, e := range chunked {
 		topic := o.topic(e)
-		attempt := o.tracker.StartChunked(e, topic, 0, o.topics.EndOffsets(topic), time.Now())
-		o.phases[e] = phaseChunking
+		attempt := o.toChunking(e, topic, o.topics.EndOffsets(topic), time.Now())
 		o.copiedAs(e, defs[e])
 		o.repl.StartChunking(e)
 		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
@@ -219,8 +214,11 @@ func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.
 	return rest, nil
 }
 
-func (o *owner) setPhase(e change.ExportID, p phase) {
-	o.phases[e] = p
+// mayAdd reports whether e may be added to the exports again now: not while the record of its
+// removal is still to be written (the next poll adds it), so that a restart never finds it
+// hydrated with the changes made while it was out of the publication missing.
+func (o *owner) mayAdd(e change.ExportID) bool {
+	return o.phases[e] != phaseRemoved || !o.tracker.Owed(e)
 }
 
 // Errors of resnapshot.
@@ -272,8 +270,7 @@ func (o *owner) begun(lsn change.LSN, tables []snapshot.TableInfo) map[change.Ex
 	for _, t := range tables {
 		e := t.Table.Export
 		topic := o.topic(e)
-		attempts[e] = o.tracker.StartHydration(e, topic, lsn, t.EstimatedRows, o.topics.EndOffsets(topic), now)
-		o.phases[e] = phaseCopying
+		attempts[e] = o.toCopying(e, topic, lsn, t.EstimatedRows, o.topics.EndOffsets(topic), now)
 		o.copiedAs(e, t.Table.Published)
 		o.log.Info("snapshot started", "export", e.String(), "consistent_point", lsn.String(), "attempt", attempts[e], "estimated_rows", t.EstimatedRows)
 	}
@@ -285,7 +282,7 @@ func (o *owner) begun(lsn change.LSN, tables []snapshot.TableInfo) map[change.Ex
 func (o *owner) restart(e change.ExportID, reason string) {
 	o.log.Warn("restarting snapshot", "export", e.String(), "reason", reason)
 	o.repl.Restart(e)
-	o.phases[e] = phaseHolding
+	o.toHolding(e)
 	o.pending = append(o.pending, e)
 	o.wakePoll()
 }
@@ -295,7 +292,7 @@ func (o *owner) failed(e change.ExportID, err error) {
 	o.log.Error("export failed", "export", e.String(), "err", err)
 	o.repl.Fail(e)
 	o.chunks.Stop(e)
-	o.tracker.Failed(e, err.Error())
-	o.failures[e] = failureClass(err)
-	o.phases[e] = phaseFailed
+	if o.toFailed(e, err.Error()) {
+		o.failures[e] = failureClass(err)
+	}
 }

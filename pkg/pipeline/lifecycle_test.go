@@ -144,7 +144,8 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 	// Left the publication, the stream not past the removal yet: hydrated, and being copied.
 	exRmH := change.ExportID{Schema: "public", Table: "removing_hydrated"}
 	exRmC := change.ExportID{Schema: "public", Table: "removing_chunking"}
-	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF, exRmH, exRmC}
+	exRmF := change.ExportID{Schema: "public", Table: "removing_failed"}
+	all := []change.ExportID{exH, exC, exCopy, exHold, exRel, exR, exF, exRmH, exRmC, exRmF}
 
 	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
 	var h history
@@ -169,13 +170,14 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		&change.Unit{Kind: change.KindHydrated, Export: exRmH, End: 0x150},
 		&change.Unit{Kind: change.KindSnapshotDone, Export: exRel})
 	lc.Failed(exF, fmt.Errorf("boom"))
+	lc.Failed(exRmF, fmt.Errorf("boom"))
 	if err := lc.published(ctx, fakeCatalog{wal: 0x180}, set(exH, exC, exCopy, exHold, exRel, exF)); err != nil {
 		t.Fatal(err)
 	}
 	h.durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exR, End: 0x180}, &change.Unit{Kind: change.KindProgress, End: 0x200})
 	for e, want := range map[change.ExportID]phase{exH: phaseHydrated, exC: phaseChunking, exCopy: phaseCopying,
 		exHold: phaseHolding, exRel: phaseReleasing, exR: phaseRemoved, exF: phaseFailed,
-		exRmH: phaseRemovingHydrated, exRmC: phaseRemoving} {
+		exRmH: phaseRemovingHydrated, exRmC: phaseRemoving, exRmF: phaseRemovingFailed} {
 		wantPhase(t, lc, e, want)
 	}
 	rec.take()
@@ -203,6 +205,7 @@ func TestLifecycleRestartInEachPhase(t *testing.T) {
 		t.Fatalf("request %v", req.Exports)
 	}
 	wantPhase(t, lc2, exR, 0)
+	wantPhase(t, lc2, exRmF, 0) // failed, and no longer published: nothing to take up
 	wantPhase(t, lc2, exH, phaseHydrated)
 	// Removed while stopped, as far as the new life knows: final records, no routes.
 	wantPhase(t, lc2, exRmH, phaseRemoved)
@@ -297,4 +300,92 @@ func TestOwnerNeverWaitsForReplication(t *testing.T) {
 		t.Fatalf("attempts %v, want a's first", a)
 	}
 	wantPhase(t, lc, exA, phaseCopying)
+}
+
+// TestLifecyclePhaseIsTheOnlyState takes exports through the transitions whose legality the
+// phase machine alone decides (the tracker keeps no state to judge them by), and checks after
+// each one that the tracker's state, and every record written (loop.Durable), is the one the
+// phase gives.
+func TestLifecyclePhaseIsTheOnlyState(t *testing.T) {
+	ctx := t.Context()
+	lc, rec := startTestOwner(t, snapshot.StrategyChunked, nil)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA, exB)); err != nil {
+		t.Fatal(err)
+	}
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x100})
+	wantPhase(t, lc, exA, phaseChunking)
+
+	// Failed once: a second report changes nothing, not even the reason.
+	lc.Failed(exB, fmt.Errorf("first"))
+	lc.Failed(exB, fmt.Errorf("second"))
+	wantPhase(t, lc, exB, phaseFailed)
+	recs := durable(lc, &change.Unit{Kind: change.KindFailed, Export: exB, Err: "third"})
+	if r, ok := recs[exB]; !ok || r.State != watermark.StateFailed || r.Error != "first" {
+		t.Fatalf("failed record %+v (present %v), want failed with the first reason", r, ok)
+	}
+	// A failed export leaves the publication: its records still say failed until the removal.
+	rec.take()
+	if err := lc.published(ctx, fakeCatalog{wal: 0x300}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "chunk-stop public.b", "remove public.b 0/300")
+	wantPhase(t, lc, exB, phaseRemovingFailed)
+	durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x200})
+	wantPhase(t, lc, exB, phaseRemovingFailed)
+	durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exB, End: 0x300})
+	wantPhase(t, lc, exB, phaseRemoved)
+	// Removed once; a failure after it is no failure.
+	durable(lc, &change.Unit{Kind: change.KindRemoved, Export: exB, End: 0x310}, &change.Unit{Kind: change.KindFailed, Export: exB, Err: "late"})
+	wantPhase(t, lc, exB, phaseRemoved)
+
+	// a leaves while it is copied in chunks; its last chunk is durable before the removal is:
+	// hydrated on its way out, then removed.
+	if err := lc.published(ctx, fakeCatalog{wal: 0x400}, set()); err != nil {
+		t.Fatal(err)
+	}
+	wantPhase(t, lc, exA, phaseRemoving)
+	durable(lc, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x380})
+	wantPhase(t, lc, exA, phaseRemovingHydrated)
+	// A later poll does not remove it a second time.
+	rec.take()
+	if err := lc.published(ctx, fakeCatalog{wal: 0x400}, set()); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec)
+
+	// The removal is durable while a transaction published in pieces is not complete: no
+	// record is written until it is, so a is not added again before its removal is recorded.
+	durable(lc, &change.Unit{Kind: change.KindTxn, Commit: 0x500, Piece: &change.Piece{Changes: 3}},
+		&change.Unit{Kind: change.KindRemoved, Export: exA, End: 0x400})
+	wantPhase(t, lc, exA, phaseRemoved)
+	rec.take()
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec)
+	wantPhase(t, lc, exA, phaseRemoved)
+	recs = durable(lc, &change.Unit{Kind: change.KindTxn, Commit: 0x500, End: 0x508, Piece: &change.Piece{Index: 1, Last: true, Changes: 5}})
+	if r, ok := recs[exA]; !ok || r.State != watermark.StateRemoved {
+		t.Fatalf("a's record %+v (present %v), want removed", r, ok)
+	}
+	// Now it is added again: held for a copy that reconciles its whole topic. Until the copy
+	// begins it writes no record.
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, rec, "detect [public.a]")
+	wantPhase(t, lc, exA, phaseHolding)
+	if recs := durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x600}); len(recs) != 0 {
+		t.Fatalf("records while a waits for its copy: %v", recs)
+	}
+	lc.request()
+	if _, err := lc.Begin(ctx, 0x700, []snapshot.TableInfo{{Table: &change.Table{Export: exA}}}); err != nil {
+		t.Fatal(err)
+	}
+	wantPhase(t, lc, exA, phaseCopying)
+	recs = durable(lc, &change.Unit{Kind: change.KindProgress, End: 0x700})
+	r, ok := recs[exA]
+	if !ok || r.State != watermark.StateHydrating || r.Snapshot == nil || r.Snapshot.Attempt != 2 || len(r.Snapshot.ReconcileFrom) != 0 {
+		t.Fatalf("a's record %+v (present %v), want hydrating, attempt 2, reconciled from the beginning", r, ok)
+	}
 }

@@ -185,8 +185,9 @@ func (evFailed) isEvent()     {}
 func (evReconciled) isEvent() {}
 func (evResnapshot) isEvent() {}
 
+// newOwner returns an owner of the exports' lives; tracker follows its phases from now on.
 func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
-	return &owner{
+	o := &owner{
 		cfg: cfg, tracker: tracker, log: log,
 		phases:        make(map[change.ExportID]phase),
 		failures:      make(map[change.ExportID]string),
@@ -201,6 +202,8 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 		reconcileNext: make(map[change.ExportID]bool),
 		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
 	}
+	tracker.Follow(o.stateOf)
+	return o
 }
 
 // run serves events until ctx ends, and returns ctx's error. It never waits for a stage that may

@@ -74,7 +74,7 @@ func (o *owner) states() []ExportState {
 			st.ErrorClass = cmp.Or(o.failures[s.Export], FailureUnknown)
 		}
 		if p := o.phases[s.Export]; p != 0 {
-			st.Phase, st.State = p.String(), p.state()
+			st.Phase = p.String() // s.State is p.state(): the tracker follows the phases
 		}
 		if s.HasWatermark {
 			w := s.Watermark

@@ -31,7 +31,7 @@ func commitBatch(tr *Tracker, end change.LSN, now time.Time, commit bool) ([]Rec
 // commit faster than watermark records are due, so the last record of an export lags what Kafka
 // holds. The checkpoint in every transaction must carry the restart past all of it.
 func TestCheckpointResumesPastCoalescedRecords(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 100, trackerT0)
 	fullHydration(tr, exB, 100, trackerT0)
 
@@ -60,7 +60,7 @@ func TestCheckpointResumesPastCoalescedRecords(t *testing.T) {
 		t.Fatalf("last committed checkpoint = %v, want 0/12C (every committed transaction's end)", lastCP)
 	}
 
-	restarted := NewTracker(Options{Interval: testInterval})
+	restarted := newTracker(Options{Interval: testInterval})
 	restarted.Restore(durable)
 	restarted.RestoreCheckpoint(*lastCP)
 	for e, p := range restarted.Resume() {
@@ -80,7 +80,7 @@ func TestCheckpointResumesPastCoalescedRecords(t *testing.T) {
 // hydrating record in the same transaction as the checkpoint that moves past it, so a restart
 // never resumes it from the checkpoint (its held changes were not published).
 func TestCheckpointDoesNotCoverHydratingExport(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 100, trackerT0)
 	fullHydration(tr, exB, 100, trackerT0)
 	var durable []Record
@@ -95,7 +95,7 @@ func TestCheckpointDoesNotCoverHydratingExport(t *testing.T) {
 		t.Fatalf("checkpoint = %v, want 0/C8", cp)
 	}
 
-	restarted := NewTracker(Options{Interval: testInterval})
+	restarted := newTracker(Options{Interval: testInterval})
 	restarted.Restore(durable)
 	restarted.RestoreCheckpoint(*cp)
 	resume := restarted.Resume()
@@ -110,7 +110,7 @@ func TestCheckpointDoesNotCoverHydratingExport(t *testing.T) {
 // TestCheckpointPinsUntilPublished: the slot is never confirmed past a checkpoint that is not
 // durable, nor past the lowest position a restart could resume an export from.
 func TestCheckpointPinsUntilPublished(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 100, trackerT0)
 	commitBatch(tr, 150, trackerT0, true)
 	c1, _ := tr.Confirmable()
@@ -176,20 +176,20 @@ func TestCheckpointEncodeDecode(t *testing.T) {
 // before its new snapshot exists (added again before its removal took effect) is hydrating from
 // that moment on for the checkpoint, and its topic is reconciled from the beginning.
 func TestCheckpointStopsAtHolding(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 100, trackerT0)
 	fullHydration(tr, exB, 100, trackerT0)
 	var durable []Record
 	recs, _ := commitBatch(tr, 150, trackerT0, true)
 	durable = append(durable, recs...)
 
-	tr.Holding(exB)
+	own(tr).Holding(exB)
 	recs, cp := commitBatch(tr, 300, trackerT0.Add(time.Millisecond), true)
 	durable = append(durable, recs...)
 	if cp == nil {
 		t.Fatal("no checkpoint")
 	}
-	restarted := NewTracker(Options{Interval: testInterval})
+	restarted := newTracker(Options{Interval: testInterval})
 	restarted.Restore(durable)
 	restarted.RestoreCheckpoint(*cp)
 	resume := restarted.Resume()
@@ -199,7 +199,7 @@ func TestCheckpointStopsAtHolding(t *testing.T) {
 	if resume[exA] != 300 {
 		t.Errorf("%s resumes at %s, want 0/12C", exA, resume[exA])
 	}
-	tr.StartHydration(exB, "p.b", 310, 100, map[int32]int64{0: 50}, trackerT0.Add(2*time.Millisecond))
+	own(tr).StartHydration(exB, "p.b", 310, 100, map[int32]int64{0: 50}, trackerT0.Add(2*time.Millisecond))
 	if r, ok := tr.ReconcileRange(exB); !ok || len(r.From) != 0 || !r.Needed() {
 		t.Errorf("reconcile of %s = %+v, %v; want from the beginning", exB, r, ok)
 	}

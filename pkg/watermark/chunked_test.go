@@ -15,7 +15,7 @@ func chunk(seq int, to []string, read int) *change.Chunk {
 // A chunked copy streams: the export has an own position that follows the stream and pins WAL,
 // but publishes no watermark until it is hydrated; each durable chunk gets its record at once.
 func TestChunkedCopyLifecycle(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 0x100, trackerT0)
 	tr.Advance(0x200)
 	duePublish(t, tr, trackerT0)
@@ -23,7 +23,7 @@ func TestChunkedCopyLifecycle(t *testing.T) {
 	if !tr.CanChunk(exB) {
 		t.Fatal("a new export cannot take a chunked copy")
 	}
-	if a := tr.StartChunked(exB, "p.b", 1000, map[int32]int64{0: 5}, trackerT0); a != 1 {
+	if a := own(tr).StartChunked(exB, "p.b", 1000, map[int32]int64{0: 5}, trackerT0); a != 1 {
 		t.Fatalf("attempt %d, want 1", a)
 	}
 	recs := duePublish(t, tr, trackerT0.Add(time.Millisecond))
@@ -59,7 +59,7 @@ func TestChunkedCopyLifecycle(t *testing.T) {
 
 	// The last chunk, then hydrated: a watermark at last.
 	tr.ChunkDone(exB, chunk(1, nil, 600), trackerT0.Add(3*time.Millisecond))
-	tr.Hydrated(exB, 0x400)
+	own(tr).Hydrated(exB, 0x400)
 	recs = duePublish(t, tr, trackerT0.Add(4*time.Millisecond))
 	r = recs[exB]
 	if r.State != StateHydrated || r.Watermark == nil || *r.Watermark != 0x400 || r.Snapshot.FinishedAt == nil || r.Snapshot.ChunksDone != 2 {
@@ -70,15 +70,15 @@ func TestChunkedCopyLifecycle(t *testing.T) {
 // After a restart a chunked copy resumes: same attempt, its position as replay filter, the key
 // to go on after; a copy that needs reconciling cannot be chunked.
 func TestChunkedCopyRestore(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
-	tr.StartChunked(exB, "p.b", 1000, map[int32]int64{0: 0}, trackerT0)
+	tr := newTracker(Options{Interval: testInterval})
+	own(tr).StartChunked(exB, "p.b", 1000, map[int32]int64{0: 0}, trackerT0)
 	tr.Advance(0x500)
 	tr.ChunkDone(exB, chunk(0, []string{"7", "x"}, 10), trackerT0)
 	var recs []Record
 	recs = append(recs, tr.Due(trackerT0, fakeEndOffsets)...)
 	tr.Published()
 
-	re := NewTracker(Options{Interval: testInterval})
+	re := newTracker(Options{Interval: testInterval})
 	re.Restore(recs)
 	re.RestoreCheckpoint(0x600)
 	if p, ok := re.Resume()[exB]; !ok || p != 0x600 {
@@ -93,14 +93,14 @@ func TestChunkedCopyRestore(t *testing.T) {
 	}
 
 	// Removed, then added again: its topic must be reconciled, which only a copy does.
-	re.Removed(exB, 0x700)
+	own(re).Removed(exB, 0x700)
 	if re.CanChunk(exB) {
 		t.Fatal("a removed export may take a chunked copy")
 	}
 	// Held again before the removal took effect: a hydrated (or chunked) export stops streaming.
-	tr2 := NewTracker(Options{Interval: testInterval})
-	tr2.StartChunked(exC, "p.c", 10, nil, trackerT0)
-	tr2.Holding(exC)
+	tr2 := newTracker(Options{Interval: testInterval})
+	own(tr2).StartChunked(exC, "p.c", 10, nil, trackerT0)
+	own(tr2).Holding(exC)
 	if _, ok := tr2.Resume()[exC]; ok || tr2.CanChunk(exC) {
 		t.Fatal("a held export still streams or may take a chunked copy")
 	}
@@ -109,14 +109,14 @@ func TestChunkedCopyRestore(t *testing.T) {
 // A re-copy of a hydrated export keeps the position it reached and goes back to hydrating
 // (no watermark) until its last chunk.
 func TestChunkedReCopy(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 0x100, trackerT0)
 	tr.Advance(0x800)
 	first := duePublish(t, tr, trackerT0)[exA]
 	if !tr.CanChunk(exA) {
 		t.Fatal("a hydrated export cannot be copied again in chunks")
 	}
-	if a := tr.StartChunked(exA, "p.a", 10, nil, trackerT0.Add(time.Millisecond)); a != 2 {
+	if a := own(tr).StartChunked(exA, "p.a", 10, nil, trackerT0.Add(time.Millisecond)); a != 2 {
 		t.Fatalf("re-copy attempt %d, want 2", a)
 	}
 	if p := tr.Resume()[exA]; p != 0x800 {

@@ -66,12 +66,12 @@ func TestConfirmable(t *testing.T) {
 		{"a removed export pins until its removed record is durable", func(tb testing.TB, tr *Tracker) {
 			tr.Restore([]Record{restoredA})
 			tr.Advance(600)
-			tr.Removed(exA, 650)
+			own(tr).Removed(exA, 650)
 		}, 500, true},
 		{"once the removed record is durable: the stream position", func(tb testing.TB, tr *Tracker) {
 			tr.Restore([]Record{restoredA})
 			tr.Advance(600)
-			tr.Removed(exA, 650)
+			own(tr).Removed(exA, 650)
 			duePublish(tb, tr, trackerT0)
 		}, 600, true},
 		{"never backwards", func(tb testing.TB, tr *Tracker) {
@@ -86,7 +86,7 @@ func TestConfirmable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{Interval: testInterval})
+			tr := newTracker(Options{Interval: testInterval})
 			tt.run(t, tr)
 			got, ok := tr.Confirmable()
 			if got != tt.want || ok != tt.wantOK {
@@ -104,7 +104,7 @@ func TestTrackerRestore(t *testing.T) {
 		}
 		return r
 	}
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	tr.Restore([]Record{
 		rec(exA, StateHydrating, nil, 0, 1),
 		rec(exB, StateHydrated, lsnp(400), 400, 2),
@@ -164,7 +164,7 @@ func TestTrackerRestoreAcrossModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.mode), func(t *testing.T) {
-			tr := NewTracker(Options{Mode: tt.mode, Interval: testInterval})
+			tr := newTracker(Options{Mode: tt.mode, Interval: testInterval})
 			tr.Restore(recs)
 			if tr.Mode() != tt.mode {
 				t.Errorf("Mode() = %s", tr.Mode())
@@ -175,7 +175,7 @@ func TestTrackerRestoreAcrossModes(t *testing.T) {
 }
 
 func TestNewTrackerDefaults(t *testing.T) {
-	tr := NewTracker(Options{})
+	tr := newTracker(Options{})
 	if tr.Mode() != ModeIndependent {
 		t.Errorf("default mode = %s", tr.Mode())
 	}
@@ -190,14 +190,14 @@ func TestNewTrackerDefaults(t *testing.T) {
 }
 
 func TestTrackerStatus(t *testing.T) {
-	tr := NewTracker(Options{})
+	tr := newTracker(Options{})
 	tr.Advance(40)
-	tr.StartHydration(exB, "p.b", 0x50, 1000, nil, trackerT0)
+	own(tr).StartHydration(exB, "p.b", 0x50, 1000, nil, trackerT0)
 	tr.SnapshotRows(exB, 250)
 	fullHydration(tr, exA, 0x60, trackerT0)
 	tr.Advance(0x70)
 	duePublish(t, tr, trackerT0)
-	tr.Failed(exC, "no replication slot left")
+	own(tr).Failed(exC, "no replication slot left")
 
 	st := tr.Status()
 	if len(st) != 3 {

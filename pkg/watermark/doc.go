@@ -6,8 +6,17 @@
 //
 // Tracker is synchronous and free of I/O: no goroutines, no clock (time is passed in), no Kafka.
 // The pipeline's owner goroutine, its only user, feeds it with what the sink made durable, in
-// the order the sink made it durable, and with the transitions of each export's phase (the
-// owner keeps the phase; the state the tracker's records say follows from it):
+// the order the sink made it durable, and with the transitions of each export's phase.
+//
+// The tracker keeps no lifecycle state of its own. The owner keeps each export's phase, and
+// the tracker reads the state its records say from it (Follow, a StateOf); only an export the
+// owner has not taken up (restored from the watermark topic, not resumed or published again)
+// says what its last record said. What the tracker keeps of an export is history: its own
+// position, the snapshot attempt and its progress, what its records said and which of them are
+// durable, and where its topic's rows to reconcile begin. The transition methods record what a
+// transition does to that history; the owner decides which transitions happen (a removal once,
+// a failure once and not after the removal), and calls each one while the export is still in
+// the phase it leaves:
 //
 //   - Advance(S_d) for every durable transaction or progress unit: the durable stream position.
 //     Every change of every hydrated export with commit LSN below S_d is durable, so a hydrated
@@ -16,6 +25,8 @@
 //     SnapshotCopied as the copy becomes durable, and Hydrated once the changes held back during
 //     the copy are durable too. A hydrating export has no own position.
 //   - Removed and Failed when an export leaves the publication or stops on a permanent error.
+//   - StartChunked, ChunkDone and Hydrated for a chunked copy; Holding when an export's changes
+//     are held for a new copy before its consistent point is known.
 //
 // Due then returns the watermark records to produce; Published says they are durable.
 // Confirmable returns what the slot may confirm: the lowest durable own position over the

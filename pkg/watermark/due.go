@@ -43,21 +43,22 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 			}
 			topicOffsets[x.topic] = offs
 		}
-		if x.state == StateHydrated && !x.owed && x.hasRecord && x.lastState == StateHydrated && maps.Equal(x.lastOffsets, offs) {
+		st := t.state(x)
+		if st == StateHydrated && !x.owed && x.hasRecord && x.lastState == StateHydrated && maps.Equal(x.lastOffsets, offs) {
 			// Nothing in its topic beyond its last record: the quiet record speaks for it.
 			x.quiet = true
 			continue
 		}
 		w := t.watermark(x, g)
 		pos, _ := t.position(x)
-		if !t.due(x, w, pos, now) {
+		if !t.due(x, st, w, pos, now) {
 			continue
 		}
 		r := Record{
 			Version:      Version,
 			Export:       x.id,
 			Topic:        x.topic,
-			State:        x.state,
+			State:        st,
 			Mode:         t.mode,
 			Watermark:    cloneLSN(w),
 			WatermarkLSN: lsnNumber(w),
@@ -66,35 +67,36 @@ func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64)
 			Snapshot:     x.snap.clone(),
 			Time:         now.UTC(),
 		}
-		if x.state == StateHydrating && r.Snapshot != nil {
+		if st == StateHydrating && r.Snapshot != nil {
 			r.Snapshot.RowsPerSecond, r.Snapshot.ETASeconds = t.rate(x, now)
 		}
-		if x.state == StateFailed {
+		if st == StateFailed {
 			r.Error = x.err
 		}
 		out = append(out, r)
 
 		x.published = cloneLSN(w)
 		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(w), pos, now
-		x.lastState, x.lastOffsets = x.state, maps.Clone(offs)
+		x.lastState, x.lastOffsets = st, maps.Clone(offs)
 		x.owed = false
 		if !x.hasPending {
 			t.pending = append(t.pending, x)
 		}
-		x.hasPending, x.pendingState, x.pendingStreams, x.pendingPos = true, x.state, x.streams(), pos
-		if x.streams() && (!x.hasPendingHyd || pos < x.pendingHydMin) {
+		follows := streams(st, x.snap)
+		x.hasPending, x.pendingStreams, x.pendingPos = true, follows, pos
+		if follows && (!x.hasPendingHyd || pos < x.pendingHydMin) {
 			x.hasPendingHyd, x.pendingHydMin = true, pos
 		}
 	}
 	return out
 }
 
-// due decides whether x gets a record now, given its watermark w and position pos.
-func (t *Tracker) due(x *export, w *change.LSN, pos change.LSN, now time.Time) bool {
+// due decides whether x gets a record now, given its state st, watermark w and position pos.
+func (t *Tracker) due(x *export, st State, w *change.LSN, pos change.LSN, now time.Time) bool {
 	if x.owed {
 		return true
 	}
-	if !x.state.live() {
+	if !st.live() {
 		return false
 	}
 	if !x.hasRecord {
@@ -112,7 +114,7 @@ func (t *Tracker) due(x *export, w *change.LSN, pos change.LSN, now time.Time) b
 // Checkpoint so far are durable in Kafka. Only now do their positions count for Confirmable.
 func (t *Tracker) Published() {
 	for _, x := range t.pending {
-		x.durable, x.durableState, x.durableStreams, x.durablePos = true, x.pendingState, x.pendingStreams, x.pendingPos
+		x.durable, x.durableStreams, x.durablePos = true, x.pendingStreams, x.pendingPos
 		x.hasPending, x.hasPendingHyd = false, false
 	}
 	t.pending = t.pending[:0]
@@ -127,11 +129,12 @@ func (t *Tracker) Published() {
 func (t *Tracker) watermark(x *export, g *change.LSN) *change.LSN {
 	var w *change.LSN
 	pos, hasPos := t.position(x)
+	st := t.state(x)
 	switch {
-	case x.state == StateHydrating:
+	case st == StateHydrating:
 		// No watermark while hydrating, in either mode: its topic is not complete up to
 		// anything yet (an earlier one is kept below, never regressing).
-	case t.mode == ModeGlobal && x.state.live():
+	case t.mode == ModeGlobal && st.live():
 		w = g
 	case t.mode == ModeGlobal:
 		// A removed or failed export no longer counts for the global watermark; its final
@@ -159,7 +162,7 @@ func (t *Tracker) global() *change.LSN {
 		if x.restored {
 			continue
 		}
-		switch x.state {
+		switch t.state(x) {
 		case StateHydrating:
 			return t.globalW
 		case StateHydrated:

@@ -111,7 +111,7 @@ func newSim(tb testing.TB, seed uint64) *trackerSim {
 		s.ids = append(s.ids, id)
 		s.m[id] = &simExport{}
 	}
-	s.tr = NewTracker(Options{Mode: s.mode, Interval: testInterval})
+	s.tr = newTracker(Options{Mode: s.mode, Interval: testInterval})
 	return s
 }
 
@@ -164,7 +164,7 @@ func (s *trackerSim) fresh() change.LSN {
 func (s *trackerSim) start(e change.ExportID) {
 	m := s.m[e]
 	c := s.fresh()
-	got := s.tr.StartHydration(e, "p."+e.Table, c, 1000, map[int32]int64{0: 0}, s.now)
+	got := own(s.tr).StartHydration(e, "p."+e.Table, c, 1000, map[int32]int64{0: 0}, s.now)
 	s.logf("StartHydration(%s, C=%s) = %d", e, c, got)
 	if got != m.attempt+1 {
 		s.fatalf("StartHydration(%s) = attempt %d; want %d", e, got, m.attempt+1)
@@ -196,13 +196,13 @@ func (s *trackerSim) hydrated(e change.ExportID) {
 			return // the replication stage cannot release e yet
 		}
 		at := m.c + change.LSN(s.rng.Uint64N(uint64(s.stream-m.c)+1))
-		s.tr.Hydrated(e, at)
+		own(s.tr).Hydrated(e, at)
 		s.logf("Hydrated(%s, %s)", e, at)
 		m.state, m.pos, m.hasPos, m.transition = StateHydrated, max(at, s.stream), true, true
 		return
 	}
 	// A late or stray call: no effect (a hydrated export's position is already past it).
-	s.tr.Hydrated(e, s.stream)
+	own(s.tr).Hydrated(e, s.stream)
 	s.logf("Hydrated(%s, %s) [stray]", e, s.stream)
 }
 
@@ -231,7 +231,7 @@ func (s *trackerSim) advance() {
 func (s *trackerSim) removed(e change.ExportID) {
 	m := s.m[e]
 	at := s.stream - change.LSN(s.rng.Uint64N(min(uint64(s.stream), 50)+1))
-	s.tr.Removed(e, at)
+	own(s.tr).Removed(e, at)
 	s.logf("Removed(%s, %s)", e, at)
 	if m.state == StateRemoved {
 		return
@@ -244,7 +244,7 @@ func (s *trackerSim) removed(e change.ExportID) {
 
 func (s *trackerSim) failed(e change.ExportID) {
 	m := s.m[e]
-	s.tr.Failed(e, "boom "+e.Table)
+	own(s.tr).Failed(e, "boom "+e.Table)
 	s.logf("Failed(%s)", e)
 	if (m.state == StateFailed && !m.restored) || m.state == StateRemoved {
 		return
@@ -518,7 +518,7 @@ func (s *trackerSim) restart() {
 	if s.rng.IntN(2) == 0 {
 		s.mode = []Mode{ModeIndependent, ModeGlobal}[s.rng.IntN(2)]
 	}
-	s.tr = NewTracker(Options{Mode: s.mode, Interval: testInterval})
+	s.tr = newTracker(Options{Mode: s.mode, Interval: testInterval})
 	s.hasStream, s.stream, s.g, s.pending = false, 0, nil, nil
 	s.resumeAt = s.slot
 	s.logf("restart in %s mode with %d durable records", s.mode, len(s.durable))

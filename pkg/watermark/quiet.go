@@ -97,7 +97,7 @@ func (t *Tracker) Quiet(now time.Time) (Quiet, bool) {
 	var busy []change.ExportID
 	due, any := false, false
 	for _, x := range t.order {
-		if x.restored || x.state != StateHydrated {
+		if x.restored || t.state(x) != StateHydrated {
 			continue
 		}
 		if !x.quiet {
@@ -121,7 +121,7 @@ func (t *Tracker) Quiet(now time.Time) (Quiet, bool) {
 		return Quiet{}, false
 	}
 	for _, x := range t.order {
-		if !x.quiet || x.restored || x.state != StateHydrated {
+		if !x.quiet || x.restored || t.state(x) != StateHydrated {
 			continue
 		}
 		// What a reader now knows of x: the higher of its own record's and this record's.
@@ -130,7 +130,7 @@ func (t *Tracker) Quiet(now time.Time) (Quiet, bool) {
 		if !x.hasPending {
 			t.pending = append(t.pending, x)
 		}
-		x.hasPending, x.pendingState, x.pendingStreams, x.pendingPos = true, x.state, true, pos
+		x.hasPending, x.pendingStreams, x.pendingPos = true, true, pos
 		if !x.hasPendingHyd || pos < x.pendingHydMin {
 			x.hasPendingHyd, x.pendingHydMin = true, pos
 		}

@@ -17,7 +17,7 @@ func TestQuietRecordsDoNotGrowWithQuietExports(t *testing.T) {
 	for _, mode := range []Mode{ModeIndependent, ModeGlobal} {
 		perSecond := map[int]float64{}
 		for _, quiet := range []int{10, 1000} {
-			tr := NewTracker(Options{Mode: mode, Interval: time.Second})
+			tr := newTracker(Options{Mode: mode, Interval: time.Second})
 			ends := map[string]int64{}
 			var ids []change.ExportID
 			for i := range 10 + quiet {

@@ -18,13 +18,13 @@ func TestReconcileRange(t *testing.T) {
 	}{
 		{
 			name:  "first attempt on an empty topic",
-			setup: func(tr *Tracker) { tr.StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 0}, now) },
+			setup: func(tr *Tracker) { own(tr).StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 0}, now) },
 		},
 		{
 			name: "retried attempt reconciles from the first attempt's start",
 			setup: func(tr *Tracker) {
-				tr.StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 5}, now)
-				tr.StartHydration(e, "p.t", 200, 10, map[int32]int64{0: 50}, now)
+				own(tr).StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 5}, now)
+				own(tr).StartHydration(e, "p.t", 200, 10, map[int32]int64{0: 50}, now)
 			},
 			wantNeeded: true,
 			wantFrom:   map[int32]int64{0: 5},
@@ -32,11 +32,11 @@ func TestReconcileRange(t *testing.T) {
 		{
 			name: "re-added after removal reconciles from the beginning",
 			setup: func(tr *Tracker) {
-				tr.StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 0}, now)
+				own(tr).StartHydration(e, "p.t", 100, 10, map[int32]int64{0: 0}, now)
 				tr.SnapshotCopied(e, now)
-				tr.Hydrated(e, 150)
-				tr.Removed(e, 300)
-				tr.StartHydration(e, "p.t", 400, 10, map[int32]int64{0: 70}, now)
+				own(tr).Hydrated(e, 150)
+				own(tr).Removed(e, 300)
+				own(tr).StartHydration(e, "p.t", 400, 10, map[int32]int64{0: 70}, now)
 			},
 			wantNeeded: true,
 			wantFrom:   map[int32]int64{},
@@ -44,7 +44,7 @@ func TestReconcileRange(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{})
+			tr := newTracker(Options{})
 			tt.setup(tr)
 			r, ok := tr.ReconcileRange(e)
 			if !ok {

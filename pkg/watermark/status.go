@@ -12,7 +12,9 @@ import (
 type ExportStatus struct {
 	Export change.ExportID
 	Topic  string
-	State  State
+	// State is what the export's records say now: the state its owner gives it (Follow), or
+	// for an export the owner has not taken up, its last record's.
+	State State
 	// Restored: known only from the watermark topic and not hydrated; waits for a new snapshot.
 	Restored bool
 	// Watermark is the last published watermark (0/0 unless HasWatermark).
@@ -41,7 +43,7 @@ func (t *Tracker) Status() []ExportStatus {
 		s := ExportStatus{
 			Export:          x.id,
 			Topic:           x.topic,
-			State:           x.state,
+			State:           t.state(x),
 			Restored:        x.restored,
 			DurablePosition: x.durablePos,
 			Err:             x.err,

@@ -21,12 +21,26 @@ type Options struct {
 	Interval time.Duration
 }
 
+// StateOf returns the state an export's records say now, as the owner of the export's life
+// decides it (the pipeline maps its phase to it); ok is false for an export the owner has not
+// taken up (one restored from the watermark topic and not resumed or published again).
+type StateOf func(e change.ExportID) (s State, ok bool)
+
 // Tracker keeps the frontier of every export and decides what each watermark record says and
 // what the replication slot may confirm. It is synchronous and not safe for concurrent use:
 // the pipeline's owner goroutine is its only user.
+//
+// The tracker keeps no lifecycle state of its own: an export's state is read from StateOf
+// (Follow), and what the tracker keeps of an export is history (positions, the snapshot
+// attempt, what its records said and which of them are durable). Its transition methods
+// (StartHydration, StartChunked, Holding, Hydrated, Removed, Failed) record what a transition
+// does to that history. Call each one while the export is still in the state it leaves, and
+// only for a transition the owner's lifecycle allows: the tracker does not judge them.
 type Tracker struct {
 	mode     Mode
 	interval time.Duration
+	// stateOf is the owner's state of each export (Follow); nil before Follow.
+	stateOf StateOf
 
 	exports map[change.ExportID]*export
 	order   []*export // in order of first appearance: Due and Status are deterministic
@@ -56,14 +70,19 @@ type Tracker struct {
 	cpReturned   change.LSN
 }
 
-// export is the tracker's state of one export.
+// export is what the tracker keeps of one export: history, not a lifecycle state (Tracker.state).
 type export struct {
 	id    change.ExportID
 	topic string
-	state State
-	// restored: known only from the watermark topic, not hydrated. Such an export gets no
-	// records and does not count anywhere until it is hydrated again (or removed or failed).
+	// restored: known only from the watermark topic (or from a life that ended: Holding), with
+	// no attempt in this process yet. Such an export gets no records and does not count
+	// anywhere until StartHydration (or Removed, or Failed).
 	restored bool
+	// earlier, when hasEarlier: per partition, where e's topic holds rows of unfinished
+	// attempts or of an earlier life (absent partition: the beginning) that the next copy must
+	// reconcile; unset: none before the next attempt's own start.
+	earlier    map[int32]int64
+	hasEarlier bool
 
 	// pos is the own position P(e) when hasPos: set when hydrated (and frozen by removal or
 	// failure). While hydrated the effective position is max(pos, Tracker.sd).
@@ -83,7 +102,7 @@ type export struct {
 	// lastState and lastOffsets are the state and offsets of the last record. quiet (set by
 	// Due) says the export is hydrated and its topic holds nothing its last record does not
 	// cover: the quiet record speaks for it instead of a record of its own.
-	lastState   State
+	lastState   State // history: what the last record said (see Tracker.state)
 	lastOffsets map[int32]int64
 	quiet       bool
 
@@ -91,11 +110,9 @@ type export struct {
 	// "streams" when it says hydrated or copying in chunks: after a crash the export resumes
 	// following the stream from its position, so that position pins WAL.
 	durable        bool
-	durableState   State
 	durableStreams bool
 	durablePos     change.LSN
 	hasPending     bool // a record is in flight (returned by Due, not yet Published)
-	pendingState   State
 	pendingStreams bool
 	pendingPos     change.LSN
 	hasPendingHyd  bool
@@ -107,10 +124,25 @@ type export struct {
 	lifeRows  int64
 }
 
+// state is x's state now: the one its owner gives (Follow). An export the owner has not taken up
+// has none of its own: it is what its last record said.
+func (t *Tracker) state(x *export) State {
+	if t.stateOf != nil {
+		if s, ok := t.stateOf(x.id); ok {
+			return s
+		}
+	}
+	return x.lastState
+}
+
 // streams reports whether x's changes flow directly to its topic, so that x has an own position
 // that follows the stream: hydrated, or hydrating by a chunked copy.
-func (x *export) streams() bool {
-	return x.state == StateHydrated || x.state == StateHydrating && x.snap != nil && x.snap.Strategy == StrategyChunked
+func (t *Tracker) streams(x *export) bool {
+	return streams(t.state(x), x.snap)
+}
+
+func streams(s State, snap *SnapshotInfo) bool {
+	return s == StateHydrated || s == StateHydrating && snap != nil && snap.Strategy == StrategyChunked
 }
 
 // NewTracker returns an empty tracker.
@@ -129,6 +161,11 @@ func NewTracker(opts Options) *Tracker {
 // Mode returns the tracker's watermark mode.
 func (t *Tracker) Mode() Mode { return t.mode }
 
+// Follow makes f the source of every export's state: the records say what f returns, and
+// only an export f does not know keeps the state of its last record. The owner of the
+// exports' lives calls it once, before anything but Restore, RestoreCheckpoint and Resume.
+func (t *Tracker) Follow(f StateOf) { t.stateOf = f }
+
 // get returns e's state, creating it if unknown.
 func (t *Tracker) get(e change.ExportID) *export {
 	x, ok := t.exports[e]
@@ -145,7 +182,7 @@ func (t *Tracker) position(x *export) (change.LSN, bool) {
 	if !x.hasPos {
 		return 0, false
 	}
-	if x.streams() && t.hasSD {
+	if t.streams(x) && t.hasSD {
 		return max(x.pos, t.sd), true
 	}
 	return x.pos, true
@@ -175,19 +212,29 @@ func (t *Tracker) Restore(recs []Record) {
 		}
 		x := t.get(r.Export)
 		x.topic = r.Topic
-		x.state = r.State
 		x.snap = r.Snapshot.clone()
 		// A chunked copy resumes where it stopped; any other hydrating export starts over.
-		x.restored = !x.streams()
+		follows := streams(r.State, x.snap)
+		x.restored = !follows
 		x.err = r.Error
 		x.published = maxLSN(x.published, r.Watermark)
 		x.hasRecord, x.lastW, x.lastPos, x.lastAt = true, cloneLSN(r.Watermark), r.Position, r.Time
 		x.lastState, x.lastOffsets = r.State, maps.Clone(r.Offsets)
-		x.durable, x.durableState, x.durableStreams, x.durablePos = true, r.State, x.streams(), r.Position
+		x.durable, x.durableStreams, x.durablePos = true, follows, r.Position
 		x.owed = false
 		// A removed or failed export keeps the position it had when it stopped (0/0 if it was
 		// never hydrated); a hydrating one has none, unless it copies in chunks.
-		x.pos, x.hasPos = r.Position, x.streams() || (r.State != StateHydrating && r.Position != 0)
+		x.pos, x.hasPos = r.Position, follows || (r.State != StateHydrating && r.Position != 0)
+		// What its next copy reconciles: the rows of the unfinished attempts (a copy that never
+		// finished, or failed before it was hydrated), or the whole topic after a removal.
+		switch {
+		case x.snap != nil && (r.State == StateHydrating || r.State == StateFailed && !x.hasPos):
+			x.earlier, x.hasEarlier = maps.Clone(x.snap.ReconcileFrom), true
+		case r.State == StateRemoved:
+			x.earlier, x.hasEarlier = map[int32]int64{}, true
+		default:
+			x.earlier, x.hasEarlier = nil, false
+		}
 		if r.State == StateHydrated {
 			if r.Watermark == nil {
 				allHaveW = false
@@ -210,7 +257,7 @@ func (t *Tracker) Restore(recs []Record) {
 func (t *Tracker) Resume() map[change.ExportID]change.LSN {
 	out := make(map[change.ExportID]change.LSN)
 	for _, x := range t.order {
-		if x.streams() {
+		if t.streams(x) {
 			p, _ := t.position(x)
 			out[x.id] = p
 		}
@@ -219,29 +266,24 @@ func (t *Tracker) Resume() map[change.ExportID]change.LSN {
 }
 
 // StartHydration records the start of snapshot attempt of e with consistent point c, whatever
-// state e was in, and returns the attempt number (the previous attempt's plus one, from 1).
-// topic is e's topic, estimatedRows the expected row count, startOffsets the end offsets of
-// topic per partition at the start of the attempt. e is hydrating from now on: it has no own
-// position and, in independent mode, publishes no new watermark until Hydrated.
+// e's history, and returns the attempt number (the previous attempt's plus one, from 1). topic
+// is e's topic, estimatedRows the expected row count, startOffsets the end offsets of topic per
+// partition at the start of the attempt. e is hydrating from now on: it has no own position
+// and, in independent mode, publishes no new watermark until Hydrated.
 func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
 	x := t.get(e)
 	attempt := 1
-	var reconcile map[int32]int64
-	switch {
-	case x.snap != nil && (x.state == StateHydrating || (x.state == StateFailed && !x.hasPos)):
-		// The previous attempt never finished: its rows (and those of attempts before it) are
-		// still to be reconciled.
-		reconcile = maps.Clone(x.snap.ReconcileFrom)
-	case x.state == StateRemoved:
-		reconcile = map[int32]int64{} // added again: everything from the beginning
-	default:
-		reconcile = maps.Clone(startOffsets)
+	// Rows of earlier attempts that never finished, or of an earlier life, are still to be
+	// reconciled; otherwise only the topic's rows from this attempt's start on count.
+	reconcile := maps.Clone(startOffsets)
+	if x.hasEarlier {
+		reconcile = maps.Clone(x.earlier)
 	}
 	if x.snap != nil {
 		attempt = x.snap.Attempt + 1
 	}
+	x.earlier, x.hasEarlier = maps.Clone(reconcile), true // unfinished until Hydrated
 	x.topic = topic
-	x.state = StateHydrating
 	x.restored = false
 	x.pos, x.hasPos = 0, false
 	x.err = ""
@@ -265,7 +307,7 @@ func (t *Tracker) StartHydration(e change.ExportID, topic string, c change.LSN, 
 // does (StartHydration).
 func (t *Tracker) CanChunk(e change.ExportID) bool {
 	x, ok := t.exports[e]
-	return !ok || x.streams()
+	return !ok || t.streams(x)
 }
 
 // StartChunked records the start of a chunked copy of e (a new attempt) and returns its attempt
@@ -278,15 +320,15 @@ func (t *Tracker) StartChunked(e change.ExportID, topic string, estimatedRows in
 	if x.snap != nil {
 		attempt = x.snap.Attempt + 1
 	}
-	if x.streams() && !x.restored {
+	if t.streams(x) && !x.restored {
 		t.freeze(x) // a re-copy keeps the position it reached
 	} else {
 		x.pos = 0
 	}
 	x.hasPos = true
 	x.topic = topic
-	x.state = StateHydrating
 	x.restored = false
+	x.earlier, x.hasEarlier = maps.Clone(startOffsets), true
 	x.err = ""
 	x.snap = &SnapshotInfo{
 		Attempt:       attempt,
@@ -332,7 +374,7 @@ func (t *Tracker) CopiedAs(e change.ExportID) (p *PublishedInfo, ok bool) {
 // copy goes on (nil: from the first key); ok is false unless e is copying in chunks.
 func (t *Tracker) Chunked(e change.ExportID) (attempt int, resumeAfter []string, ok bool) {
 	x := t.hydrating(e)
-	if x == nil || !x.streams() {
+	if x == nil || !t.streams(x) {
 		return 0, nil, false
 	}
 	return x.snap.Attempt, x.snap.ResumeAfter, true
@@ -344,7 +386,7 @@ func (t *Tracker) Chunked(e change.ExportID) (attempt int, resumeAfter []string,
 // unless e is copying in chunks.
 func (t *Tracker) ChunkDone(e change.ExportID, c *change.Chunk, now time.Time) {
 	x := t.hydrating(e)
-	if x == nil || !x.streams() {
+	if x == nil || !t.streams(x) {
 		return
 	}
 	x.snap.ChunksDone++
@@ -370,30 +412,40 @@ func (t *Tracker) countRows(x *export, rows int64, now time.Time) {
 }
 
 // Holding records that the replication stage holds e's changes back from now on, before e's
-// new snapshot has a consistent point (an export added to the publication again before its
-// removal took effect). A hydrated e stops following the stream at once: it becomes hydrating,
-// and its record says so in the next transaction, so neither a watermark nor a checkpoint passes
-// changes that are held. Its topic is reconciled from the beginning, as for any export added
-// again. StartHydration follows.
+// new snapshot has a consistent point: e is hydrating (by a copy) from now on. StartHydration
+// follows.
+//
+// One that followed the stream (hydrated, added to the publication again before its removal
+// took effect, or copied again) stops following it at once, and its record says so in the next
+// transaction, so neither a watermark nor a checkpoint passes changes that are held. Its topic
+// is reconciled from the beginning, as for any export added again. One whose life ended
+// (removed, failed) waits for its copy as a restored export does: no records, counted nowhere,
+// until StartHydration.
 func (t *Tracker) Holding(e change.ExportID) {
 	x, ok := t.exports[e]
-	if !ok || x.restored || !x.streams() {
+	if !ok || x.restored {
 		return
 	}
-	x.state = StateHydrating
+	if !t.streams(x) {
+		if !t.state(x).live() {
+			x.restored = true
+		}
+		return
+	}
 	x.pos, x.hasPos = 0, false
 	if x.snap == nil {
 		x.snap = &SnapshotInfo{}
 	}
 	x.snap.Strategy = StrategyCopy
 	x.snap.ReconcileFrom = map[int32]int64{}
+	x.earlier, x.hasEarlier = map[int32]int64{}, true
 	x.owed = true
 }
 
 // hydrating returns e's state if e is hydrating (and not merely restored).
 func (t *Tracker) hydrating(e change.ExportID) *export {
 	x, ok := t.exports[e]
-	if !ok || x.state != StateHydrating || x.restored {
+	if !ok || x.restored || t.state(x) != StateHydrating {
 		return nil
 	}
 	return x
@@ -418,7 +470,7 @@ func (t *Tracker) SnapshotCopied(e change.ExportID, now time.Time) {
 
 // Hydrated records that e's copy and held changes are durable and that e's changes flow
 // directly from stream position at on: e is hydrated with P(e) = max(P(e), at). For a hydrated
-// export it only raises P(e); otherwise it is ignored.
+// export it only raises P(e); for one neither hydrating nor hydrated it does nothing.
 //
 // at is at or above e's consistent point, which is a WAL position taken after everything the
 // slot was ever confirmed to: so a new hydrated export never lowers what Confirmable returned.
@@ -427,14 +479,14 @@ func (t *Tracker) Hydrated(e change.ExportID, at change.LSN) {
 	if !ok || x.restored {
 		return
 	}
-	switch x.state {
+	switch t.state(x) {
 	case StateHydrating:
-		if x.streams() { // a chunked copy: the position it reached, or more
+		if t.streams(x) { // a chunked copy: the position it reached, or more
 			t.freeze(x)
 			at = max(at, x.pos)
 		}
-		x.state = StateHydrated
 		x.pos, x.hasPos = at, true
+		x.earlier, x.hasEarlier = nil, false
 		x.owed = true
 	case StateHydrated:
 		x.pos = max(x.pos, at)
@@ -452,36 +504,38 @@ func (t *Tracker) Advance(durable change.LSN) {
 
 // Removed records that e left the publication and that the stream passed at, the position at
 // which that was noticed: a hydrated e ends with P(e) = max(P(e), at). e gets one final record
-// with state removed and then none until it is hydrated again. Ignored if e is already removed.
+// with state removed and then none until it is hydrated again; a copy after it reconciles the
+// whole topic.
 func (t *Tracker) Removed(e change.ExportID, at change.LSN) {
 	x := t.get(e)
-	if x.state == StateRemoved {
-		return
-	}
-	if x.streams() && !x.restored {
+	if t.streams(x) && !x.restored {
 		t.freeze(x)
 		x.pos = max(x.pos, at)
 	}
-	x.state = StateRemoved
+	x.earlier, x.hasEarlier = map[int32]int64{}, true
 	x.restored = false
 	x.owed = true
 }
 
 // Failed records that e stopped on a permanent error. A hydrated e keeps the own position it
 // reached. e gets one final record with state failed and reason, then none until it is
-// hydrated again. Ignored if e is removed or already failed.
+// hydrated again.
 func (t *Tracker) Failed(e change.ExportID, reason string) {
 	x := t.get(e)
-	if (x.state == StateFailed && !x.restored) || x.state == StateRemoved {
-		return
-	}
-	if x.streams() && !x.restored {
+	if t.streams(x) && !x.restored {
 		t.freeze(x)
+		// Its topic holds the stream up to its position: nothing earlier to reconcile.
+		x.earlier, x.hasEarlier = nil, false
 	}
-	x.state = StateFailed
 	x.restored = false
 	x.err = reason
 	x.owed = true
+}
+
+// Owed reports whether e's last transition waits for its record (Due returns it next).
+func (t *Tracker) Owed(e change.ExportID) bool {
+	x, ok := t.exports[e]
+	return ok && x.owed
 }
 
 // Confirmable returns the LSN up to which the replication slot may be confirmed: the lowest own
@@ -531,7 +585,7 @@ func (t *Tracker) pin(x *export) (change.LSN, bool) {
 	if x.hasPendingHyd {
 		lower(x.pendingHydMin)
 	}
-	if x.streams() && !x.restored {
+	if t.streams(x) && !x.restored {
 		if pos, ok := t.position(x); ok {
 			lower(pos)
 		}

@@ -23,7 +23,7 @@ func fakeEndOffsets(topic string) map[int32]int64 { return map[int32]int64{0: in
 
 // start begins a hydration of e at consistent point c with a topic named after e.
 func startSnap(tr *Tracker, e change.ExportID, c change.LSN, now time.Time) int {
-	return tr.StartHydration(e, "p."+e.Table, c, 100, map[int32]int64{0: 0}, now)
+	return own(tr).StartHydration(e, "p."+e.Table, c, 100, map[int32]int64{0: 0}, now)
 }
 
 // hydrate takes e through a whole snapshot: start at c, copied, hydrated at c.
@@ -31,7 +31,7 @@ func fullHydration(tr *Tracker, e change.ExportID, c change.LSN, now time.Time) 
 	startSnap(tr, e, c, now)
 	tr.SnapshotRows(e, 100)
 	tr.SnapshotCopied(e, now)
-	tr.Hydrated(e, c)
+	own(tr).Hydrated(e, c)
 }
 
 // views keeps, per tracker under test, what a reader of its records knows.
@@ -69,6 +69,7 @@ func dueRecords(tb testing.TB, tr *Tracker, now time.Time, offsets func(string) 
 	recs := tr.Due(now, offsets)
 	out := append([]Record(nil), recs...)
 	clear(fromQuiet)
+	own(tr).checkRecords(tb, recs)
 	for _, r := range recs {
 		b, err := Encode(r)
 		if err != nil {
@@ -224,7 +225,7 @@ func TestIndependentWatermarks(t *testing.T) {
 				fullHydration(tr, exA, 100, trackerT0)
 				tr.Advance(200)
 				duePublish(tb, tr, trackerT0)
-				tr.Removed(exA, 250)
+				own(tr).Removed(exA, 250)
 				tr.Advance(400)
 				return trackerT0.Add(time.Millisecond)
 			},
@@ -235,7 +236,7 @@ func TestIndependentWatermarks(t *testing.T) {
 			run: func(tb testing.TB, tr *Tracker) time.Time {
 				fullHydration(tr, exA, 100, trackerT0)
 				tr.Advance(200)
-				tr.Failed(exA, "boom")
+				own(tr).Failed(exA, "boom")
 				tr.Advance(400)
 				return trackerT0
 			},
@@ -245,7 +246,7 @@ func TestIndependentWatermarks(t *testing.T) {
 			name: "failed hydrating export has no watermark",
 			run: func(tb testing.TB, tr *Tracker) time.Time {
 				startSnap(tr, exA, 100, trackerT0)
-				tr.Failed(exA, "boom")
+				own(tr).Failed(exA, "boom")
 				return trackerT0
 			},
 			wants: map[change.ExportID]wantRecord{exA: {StateFailed, nil, 0}},
@@ -253,7 +254,7 @@ func TestIndependentWatermarks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{Interval: testInterval})
+			tr := newTracker(Options{Interval: testInterval})
 			now := tt.run(t, tr)
 			checkRecords(t, duePublish(t, tr, now), tt.wants)
 		})
@@ -304,7 +305,7 @@ func TestGlobalWatermarks(t *testing.T) {
 				tr.Advance(500)
 				duePublish(tb, tr, trackerT0.Add(testInterval))
 				tr.SnapshotCopied(exB, trackerT0)
-				tr.Hydrated(exB, 500)
+				own(tr).Hydrated(exB, 500)
 				tr.Advance(600)
 				return trackerT0.Add(2 * testInterval)
 			},
@@ -320,8 +321,8 @@ func TestGlobalWatermarks(t *testing.T) {
 				startSnap(tr, exB, 150, trackerT0)
 				startSnap(tr, exC, 160, trackerT0)
 				duePublish(tb, tr, trackerT0)
-				tr.Failed(exB, "boom")
-				tr.Removed(exC, 170)
+				own(tr).Failed(exB, "boom")
+				own(tr).Removed(exC, 170)
 				tr.Advance(400)
 				return trackerT0.Add(testInterval)
 			},
@@ -351,7 +352,7 @@ func TestGlobalWatermarks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{Mode: ModeGlobal, Interval: testInterval})
+			tr := newTracker(Options{Mode: ModeGlobal, Interval: testInterval})
 			now := tt.run(t, tr)
 			checkRecords(t, duePublish(t, tr, now), tt.wants)
 		})
@@ -378,16 +379,16 @@ func TestDueSchedule(t *testing.T) {
 			map[change.ExportID]wantRecord{exA: {}, exB: {StateHydrating, nil, 0}}},
 		{"re-snapshot at once", func(tr *Tracker) { startSnap(tr, exA, 200, trackerT0) }, 0,
 			map[change.ExportID]wantRecord{exA: {StateHydrating, lsnp(100), 0}}},
-		{"removed at once", func(tr *Tracker) { tr.Removed(exA, 150) }, 0,
+		{"removed at once", func(tr *Tracker) { own(tr).Removed(exA, 150) }, 0,
 			map[change.ExportID]wantRecord{exA: {StateRemoved, lsnp(150), 150}}},
-		{"failed at once", func(tr *Tracker) { tr.Failed(exA, "x") }, 0,
+		{"failed at once", func(tr *Tracker) { own(tr).Failed(exA, "x") }, 0,
 			map[change.ExportID]wantRecord{exA: {StateFailed, lsnp(100), 100}}},
 		{"clock went back: heartbeat", func(tr *Tracker) {}, -time.Second,
 			map[change.ExportID]wantRecord{exA: {StateHydrated, lsnp(100), 100}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{Interval: testInterval})
+			tr := newTracker(Options{Interval: testInterval})
 			fullHydration(tr, exA, 100, trackerT0)
 			duePublish(t, tr, trackerT0)
 			tt.run(tr)
@@ -397,7 +398,7 @@ func TestDueSchedule(t *testing.T) {
 }
 
 func TestDueTransitionsOfASnapshot(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	tr.Advance(50)
 	steps := []struct {
 		name string
@@ -408,9 +409,9 @@ func TestDueTransitionsOfASnapshot(t *testing.T) {
 		{"rows are not a transition", func() { tr.SnapshotRows(exA, 7) }, wantRecord{}},
 		{"copied", func() { tr.SnapshotCopied(exA, trackerT0) }, wantRecord{StateHydrating, nil, 0}},
 		{"copied twice is not a transition", func() { tr.SnapshotCopied(exA, trackerT0) }, wantRecord{}},
-		{"hydrated", func() { tr.Hydrated(exA, 120) }, wantRecord{StateHydrated, lsnp(120), 120}},
-		{"removed", func() { tr.Removed(exA, 130) }, wantRecord{StateRemoved, lsnp(130), 130}},
-		{"removed twice is ignored", func() { tr.Removed(exA, 140) }, wantRecord{}},
+		{"hydrated", func() { own(tr).Hydrated(exA, 120) }, wantRecord{StateHydrated, lsnp(120), 120}},
+		{"removed", func() { own(tr).Removed(exA, 130) }, wantRecord{StateRemoved, lsnp(130), 130}},
+		{"removed twice is ignored", func() { own(tr).Removed(exA, 140) }, wantRecord{}},
 		{"no heartbeat once removed", func() {}, wantRecord{}},
 	}
 	now := trackerT0
@@ -429,16 +430,16 @@ func TestDueTransitionsOfASnapshot(t *testing.T) {
 }
 
 func TestDueRecordContents(t *testing.T) {
-	tr := NewTracker(Options{Interval: testInterval})
+	tr := newTracker(Options{Interval: testInterval})
 	startOffsets := map[int32]int64{0: 5, 1: 6}
-	if got := tr.StartHydration(exA, "p.a", 0x100, 1000, startOffsets, trackerT0); got != 1 {
+	if got := own(tr).StartHydration(exA, "p.a", 0x100, 1000, startOffsets, trackerT0); got != 1 {
 		t.Fatalf("first attempt = %d; want 1", got)
 	}
 	startOffsets[0] = 99 // the tracker must have copied the map
 	tr.SnapshotRows(exA, 300)
 	tr.SnapshotRows(exA, 200)
 	tr.SnapshotCopied(exA, trackerT0.Add(time.Minute))
-	tr.Failed(exA, "column x: cannot encode")
+	own(tr).Failed(exA, "column x: cannot encode")
 
 	calls := 0
 	recs := tr.Due(trackerT0.Add(2*time.Minute), func(topic string) map[int32]int64 {
@@ -472,7 +473,7 @@ func TestDueRecordContents(t *testing.T) {
 		t.Errorf("ts = %v", r.Time)
 	}
 	// A returned record is the caller's: later progress does not change it.
-	tr.StartHydration(exA, "p.a", 0x200, 1000, nil, trackerT0)
+	own(tr).StartHydration(exA, "p.a", 0x200, 1000, nil, trackerT0)
 	tr.SnapshotRows(exA, 1)
 	if snap.RowsCopied != 500 || snap.Attempt != 1 {
 		t.Errorf("returned record changed under the caller: %+v", *snap)
@@ -492,26 +493,26 @@ func TestReconcileFrom(t *testing.T) {
 	}{
 		{"first attempt: its own start", func(tr *Tracker) {}, off(10)},
 		{"retry of an unfinished attempt: the earliest start", func(tr *Tracker) {
-			tr.StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
-			tr.StartHydration(exA, "p.a", 2, 0, off(6), trackerT0)
+			own(tr).StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
+			own(tr).StartHydration(exA, "p.a", 2, 0, off(6), trackerT0)
 		}, off(3)},
 		{"retry after a failed snapshot: the earliest start", func(tr *Tracker) {
-			tr.StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
-			tr.Failed(exA, "x")
+			own(tr).StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
+			own(tr).Failed(exA, "x")
 		}, off(3)},
 		{"after hydrated: its own start", func(tr *Tracker) {
-			tr.StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
-			tr.Hydrated(exA, 1)
+			own(tr).StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
+			own(tr).Hydrated(exA, 1)
 		}, off(10)},
 		{"after a failure of a hydrated export: its own start", func(tr *Tracker) {
-			tr.StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
-			tr.Hydrated(exA, 1)
-			tr.Failed(exA, "x")
+			own(tr).StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
+			own(tr).Hydrated(exA, 1)
+			own(tr).Failed(exA, "x")
 		}, off(10)},
 		{"added again: from the beginning", func(tr *Tracker) {
-			tr.StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
-			tr.Hydrated(exA, 1)
-			tr.Removed(exA, 2)
+			own(tr).StartHydration(exA, "p.a", 1, 0, off(3), trackerT0)
+			own(tr).Hydrated(exA, 1)
+			own(tr).Removed(exA, 2)
 		}, map[int32]int64{}},
 		{"restored unfinished attempt: its start", func(tr *Tracker) {
 			tr.Restore([]Record{{Export: exA, State: StateHydrating, Snapshot: &SnapshotInfo{Attempt: 4, ReconcileFrom: off(2)}}})
@@ -519,9 +520,9 @@ func TestReconcileFrom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := NewTracker(Options{})
+			tr := newTracker(Options{})
 			tt.run(tr)
-			tr.StartHydration(exA, "p.a", 9, 0, off(10), trackerT0)
+			own(tr).StartHydration(exA, "p.a", 9, 0, off(10), trackerT0)
 			recs := tr.Due(trackerT0, nil)
 			if len(recs) != 1 || recs[0].Snapshot == nil {
 				t.Fatalf("records = %+v", recs)
