@@ -299,16 +299,7 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpDelete, before, nil, nil); err != nil {
 		return dst, err
 	}
-	dst = append(dst, change.Record{
-		Topic: e.topic, Partition: change.AnyPartition, Key: oldKey, Value: e.own(e.val),
-		Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
-	})
-	if e.cfg.Tombstones {
-		dst = append(dst, change.Record{
-			Topic: e.topic, Partition: change.AnyPartition, Key: oldKey,
-			Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
-		})
-	}
+	dst = e.appendDelete(dst, oldKey, e.own(e.val), lsn, oldKey, newKey)
 	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpCreate, nil, resolved, unavail); err != nil {
 		return dst[:n], err
 	}

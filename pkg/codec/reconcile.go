@@ -29,14 +29,20 @@ func (e *Encoder) DeleteKey(dst []change.Record, src Source, key []byte) []chang
 	}
 	k := e.own(key)
 	lsn := e.lsnText(src.LSN)
+	return e.appendDelete(dst, k, e.own(e.val), lsn, nil, nil)
+}
+
+// appendDelete appends a delete record of key with value, and its tombstone when the encoder
+// writes them; oldKey and newKey name a key change the delete belongs to (nil: none).
+func (e *Encoder) appendDelete(dst []change.Record, key, value, lsn, oldKey, newKey []byte) []change.Record {
 	dst = append(dst, change.Record{
-		Topic: e.topic, Partition: change.AnyPartition, Key: k, Value: e.own(e.val),
-		Headers: e.headers(lsn, change.OpDelete, nil, nil, nil),
+		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: value,
+		Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
 	})
 	if e.cfg.Tombstones {
 		dst = append(dst, change.Record{
-			Topic: e.topic, Partition: change.AnyPartition, Key: k,
-			Headers: e.headers(lsn, change.OpDelete, nil, nil, nil),
+			Topic: e.topic, Partition: change.AnyPartition, Key: key,
+			Headers: e.headers(lsn, change.OpDelete, oldKey, newKey, nil),
 		})
 	}
 	return dst

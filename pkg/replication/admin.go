@@ -98,13 +98,9 @@ func CheckFailover(conn pgcat.Querier) error {
 // (PostgreSQL 17+, see CheckFailover). Only the connection attempt is bounded by t: the
 // creation waits for open transactions, as long as ctx allows.
 func CreateSlot(ctx context.Context, url, slot string, failover bool, t pgcat.Timeouts) error {
-	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	conn, err := dialReplication(ctx, url, t)
 	if err != nil {
-		return pgcat.SetupError(err)
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+		return err
 	}
 	defer conn.Close(context.Background())
 	if failover {
@@ -128,13 +124,9 @@ func CreateSlot(ctx context.Context, url, slot string, failover bool, t pgcat.Ti
 // a slot created before CDC_SLOT_FAILOVER was turned on. It fails while another process streams
 // from the slot.
 func SetFailover(ctx context.Context, url, slot string, t pgcat.Timeouts) error {
-	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	conn, err := dialReplication(ctx, url, t)
 	if err != nil {
-		return pgcat.SetupError(err)
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+		return err
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER_REPLICATION_SLOT %s (FAILOVER true)", pgcat.Ident(slot))).ReadAll(); err != nil {
@@ -306,13 +298,9 @@ type Timeline struct {
 // ReadTimeline reads the server's timeline (IDENTIFY_SYSTEM) and, when it has a parent, the
 // point where it branched off (TIMELINE_HISTORY), on a replication connection of its own.
 func ReadTimeline(ctx context.Context, url string, t pgcat.Timeouts) (Timeline, error) {
-	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	conn, err := dialReplication(ctx, url, t)
 	if err != nil {
-		return Timeline{}, pgcat.SetupError(err)
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return Timeline{}, fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+		return Timeline{}, err
 	}
 	defer conn.Close(context.Background())
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
@@ -347,4 +335,18 @@ func switchPoint(history string) (change.LSN, error) {
 		return 0, fmt.Errorf("no switch point in %q", history)
 	}
 	return change.ParseLSN(fields[1])
+}
+
+// dialReplication opens a replication connection for one command; only the connection attempt
+// is bounded by t. A bad URL is a setup error; a failure to connect names no secret.
+func dialReplication(ctx context.Context, url string, t pgcat.Timeouts) (*pgconn.PgConn, error) {
+	cfg, err := pgcat.ReplicationConfig(url, "", t.ConnectOnly())
+	if err != nil {
+		return nil, pgcat.SetupError(err)
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("replication connection: %w", secret.ScrubError(err, url))
+	}
+	return conn, nil
 }

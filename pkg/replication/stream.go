@@ -108,6 +108,15 @@ func (st *streamState) close() {
 	}
 }
 
+// received handles a message taken from msgs. A closed msgs (ok false: the receiver stopped)
+// ends the loop with ctx's error; the receiver's own error is what the group returns.
+func (st *streamState) received(ctx context.Context, data []byte, ok bool) error {
+	if !ok {
+		return ctx.Err()
+	}
+	return st.handle(data)
+}
+
 func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
@@ -122,10 +131,7 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 		}
 		select {
 		case data, ok := <-msgs:
-			if !ok {
-				return ctx.Err()
-			}
-			if err := st.handle(data); err != nil {
+			if err := st.received(ctx, data, ok); err != nil {
 				return err
 			}
 			continue
@@ -137,10 +143,7 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 		}
 		select {
 		case data, ok := <-msgs:
-			if !ok {
-				return ctx.Err()
-			}
-			if err := st.handle(data); err != nil {
+			if err := st.received(ctx, data, ok); err != nil {
 				return err
 			}
 		case <-st.s.ctrlSig:
