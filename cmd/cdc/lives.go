@@ -43,6 +43,12 @@ func runLives(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) error
 		if exitNow(err, attempt, p.Ran(), time.Since(started), p.StartupWindow()) {
 			return err
 		}
+		if errors.Is(err, replication.ErrServerChanged) {
+			// Not a failure: the next life checks the promoted server against the slot and
+			// Kafka before it streams (docs/production.md#failover), so it starts at once.
+			log.Warn("the PostgreSQL server is on a new timeline (a standby was promoted); a new life checks it and goes on", "err", err)
+			continue
+		}
 		if time.Since(started) > 2*time.Minute {
 			backoff = time.Second
 		}
