@@ -77,6 +77,14 @@ type batch struct {
 // ctx ends (it returns ctx's error; in exactly-once mode the open transaction is aborted).
 // Any produce or transaction error ends Run with that error.
 func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack) (err error) {
+	if s.cfg.Delivery == ExactlyOnce {
+		// Both lanes' producer ids before anything is produced, so that a later instance's
+		// Init fences both (a lane initialised only at its first batch would fence it instead).
+		if err := s.Init(ctx); err != nil {
+			s.metrics.errors.Inc()
+			return err
+		}
+	}
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	linger := time.NewTimer(s.cfg.Linger)
@@ -87,13 +95,6 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack)
 			s.dropCommit(ctx)
 		}
 	}()
-	if s.cfg.Delivery == ExactlyOnce {
-		// Both lanes' producer ids before anything is produced, so that a later instance's
-		// Init fences both (a lane initialised only at its first batch would fence it instead).
-		if err := s.Init(ctx); err != nil {
-			return err
-		}
-	}
 
 	for {
 		var first *change.Unit
