@@ -32,15 +32,6 @@
 //     read-committed consumer sees all of a batch or none of it. Any produce, flush or commit
 //     error aborts the transaction and ends Run. A second instance with the same
 //     transactional id fences this one: Run then fails with an error matching ErrFenced.
-//   - Exactly-once uses two transactional producers, Config.TransactionalID and that id with
-//     ".2", one batch each in turn: a batch's commit goes on in the background while the next
-//     batch produces on the other one. A batch produces only after the previous batch's
-//     records are acknowledged (its reply's watermark-topic records aside, which the next
-//     batch's replies follow after its commit), and it sends its acks and commits only after
-//     the previous batch committed and its AckCommitted went, so the acks come in the same
-//     order as with one producer and the committed transactions are always a prefix of the
-//     batches (lanes.go). Init (and Run) initialise both ids, fencing both of a previous
-//     instance.
 //   - Units are never split across batches. A unit larger than MaxBatchBytes forms a batch of
 //     its own.
 //   - Large transactions: the replication stage hands a PostgreSQL transaction past its piece
@@ -68,7 +59,5 @@
 //
 // Memory: Run holds at most MaxBatchBytes of units (plus the unit that crosses the bound, and a
 // first piece waiting for the next batch) beyond what the kgo client buffers, and Produce blocks while the client holds its maximum
-// buffered bytes, which backpressures the input channel. Of the two exactly-once producers only
-// one holds a batch's units at a time: the other holds at most the watermark records of the
-// batch it commits.
+// buffered bytes, which backpressures the input channel.
 package sink

@@ -62,39 +62,23 @@ func ask(ctx context.Context, acks chan<- Ack, a Ack) ([]change.Record, error) {
 // batch is the state of one batch (one transaction in exactly-once mode).
 type batch struct {
 	start    time.Time
-	lane     *lane // the producer of the batch
 	units    []*change.Unit
 	bytes    int // estimated bytes of units
 	limit    int // MaxBatchBytes, or MaxBulkBatchBytes once a snapshot unit is in
 	records  int // records produced, AllPartitions copies counted
 	recBytes int
 	txn      bool // a Kafka transaction is open
-	// unflushed: records were produced since the last flush.
-	unflushed bool
 }
 
 // Run consumes units until in is closed (it then finishes the open batch and returns nil) or
 // ctx ends (it returns ctx's error; in exactly-once mode the open transaction is aborted).
 // Any produce or transaction error ends Run with that error.
-func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack) (err error) {
-	if s.cfg.Delivery == ExactlyOnce {
-		// Both lanes' producer ids before anything is produced, so that a later instance's
-		// Init fences both (a lane initialised only at its first batch would fence it instead).
-		if err := s.Init(ctx); err != nil {
-			s.metrics.errors.Inc()
-			return err
-		}
-	}
+func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack) error {
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	linger := time.NewTimer(s.cfg.Linger)
 	linger.Stop()
 	defer linger.Stop()
-	defer func() {
-		if err != nil {
-			s.dropCommit(ctx)
-		}
-	}()
 
 	for {
 		var first *change.Unit
@@ -107,20 +91,13 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack)
 				return ctx.Err()
 			case u, ok := <-in:
 				if !ok {
-					return s.settleLast(ctx, acks)
+					return nil
 				}
 				if u == nil {
 					continue
 				}
 				first = u
 			case <-tick.C:
-			case cerr := <-s.commitDone():
-				if err := s.committed(ctx, acks, cerr); err != nil {
-					s.metrics.errors.Inc()
-					return err
-				}
-				tick.Reset(s.cfg.Tick)
-				continue
 			}
 		}
 		closed, err := s.runBatch(ctx, first, in, linger, acks)
@@ -129,43 +106,26 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack)
 			return err // logged by the caller, which handles it
 		}
 		if closed {
-			return s.settleLast(ctx, acks)
+			return nil
 		}
-		if s.commit != nil {
-			// The tick counts from the commit, as when the batch waited for it.
-			tick.Stop()
-		} else {
-			tick.Reset(s.cfg.Tick)
-		}
+		tick.Reset(s.cfg.Tick)
 	}
-}
-
-// settleLast settles the last batch's commit when in is closed.
-func (s *Sink) settleLast(ctx context.Context, acks chan<- Ack) error {
-	err := s.settle(ctx, acks)
-	if err != nil {
-		s.metrics.errors.Inc()
-	}
-	return err
 }
 
 // runBatch produces first and whatever else arrives within Linger and MaxBatchBytes, reports
 // the acknowledged units on acks, produces the records of the reply and makes it all durable.
 // With first nil it is a tick: only the reply's records are produced. It reports whether in
-// was closed. In exactly-once mode it leaves the batch's commit in flight (startCommit) and
-// the next batch takes the other lane; the batch's AckCommitted follows from settle.
+// was closed.
 func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks chan<- Ack) (closed bool, err error) {
-	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes, lane: s.lanes[s.turn]}
-	if s.commit != nil && s.commit.b.lane == b.lane {
-		// A single lane: its commit first.
-		if err := s.settle(ctx, acks); err != nil {
-			return false, err
-		}
-	}
-	b.lane.resetErr()
+	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
+	s.resetBatchErr()
 	defer func() {
-		if err != nil {
-			err = s.abortBatch(ctx, b, err)
+		if err != nil && b.txn {
+			// A produce that failed with INVALID_PRODUCER_EPOCH only learns at the abort
+			// whether another instance took over.
+			if aerr := s.abort(ctx); errors.Is(aerr, kerr.ProducerFenced) && !errors.Is(err, ErrFenced) {
+				err = &fencedError{id: s.cfg.TransactionalID, err: err}
+			}
 		}
 	}()
 
@@ -176,14 +136,10 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		if err := s.produceUnit(ctx, b, first); err != nil {
 			return false, err
 		}
-		if closed, err = s.collect(ctx, b, in, linger, acks); err != nil {
+		if closed, err = s.collect(ctx, b, in, linger); err != nil {
 			return closed, err
 		}
 		if s.cfg.Delivery == ExactlyOnce {
-			// The owner answers in order: the previous batch's AckCommitted first.
-			if err := s.settle(ctx, acks); err != nil {
-				return closed, err
-			}
 			recs, err := ask(ctx, acks, Ack{Kind: AckProduced, Units: b.units})
 			if err != nil {
 				return closed, err
@@ -194,7 +150,7 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 				}
 			}
 		}
-		if err := s.flush(ctx, b); err != nil {
+		if err := s.flush(ctx); err != nil {
 			return closed, err
 		}
 		// The units are durable: their share of their stage's budget goes back.
@@ -203,9 +159,6 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		}
 	}
 
-	if err := s.settle(ctx, acks); err != nil {
-		return closed, err
-	}
 	recs, err := ask(ctx, acks, Ack{Kind: AckDurable, Units: b.units, Offsets: s.offsets.snapshot()})
 	if err != nil {
 		return closed, err
@@ -219,60 +172,35 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 				return closed, err
 			}
 		}
-	}
-	if b.txn {
-		if b.unflushed && !s.watermarkOnly(recs) {
-			// The next batch may write to the same partitions: these records first.
-			if err := s.flush(ctx, b); err != nil {
-				return closed, err
-			}
-		}
-		// The reply's records are flushed and the transaction committed in the background,
-		// while the next batch produces on the other lane.
-		s.startCommit(ctx, b)
-		s.turn = (s.turn + 1) % len(s.lanes)
-		return closed, nil
-	}
-	if b.unflushed {
-		if err := s.flush(ctx, b); err != nil {
+		if err := s.flush(ctx); err != nil {
 			return closed, err
 		}
+	}
+	if b.txn {
+		if err := s.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			return closed, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
+		}
+		b.txn = false
 	}
 	select {
 	case acks <- Ack{Kind: AckCommitted}:
 	case <-ctx.Done():
 		return closed, ctx.Err()
 	}
-	s.observe(b)
+
+	if len(b.units) > 0 || b.records > 0 {
+		elapsed := time.Since(b.start)
+		s.metrics.records.Add(float64(b.records))
+		s.metrics.bytes.Add(float64(b.recBytes))
+		s.metrics.batches.Inc()
+		s.metrics.batchDuration.Observe(elapsed.Seconds())
+		s.log.Debug("batch durable", "units", len(b.units), "records", b.records, "bytes", b.recBytes, "duration", elapsed)
+	}
 	return closed, nil
 }
 
-// watermarkOnly reports whether every record of recs goes to the watermark topic, which the
-// next batch writes to only after this one committed (lanes.go).
-func (s *Sink) watermarkOnly(recs []change.Record) bool {
-	for i := range recs {
-		if recs[i].Topic != s.cfg.WatermarkTopic {
-			return false
-		}
-	}
-	return true
-}
-
-// observe counts a batch that is durable.
-func (s *Sink) observe(b *batch) {
-	if len(b.units) == 0 && b.records == 0 {
-		return
-	}
-	elapsed := time.Since(b.start)
-	s.metrics.records.Add(float64(b.records))
-	s.metrics.bytes.Add(float64(b.recBytes))
-	s.metrics.batches.Inc()
-	s.metrics.batchDuration.Observe(elapsed.Seconds())
-	s.log.Debug("batch durable", "units", len(b.units), "records", b.records, "bytes", b.recBytes, "duration", elapsed)
-}
-
 // collect adds units to b until Linger passes, b holds its limit, or in is closed.
-func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, linger *time.Timer, acks chan<- Ack) (closed bool, err error) {
+func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, linger *time.Timer) (closed bool, err error) {
 	linger.Reset(s.cfg.Linger)
 	defer linger.Stop()
 	for b.bytes < b.limit {
@@ -281,11 +209,6 @@ func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, li
 			return false, ctx.Err()
 		case <-linger.C:
 			return false, nil
-		case cerr := <-s.commitDone():
-			// The previous batch committed while this one collects: report it now.
-			if err := s.committed(ctx, acks, cerr); err != nil {
-				return false, err
-			}
 		case u, ok := <-in:
 			if !ok {
 				return true, nil
@@ -312,22 +235,21 @@ func (s *Sink) begin(b *batch) error {
 	if s.cfg.Delivery != ExactlyOnce || b.txn {
 		return nil
 	}
-	if err := b.lane.prod.BeginTransaction(); err != nil {
-		return fmt.Errorf("begin kafka transaction: %w", s.classify(b.lane, err))
+	if err := s.prod.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
 	}
 	b.txn = true
 	return nil
 }
 
-// flush waits until every record b's lane produced is acknowledged, then reports the batch's
-// first produce error.
-func (s *Sink) flush(ctx context.Context, b *batch) error {
-	b.unflushed = false
-	if err := b.lane.prod.Flush(ctx); err != nil {
+// flush waits until every produced record is acknowledged, then reports the batch's first
+// produce error.
+func (s *Sink) flush(ctx context.Context) error {
+	if err := s.prod.Flush(ctx); err != nil {
 		return fmt.Errorf("flush records to kafka: %w", err)
 	}
-	if err := b.lane.takeErr(); err != nil {
-		return fmt.Errorf("produce to kafka: %w", s.classify(b.lane, err))
+	if err := s.takeBatchErr(); err != nil {
+		return fmt.Errorf("produce to kafka: %w", s.classify(err))
 	}
 	return nil
 }
@@ -336,13 +258,13 @@ func (s *Sink) flush(ctx context.Context, b *batch) error {
 // that a cancelled ctx still ends the transaction cleanly. A failure is logged and returned
 // for classification only: the broker aborts the transaction at its timeout, and the next
 // instance fences it anyway.
-func (s *Sink) abort(ctx context.Context, l *lane) error {
+func (s *Sink) abort(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	s.metrics.aborts.Inc()
-	err := l.prod.AbortBufferedRecords(actx)
+	err := s.prod.AbortBufferedRecords(actx)
 	if err == nil {
-		err = l.prod.EndTransaction(actx, kgo.TryAbort)
+		err = s.prod.EndTransaction(actx, kgo.TryAbort)
 	}
 	if err != nil && !errors.Is(err, kerr.ProducerFenced) {
 		s.log.Warn("abort kafka transaction", "error", err)
@@ -403,6 +325,33 @@ func (s *Sink) produce(ctx context.Context, b *batch, r *change.Record, partitio
 	}
 	b.records++
 	b.recBytes += r.Size()
-	b.unflushed = true
-	b.lane.prod.Produce(ctx, kr, b.lane.promise)
+	s.prod.Produce(ctx, kr, s.promise)
+}
+
+// onProduced is the promise of every record. It only records: the offset of a success, the
+// first error of the batch.
+func (s *Sink) onProduced(r *kgo.Record, err error) {
+	if err != nil {
+		s.errMu.Lock()
+		if s.batchErr == nil {
+			s.batchErr = fmt.Errorf("topic %s partition %d: %w", r.Topic, r.Partition, err)
+		}
+		s.errMu.Unlock()
+		return
+	}
+	s.offsets.advance(r.Topic, r.Partition, r.Offset)
+}
+
+func (s *Sink) resetBatchErr() {
+	s.errMu.Lock()
+	s.batchErr = nil
+	s.errMu.Unlock()
+}
+
+func (s *Sink) takeBatchErr() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	err := s.batchErr
+	s.batchErr = nil
+	return err
 }

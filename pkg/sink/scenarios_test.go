@@ -31,7 +31,6 @@ var scenarios = []struct {
 	{"ReadWatermarks", scenarioReadWatermarks},
 	{"ReadWatermarksResolvesOpenTransaction", scenarioReadWatermarksOpenTxn},
 	{"Fenced", scenarioFenced},
-	{"TwoProducers", scenarioTwoProducers},
 	{"FailedBatchAtLeastOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, AtLeastOnce) }},
 	{"FailedBatchExactlyOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, ExactlyOnce) }},
 	{"Heartbeats", scenarioHeartbeats},
@@ -437,60 +436,6 @@ func scenarioFenced(t *testing.T, env *testEnv) {
 	}
 	if got := strs(values(env.consume(t, topic, true))); !slices.Equal(got, []string{"a@10#0"}) {
 		t.Errorf("committed records = %q, want only the first unit's", got)
-	}
-}
-
-// scenarioTwoProducers: in exactly-once mode consecutive batches go to the two transactional
-// producers in turn, and a second sink's Init fences both (scenarioFenced fences the second
-// producer's batch, this one the first's).
-func scenarioTwoProducers(t *testing.T, env *testEnv) {
-	ctx := t.Context()
-	cfg := env.config(t, ExactlyOnce)
-	first := env.newSink(t, cfg)
-	topic := env.topic("data")
-	if err := first.EnsureTopics(ctx, []TopicSpec{{Name: topic}}); err != nil {
-		t.Fatalf("EnsureTopics: %v", err)
-	}
-	p := newFakeProgress(nil)
-	in := make(chan *change.Unit)
-	wait := runSink(t, first, in, p)
-	var want []string
-	for i := range 4 {
-		u := dataUnit(topic, change.LSN(10+i), fmt.Sprintf("k%d", i))
-		want = append(want, string(u.Records[0].Value))
-		in <- u
-		p.waitCommittedUnits(t, i+1)
-	}
-	producer := map[string]int64{}
-	for _, r := range env.consume(t, topic, true) {
-		producer[string(r.Value)] = r.ProducerID
-	}
-	ids := map[int64]bool{}
-	for i, v := range want {
-		id, ok := producer[v]
-		if !ok {
-			t.Fatalf("record %s not committed", v)
-		}
-		ids[id] = true
-		if i > 0 && id == producer[want[i-1]] {
-			t.Errorf("batches %d and %d were both produced by producer id %d, want the two producers in turn", i-1, i, id)
-		}
-	}
-	if len(ids) != 2 {
-		t.Errorf("batches were produced by %d producer ids, want 2", len(ids))
-	}
-
-	second := env.newSink(t, cfg)
-	if err := second.Init(ctx); err != nil {
-		t.Fatalf("second Init: %v", err)
-	}
-	in <- dataUnit(topic, 20, "x") // the fifth batch: the first producer's turn again
-	close(in)
-	if err := wait(); !errors.Is(err, ErrFenced) {
-		t.Fatalf("Run of the fenced sink = %v, want an ErrFenced error", err)
-	}
-	if got := len(env.consume(t, topic, true)); got != len(want) {
-		t.Errorf("%d records committed, want only the %d before the takeover", got, len(want))
 	}
 }
 

@@ -32,14 +32,10 @@ type producer interface {
 // Sink produces units to Kafka. Make one with New; it is used by one Run at a time. After Run
 // returns an error, Close the Sink and make a new one.
 type Sink struct {
-	cfg    Config
-	log    *slog.Logger
-	client *kgo.Client // the first lane's; also admin, metadata and reading back
-	// clients are the producers' clients, client first (two in exactly-once mode).
-	clients []*kgo.Client
-	// lanes are the producers Run takes in turn (lanes.go); turn is the next batch's.
-	lanes   []*lane
-	turn    int
+	cfg     Config
+	log     *slog.Logger
+	client  *kgo.Client
+	prod    producer
 	admin   *kadm.Client
 	part    *partitioner
 	offsets *offsetTracker
@@ -49,8 +45,11 @@ type Sink struct {
 	closeOnce  sync.Once
 	partitions map[string]int32 // real partition counts of known topics
 
-	// commit is the batch whose transaction is being committed, if any (lanes.go).
-	commit *commit
+	// errMu guards batchErr, the first produce error of the current batch.
+	errMu    sync.Mutex
+	batchErr error
+	// promise is s.onProduced, bound once so that producing allocates no closure per record.
+	promise func(*kgo.Record, error)
 	// security are the client options of Config.Security, for every client.
 	security []kgo.Opt
 	// next is a unit Run took from its input that opens the next batch (the first piece of a
@@ -101,29 +100,22 @@ func New(cfg Config) (*Sink, error) {
 		metrics:    m,
 		partitions: make(map[string]int32),
 	}
+	s.promise = s.onProduced
 	if s.security, err = cfg.Security.ClientOpts(); err != nil {
 		return nil, fmt.Errorf("configure kafka sink: %w", err)
 	}
-	ids := []string{cfg.TransactionalID}
-	if cfg.Delivery == ExactlyOnce {
-		ids = append(ids, cfg.TransactionalID+secondLaneSuffix)
+	client, err := kgo.NewClient(s.clientOpts()...)
+	if err != nil {
+		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	for _, id := range ids {
-		client, err := kgo.NewClient(s.clientOpts(id)...)
-		if err != nil {
-			s.Close()
-			return nil, fmt.Errorf("create kafka client: %w", err)
-		}
-		s.clients = append(s.clients, client)
-		s.lanes = append(s.lanes, newLane(client, id, s.offsets))
-	}
-	s.client = s.clients[0]
-	s.admin = kadm.NewClient(s.client)
+	s.client = client
+	s.prod = client
+	s.admin = kadm.NewClient(client)
 	return s, nil
 }
 
-// clientOpts are the options of a producer client with transactional id txnID (exactly-once).
-func (s *Sink) clientOpts(txnID string) []kgo.Opt {
+// clientOpts are the producer client's options.
+func (s *Sink) clientOpts() []kgo.Opt {
 	maxBuffered := max(s.cfg.MaxBatchBytes, 2*MaxRecordBytes)
 	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
@@ -146,7 +138,7 @@ func (s *Sink) clientOpts(txnID string) []kgo.Opt {
 	opts = append(opts, s.security...)
 	if s.cfg.Delivery == ExactlyOnce {
 		opts = append(opts,
-			kgo.TransactionalID(txnID),
+			kgo.TransactionalID(s.cfg.TransactionalID),
 			kgo.TransactionTimeout(s.cfg.TransactionTimeout),
 			// A transaction begun right after the previous commit often finds the coordinator
 			// still writing its markers (CONCURRENT_TRANSACTIONS); retry sooner than the
@@ -187,14 +179,12 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
 }
 
-// Init initialises the producers: each loads its producer id, which in exactly-once mode
-// fences any previous instance with the same transactional ids and completes or aborts its
-// last transactions. ReadWatermarks calls it; calling it again is cheap.
+// Init initialises the producer: it loads the producer id, which in exactly-once mode fences
+// any previous instance with the same transactional id and completes or aborts its last
+// transaction. ReadWatermarks calls it; calling it again is cheap.
 func (s *Sink) Init(ctx context.Context) error {
-	for i, c := range s.clients {
-		if _, _, err := c.ProducerID(ctx); err != nil {
-			return s.classify(s.lanes[i], fmt.Errorf("initialise kafka producer: %w", err))
-		}
+	if _, _, err := s.client.ProducerID(ctx); err != nil {
+		return s.classify(fmt.Errorf("initialise kafka producer: %w", err))
 	}
 	return nil
 }
@@ -218,11 +208,7 @@ func (s *Sink) EndOffsets(topic string) map[int32]int64 {
 // Close closes the client; calls after the first do nothing. In exactly-once mode an open
 // transaction is left for the broker to abort (or for the next instance to fence).
 func (s *Sink) Close() {
-	s.closeOnce.Do(func() {
-		for _, c := range s.clients {
-			c.Close()
-		}
-	})
+	s.closeOnce.Do(s.client.Close)
 }
 
 // partitionCount returns topic's partition count, asking the cluster when it is not known yet.
@@ -261,14 +247,13 @@ func (e *fencedError) Error() string {
 
 func (e *fencedError) Unwrap() []error { return []error{ErrFenced, e.err} }
 
-// classify turns a fencing error of lane l into a fencedError; other errors are returned as
-// they are.
-func (s *Sink) classify(l *lane, err error) error {
+// classify turns a fencing error into a fencedError; other errors are returned as they are.
+func (s *Sink) classify(err error) error {
 	if err == nil || s.cfg.Delivery != ExactlyOnce {
 		return err
 	}
 	if errors.Is(err, kerr.ProducerFenced) {
-		return &fencedError{id: l.id, err: err}
+		return &fencedError{id: s.cfg.TransactionalID, err: err}
 	}
 	return err
 }
