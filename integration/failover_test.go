@@ -185,7 +185,7 @@ func startPair(t *testing.T, srv *testenv.Servers, db string, setup ...string) *
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", pp.primaryPort))
 	pp.standbyOpts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s", pp.standbyPort, pp.standbyData) +
 		" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 -c fsync=off -c synchronous_commit=off" +
-		" -c hot_standby_feedback=on -c sync_replication_slots=off"
+		" -c hot_standby_feedback=on" // sync_replication_slots: off by default, and not set here, so that ALTER SYSTEM can turn it on (setSyncWorker)
 	pp.startStandby()
 	t.Cleanup(func() {
 		cmd := exec.Command(filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-m", "immediate", "-w", "stop")
@@ -388,6 +388,19 @@ func runFailover(t *testing.T, c failoverCase) {
 		assertContains(t, chk.out, fmt.Sprintf("replication slot %s is a failover slot", e.slot),
 			"synchronized_standby_slots names standby1: a standby", fmt.Sprintf("replication slot %s is synced", e.slot),
 			"hot_standby_feedback = on", "sync_replication_slots = off")
+		if chk.code == 0 {
+			t.Errorf("cdc check exit code 0 with sync_replication_slots off on the standby, want a failure")
+		}
+		// Set up as production would be: the standby's sync worker on. Check passes; then the
+		// worker goes off again for the test's deterministic syncs (refused while it runs).
+		setSyncWorker(t, pp.standbyURL, true)
+		ok := runCDC(t, vars, time.Minute, "check")
+		t.Logf("cdc check, sync_replication_slots = on on the standby (exit %d):\n%s", ok.code, ok.out)
+		if ok.code != 0 {
+			t.Errorf("cdc check exit code %d on a correctly set up pair, want 0", ok.code)
+		}
+		assertContains(t, ok.out, "sync_replication_slots = on", fmt.Sprintf("replication slot %s is synced", e.slot))
+		setSyncWorker(t, pp.standbyURL, false)
 	} else {
 		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
 	}
@@ -635,4 +648,35 @@ func kafkaPast(t *testing.T, e *env, pp *pgPair, p *proc) {
 	pp.startStandby()
 	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-w", "-t", "60", "promote")
 	stoppedWith(t, p, killed, "promotion of a standby behind what Kafka holds", "failover: this server was promoted at")
+}
+
+// setSyncWorker turns the standby's slot sync worker (sync_replication_slots) on or off.
+func setSyncWorker(t *testing.T, standbyURL string, on bool) {
+	t.Helper()
+	conn := testenv.Conn(t, standbyURL)
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(t.Context(), fmt.Sprintf(`ALTER SYSTEM SET sync_replication_slots = %t`, on)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `SELECT pg_reload_conf()`); err != nil {
+		t.Fatal(err)
+	}
+	// The postmaster rereads the configuration after the call returns: wait until a new
+	// session sees the value, as cdc check's will.
+	want := map[bool]string{true: "on", false: "off"}[on]
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c := testenv.Conn(t, standbyURL)
+		var got string
+		err := c.QueryRow(t.Context(), `SELECT current_setting('sync_replication_slots')`).Scan(&got)
+		c.Close(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sync_replication_slots on the standby is %s 30s after the reload, want %s", got, want)
+		}
+	}
 }
