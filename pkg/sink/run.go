@@ -144,10 +144,8 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 			if err != nil {
 				return closed, err
 			}
-			for i := range recs {
-				if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
-					return closed, err
-				}
+			if err := s.produceRecords(ctx, b, recs); err != nil {
+				return closed, err
 			}
 		}
 		if err := s.flush(ctx); err != nil {
@@ -167,10 +165,8 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		if err := s.begin(b); err != nil {
 			return closed, err
 		}
-		for i := range recs {
-			if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
-				return closed, err
-			}
+		if err := s.produceRecords(ctx, b, recs); err != nil {
+			return closed, err
 		}
 		if err := s.flush(ctx); err != nil {
 			return closed, err
@@ -283,6 +279,16 @@ func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error 
 	for i := range u.Records {
 		if err := s.produceRecord(ctx, b, &u.Records[i]); err != nil {
 			return fmt.Errorf("%s unit ending at %s: %w", u.Kind, u.End, err)
+		}
+	}
+	return nil
+}
+
+// produceRecords produces the owner's records (checkpoints, watermarks) in b's transaction.
+func (s *Sink) produceRecords(ctx context.Context, b *batch, recs []change.Record) error {
+	for i := range recs {
+		if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
+			return err
 		}
 	}
 	return nil

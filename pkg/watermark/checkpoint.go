@@ -86,12 +86,10 @@ func decodeCheckpoint(b []byte) (cp Checkpoint, err error) {
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: %w", err)
 	}
+	if err := checkVersion("checkpoint", cp.Version, CheckpointVersion); err != nil {
+		return Checkpoint{}, err
+	}
 	switch {
-	case cp.Version > CheckpointVersion:
-		return Checkpoint{}, fmt.Errorf("decode checkpoint: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
-			cp.Version, CheckpointVersion, ErrUnsupportedVersion)
-	case cp.Version < 1:
-		return Checkpoint{}, fmt.Errorf("decode checkpoint: missing or invalid version %d", cp.Version)
 	case cp.PositionLSN != 0 && uint64(cp.Position) != cp.PositionLSN:
 		return Checkpoint{}, fmt.Errorf("decode checkpoint: position %s and position_lsn %d disagree", cp.Position, cp.PositionLSN)
 	case cp.Partial != nil && (cp.Partial.Changes <= 0 || cp.Partial.Commit < cp.Position):

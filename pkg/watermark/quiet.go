@@ -71,12 +71,10 @@ func decodeQuiet(b []byte) (q Quiet, err error) {
 	if err := json.Unmarshal(b, &q); err != nil {
 		return Quiet{}, fmt.Errorf("decode quiet record: %w", err)
 	}
+	if err := checkVersion("quiet record", q.Version, Version); err != nil {
+		return Quiet{}, err
+	}
 	switch {
-	case q.Version > Version:
-		return Quiet{}, fmt.Errorf("decode quiet record: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
-			q.Version, Version, ErrUnsupportedVersion)
-	case q.Version < 1:
-		return Quiet{}, fmt.Errorf("decode quiet record: missing or invalid version %d", q.Version)
 	case (q.Watermark == nil) != (q.WatermarkLSN == nil) || q.Watermark != nil && uint64(*q.Watermark) != *q.WatermarkLSN:
 		return Quiet{}, errors.New("decode quiet record: watermark and watermark_lsn disagree")
 	}

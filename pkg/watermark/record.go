@@ -145,12 +145,14 @@ func Decode(b []byte) (Record, error) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Record{}, fmt.Errorf("decode watermark record: %w", err)
 	}
+	what := "watermark record"
+	if r.Export.Table != "" {
+		what += " of " + r.Export.String()
+	}
+	if err := checkVersion(what, r.Version, Version); err != nil {
+		return Record{}, err
+	}
 	switch {
-	case r.Version > Version:
-		return Record{}, fmt.Errorf("decode watermark record of %s: version %d is newer than %d, the newest this build reads (upgrade cdc): %w",
-			r.Export, r.Version, Version, ErrUnsupportedVersion)
-	case r.Version < 1:
-		return Record{}, fmt.Errorf("decode watermark record: missing or invalid version %d", r.Version)
 	case r.Export.Table == "":
 		return Record{}, errors.New("decode watermark record: missing export")
 	case !r.State.valid():
@@ -167,6 +169,18 @@ func Decode(b []byte) (Record, error) {
 			r.Export, r.Watermark, *r.WatermarkLSN)
 	}
 	return r, nil
+}
+
+// checkVersion refuses a value of version v when this build reads at most newest (a newer cdc
+// wrote it: ErrUnsupportedVersion), or when v is missing.
+func checkVersion(what string, v, newest int) error {
+	switch {
+	case v > newest:
+		return fmt.Errorf("decode %s: version %d is newer than %d, the newest this build reads (upgrade cdc): %w", what, v, newest, ErrUnsupportedVersion)
+	case v < 1:
+		return fmt.Errorf("decode %s: missing or invalid version %d", what, v)
+	}
+	return nil
 }
 
 // lsnNumber returns w as a *uint64 (nil for nil).
