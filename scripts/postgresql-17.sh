@@ -39,12 +39,9 @@ PG_BIN_REL=usr/lib/postgresql/17/bin
 PACKAGES=(postgresql-17 postgresql-client-17 libpq5 libc6 libldap2 libsasl2-2 libicu76 libssl3t64
 	libstdc++6 libgcc-s1 libxml2)
 
-log() { printf 'postgresql-17: %s\n' "$*" >&2; }
-die() {
-	printf 'postgresql-17: error: %s\n' "$*" >&2
-	exit 1
-}
-is_root() { [ "$(id -u)" -eq 0 ]; }
+SCRIPT=postgresql-17
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # pg_root picks the root folder (see TIDEMARK_CACHE above).
 pg_root() {

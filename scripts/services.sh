@@ -76,12 +76,9 @@ KAFKA_OUT="$KAFKA_DIR/stdout.log"
 WATCH_PID_FILE="$STATE/watchdog.pid"
 PORTS_FILE="$STATE/ports.env"
 
-log() { printf 'services: %s\n' "$*" >&2; }
-die() {
-	printf 'services: error: %s\n' "$*" >&2
-	exit 1
-}
-is_root() { [ "$(id -u)" -eq 0 ]; }
+SCRIPT=services
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Ports: explicit environment first, then what the last `up` used, then the defaults.
 load_ports() {

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -133,21 +130,24 @@ func (s *scenario) addAndCopy(ctx context.Context, wt *watcher, p *cdcProc, big 
 // of the WAL position and their watermarks.
 type lagLoad struct {
 	writer  *steadyWriter
-	cancel  context.CancelFunc
-	done    chan struct{}
-	conn    *pgx.Conn // the sampler's
-	mu      sync.Mutex
-	samples []lagSample
-	err     error // the sampler's, valid once done is closed
-	stopped bool
+	sampler *walSampler[lagSample]
 }
 
 // startLagLoad starts the writer, rate transactions a second on the small tables in turn, and
 // the sampler.
 func startLagLoad(ctx context.Context, dbURL string, wt *watcher, small []change.ExportID, rate int) (*lagLoad, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
+	sampler, err := startWALSampler(ctx, dbURL, time.Second, func(_ context.Context, _ int, at time.Time, wal change.LSN) lagSample {
+		latest := wt.snapshot()
+		smp := lagSample{at: at, wal: wal, wm: make(map[change.ExportID]change.LSN)}
+		for _, e := range small {
+			if r, ok := latest[e]; ok && r.Watermark != nil {
+				smp.wm[e] = *r.Watermark
+			}
+		}
+		return smp
+	})
 	if err != nil {
-		return nil, fmt.Errorf("connect sampler: %w", err)
+		return nil, err
 	}
 	writer, err := startSteadyWriter(ctx, dbURL, time.Second/time.Duration(rate), func(i int) (string, []any) {
 		e := small[i%len(small)]
@@ -155,63 +155,21 @@ func startLagLoad(ctx context.Context, dbURL string, wt *watcher, small []change
 			[]any{1 + (i/2)%1000}
 	})
 	if err != nil {
-		conn.Close(context.Background())
+		_, _ = sampler.stop()
 		return nil, err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	l := &lagLoad{writer: writer, cancel: cancel, done: make(chan struct{}), conn: conn}
-	go func() {
-		defer close(l.done)
-		l.err = l.sample(runCtx, wt, small)
-	}()
-	return l, nil
+	return &lagLoad{writer: writer, sampler: sampler}, nil
 }
 
-// sample records the WAL position and the small tables' latest watermarks once a second.
-func (l *lagLoad) sample(ctx context.Context, wt *watcher, small []change.ExportID) error {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		wal, err := currentLSN(ctx, l.conn)
-		if err != nil {
-			if ctx.Err() == nil {
-				return fmt.Errorf("sampler: %w", err)
-			}
-			return nil
-		}
-		latest := wt.snapshot()
-		smp := lagSample{at: time.Now(), wal: wal, wm: make(map[change.ExportID]change.LSN)}
-		for _, e := range small {
-			if r, ok := latest[e]; ok && r.Watermark != nil {
-				smp.wm[e] = *r.Watermark
-			}
-		}
-		l.mu.Lock()
-		l.samples = append(l.samples, smp)
-		l.mu.Unlock()
-	}
-}
-
-// stop ends the writer and the sampler and returns the samples, or the first error of either.
+// stop ends the sampler and the writer and returns the samples, or the first error of either.
 // A second call returns nothing.
 func (l *lagLoad) stop() ([]lagSample, error) {
-	if l.stopped {
-		return nil, nil
-	}
-	l.stopped = true
-	l.cancel()
+	samples, serr := l.sampler.stop()
 	werr := l.writer.stop()
-	<-l.done
-	l.conn.Close(context.Background())
-	if err := errors.Join(werr, l.err); err != nil {
+	if err := errors.Join(werr, serr); err != nil {
 		return nil, err
 	}
-	return l.samples, nil
+	return samples, nil
 }
 
 // summariseLag fills res from the samples: the copy window [from, to] and the baseline window

@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -39,9 +38,11 @@ type scaleRun struct {
 	addr     string
 	token    string
 	writer   *steadyWriter
-	sampler  *scaleSampler
-	streamed []change.ExportID
-	heaps    []string
+	sampler  *walSampler[scaleSample]
+	// peakSaved says the sampler saved a heap profile at the peak.
+	peakSaved bool
+	streamed  []change.ExportID
+	heaps     []string
 	// marks are the phase boundaries: a name starts a phase ("" ends the last).
 	marks []scaleMark
 }
@@ -212,25 +213,52 @@ func (r *scaleRun) saveHeap(ctx context.Context, tag, query string) {
 	}
 }
 
-// startSampler starts sampling the WAL position, the watermarks of tracked and cdc's RSS.
+// startSampler starts sampling, every scaleWALEvery, the WAL position, then every scaleEvery
+// samples the tracked exports' watermarks as the watcher has them and cdc's VmRSS. Every fifth
+// of those also scrapes cdc's Go memory statistics, and when the heap in use is 10% above its
+// highest so far (and at least 64 MiB), saves a heap profile (<scenario>-heap-peak.pprof: the
+// live heap at the last GC).
 func (r *scaleRun) startSampler(ctx context.Context, tracked []change.ExportID) error {
-	conn, err := pgx.Connect(ctx, r.s.db.url)
+	pid := r.p.cmd.Process.Pid
+	var peakHeap float64
+	sampler, err := startWALSampler(ctx, r.s.db.url, scaleWALEvery, func(ctx context.Context, n int, at time.Time, wal change.LSN) scaleSample {
+		smp := scaleSample{at: at, wal: wal}
+		if n%scaleEvery == 0 {
+			smp.rssKiB = vmRSS(pid)
+			if wt := r.watcher(); wt != nil {
+				latest := wt.snapshot()
+				smp.wm = make([]change.LSN, len(tracked))
+				for i, e := range tracked {
+					if rec, ok := latest[e]; ok && rec.Watermark != nil && rec.State == watermark.StateHydrated {
+						smp.wm[i] = *rec.Watermark
+					}
+				}
+			}
+		}
+		if n%(5*scaleEvery) == 0 {
+			if c, err := r.counters(ctx); err == nil {
+				smp.mem = &c
+				if c.heapInuse > 1.1*peakHeap && c.heapInuse > 64<<20 {
+					peakHeap = c.heapInuse
+					r.saveHeap(ctx, "peak", "")
+					r.peakSaved = true
+				}
+			}
+		}
+		return smp
+	})
 	if err != nil {
-		return fmt.Errorf("connect sampler: %w", err)
+		return err
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	sm := &scaleSampler{conn: conn, cancel: cancel, done: make(chan struct{}), tracked: tracked,
-		watcher: func() *watcher {
-			r.wtMu.Lock()
-			defer r.wtMu.Unlock()
-			return r.wt
-		}}
-	go func() {
-		defer close(sm.done)
-		sm.err = sm.run(runCtx, r)
-	}()
-	r.sampler = sm
+	r.sampler = sampler
 	return nil
+}
+
+// watcher returns the watermark watcher, or nil until the watermark topic exists.
+func (r *scaleRun) watcher() *watcher {
+	r.wtMu.Lock()
+	defer r.wtMu.Unlock()
+	return r.wt
 }
 
 // copiesAtOnce is the most exports of copied hydrating at the same time, from when the watcher
@@ -278,7 +306,7 @@ func (r *scaleRun) finish(ctx context.Context, res *scaleResult) error {
 	}
 	res.CPUSeconds, res.PeakRSSMiB = r.p.usage()
 	res.HeapProfiles = r.heaps
-	if r.sampler.peakSaved {
+	if r.peakSaved {
 		res.HeapProfiles = append(res.HeapProfiles, filepath.Join(b.work, r.s.name+"-heap-peak.pprof"))
 	}
 	if len(r.marks) < 2 {
@@ -341,91 +369,12 @@ func (r *scaleRun) finish(ctx context.Context, res *scaleResult) error {
 	return nil
 }
 
-// scaleSampler samples, every scaleSampleEvery, the WAL position, then the tracked exports'
-// watermarks as the watcher has them, and cdc's VmRSS.
-type scaleSampler struct {
-	conn    *pgx.Conn
-	cancel  context.CancelFunc
-	done    chan struct{}
-	tracked []change.ExportID
-	watcher func() *watcher // nil until the watermark topic exists
-	mu      sync.Mutex
-	samples []scaleSample
-	err     error
-	stopped bool
-	// peakSaved says a heap profile at the peak was saved.
-	peakSaved bool
-}
-
 type scaleSample struct {
 	at     time.Time
 	wal    change.LSN
 	wm     []change.LSN // per tracked export; 0 when it has none yet
 	rssKiB int64
 	mem    *scaleCounters // every fifth sample: cdc's /metrics
-}
-
-// run samples until ctx ends. Every fifth sample also scrapes cdc's Go memory statistics, and
-// when the heap in use is 10% above its highest so far (and at least 64 MiB), saves a heap
-// profile (<scenario>-heap-peak.pprof: the live heap at the last GC).
-func (sm *scaleSampler) run(ctx context.Context, r *scaleRun) error {
-	pid := r.p.cmd.Process.Pid
-	t := time.NewTicker(scaleWALEvery)
-	defer t.Stop()
-	var peakHeap float64
-	for n := 0; ; n++ {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		at := time.Now()
-		wal, err := currentLSN(ctx, sm.conn)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("sampler: %w", err)
-		}
-		smp := scaleSample{at: at, wal: wal}
-		if n%scaleEvery == 0 {
-			smp.rssKiB = vmRSS(pid)
-			if wt := sm.watcher(); wt != nil {
-				latest := wt.snapshot()
-				smp.wm = make([]change.LSN, len(sm.tracked))
-				for i, e := range sm.tracked {
-					if r, ok := latest[e]; ok && r.Watermark != nil && r.State == watermark.StateHydrated {
-						smp.wm[i] = *r.Watermark
-					}
-				}
-			}
-		}
-		if n%(5*scaleEvery) == 0 {
-			if c, err := r.counters(ctx); err == nil {
-				smp.mem = &c
-				if c.heapInuse > 1.1*peakHeap && c.heapInuse > 64<<20 {
-					peakHeap = c.heapInuse
-					r.saveHeap(ctx, "peak", "")
-					sm.peakSaved = true
-				}
-			}
-		}
-		sm.mu.Lock()
-		sm.samples = append(sm.samples, smp)
-		sm.mu.Unlock()
-	}
-}
-
-// stop ends the sampler and returns its samples; a second call returns nothing.
-func (sm *scaleSampler) stop() ([]scaleSample, error) {
-	if sm.stopped {
-		return nil, nil
-	}
-	sm.stopped = true
-	sm.cancel()
-	<-sm.done
-	sm.conn.Close(context.Background())
-	return sm.samples, sm.err
 }
 
 // scaleLags returns the lag in seconds of every tracked export at every sample in [from, to),

@@ -6,8 +6,9 @@ import (
 
 // Records outlive the call that made them (they wait in the sink until Kafka acknowledges them),
 // so their bytes cannot live in the encoder's reusable buffers. Instead of one allocation per key,
-// value and header slice, the encoder copies them into chunks and hands out capacity-limited
-// sub-slices: appending to one of them reallocates instead of overwriting a neighbour.
+// value and header slice, the encoder copies them into the chunks of a slab (the arena), which
+// hands out capacity-limited sub-slices: appending to one of them reallocates instead of
+// overwriting a neighbour.
 const (
 	arenaChunk  = 32 << 10 // bytes per chunk
 	arenaLarge  = 4 << 10  // values larger than this get their own allocation
@@ -15,41 +16,17 @@ const (
 )
 
 // own copies b into the arena and returns the copy.
-func (e *Encoder) own(b []byte) []byte {
-	if len(b) > arenaLarge {
-		return append(make([]byte, 0, len(b)), b...)
-	}
-	if cap(e.arena)-len(e.arena) < len(b) {
-		e.arena = make([]byte, 0, arenaChunk)
-	}
-	s := len(e.arena)
-	e.arena = append(e.arena, b...)
-	return e.arena[s:len(e.arena):len(e.arena)]
-}
+func (e *Encoder) own(b []byte) []byte { return e.arena.Copy(b) }
 
 // arenaTail returns the free end of the arena as an empty slice to append a value to, with
 // room for twice the last value: a value written there and kept with commitTail is not copied
 // again. (A value that outgrows the room is appended into a new allocation by append, and
 // commitTail copies it as own does.)
-func (e *Encoder) arenaTail() []byte {
-	if cap(e.arena)-len(e.arena) < 2*e.lastVal+256 {
-		e.arena = make([]byte, 0, arenaChunk)
-	}
-	n := len(e.arena)
-	return e.arena[n:n]
-}
+func (e *Encoder) arenaTail() []byte { return e.arena.Tail(2*e.lastVal + 256) }
 
 // commitTail keeps val, appended to the slice arenaTail returned, in the arena, and returns it
 // with its capacity limited as own does.
-func (e *Encoder) commitTail(val []byte) []byte {
-	n := len(e.arena)
-	if len(val) == 0 || cap(val) != cap(e.arena)-n || &val[0] != &e.arena[n : n+1][0] {
-		// append moved it out of the arena.
-		return e.own(val)
-	}
-	e.arena = e.arena[:n+len(val)]
-	return e.arena[n:len(e.arena):len(e.arena)]
-}
+func (e *Encoder) commitTail(val []byte) []byte { return e.arena.Keep(val) }
 
 // lsnText returns the "X/Y" rendering of l in the arena.
 func (e *Encoder) lsnText(l change.LSN) []byte {

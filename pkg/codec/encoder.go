@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark/cdc/internal/slab"
 	"github.com/tidemark/cdc/pkg/change"
 )
 
@@ -146,15 +147,15 @@ type Encoder struct {
 	truncKey []byte
 
 	// Reusable buffers.
-	val     []byte   // envelope under construction
-	key     []byte   // key under construction
-	oldKey  []byte   // old key (updates)
-	spans   []int    // value offsets in val of the current row, 2 per column
-	scratch []byte   // array element unescaping
-	merged  [][]byte // after with unchanged columns resolved
-	unavail []bool   // columns of merged that stay unknown
-	arena   []byte
-	lastVal int // bytes of the last value simple wrote
+	val     []byte    // envelope under construction
+	key     []byte    // key under construction
+	oldKey  []byte    // old key (updates)
+	spans   []int     // value offsets in val of the current row, 2 per column
+	scratch []byte    // array element unescaping
+	merged  [][]byte  // after with unchanged columns resolved
+	unavail []bool    // columns of merged that stay unknown
+	arena   slab.Slab // keys, values and headers of the records handed out (arena.go)
+	lastVal int       // bytes of the last value simple wrote
 	hdrs    []change.Header
 	conv    converter // json-with-schema value conversion
 	dims    []byte    // json-with-schema: HeaderArrayDims of the record being encoded, or empty
@@ -209,6 +210,7 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 		keyIdx:  t.KeyColumns(),
 		srcHead: h,
 		now:     cfg.Now,
+		arena:   slab.New(arenaChunk, arenaLarge),
 	}
 	ph := cfg.Placeholder
 	if ph == "" {
@@ -237,6 +239,7 @@ func (e *Encoder) Clone() *Encoder {
 		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
 		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now, placeholder: e.placeholder,
 		valHead: e.valHead, keyHead: e.keyHead, truncKey: e.truncKey,
+		arena: slab.New(arenaChunk, arenaLarge),
 	}
 }
 

@@ -110,36 +110,35 @@ func (w *wire) fail(format string, args ...any) {
 	}
 }
 
-// skip consumes n bytes.
-func (w *wire) skip(n int, field string) {
+// take consumes n bytes and returns them, or returns nil (and sets err) when fewer are left.
+func (w *wire) take(n int, field string) []byte {
 	if w.err != nil {
-		return
+		return nil
 	}
 	if n < 0 || n > len(w.b) {
 		w.fail("%s needs %d bytes, %d left", field, n, len(w.b))
-		return
+		return nil
 	}
+	b := w.b[:n]
 	w.b = w.b[n:]
+	return b
 }
 
+// skip consumes n bytes.
+func (w *wire) skip(n int, field string) { w.take(n, field) }
+
 func (w *wire) u16(field string) uint16 {
-	if w.err != nil || len(w.b) < 2 {
-		w.fail("%s needs 2 bytes, %d left", field, len(w.b))
-		return 0
+	if b := w.take(2, field); b != nil {
+		return binary.BigEndian.Uint16(b)
 	}
-	v := binary.BigEndian.Uint16(w.b)
-	w.b = w.b[2:]
-	return v
+	return 0
 }
 
 func (w *wire) u32(field string) uint32 {
-	if w.err != nil || len(w.b) < 4 {
-		w.fail("%s needs 4 bytes, %d left", field, len(w.b))
-		return 0
+	if b := w.take(4, field); b != nil {
+		return binary.BigEndian.Uint32(b)
 	}
-	v := binary.BigEndian.Uint32(w.b)
-	w.b = w.b[4:]
-	return v
+	return 0
 }
 
 // cstring consumes a NUL-terminated string.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/tidemark/cdc/internal/slab"
 	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
@@ -23,7 +24,7 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 	// deadline in the past (the connection is not used again).
 	stop := context.AfterFunc(ctx, func() { _ = conn.Conn().SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	var copies msgSlab
+	copies := slab.New(msgSlabSize, msgSlabLarge)
 	for {
 		raw, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
@@ -51,7 +52,7 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 					}
 				}
 			}
-			data := copies.copy(m.Data)
+			data := copies.Copy(m.Data)
 			// A send that does not wait skips the select's locking of two channels (it was
 			// a tenth of cdc's CPU in a catch-up, with the stream goroutine's).
 			select {
@@ -71,26 +72,11 @@ func (s *Stage) receive(ctx context.Context, conn *pgconn.PgConn, msgs chan<- []
 	}
 }
 
-// msgSlab copies messages into shared chunks: one allocation per msgSlabSize bytes of small
-// messages instead of one per message (a catch-up is mostly messages of a few hundred bytes).
-// A chunk is freed once the stream goroutine is done with every message in it; it keeps no
-// message after handling it (row values are encoded, names copied, before the next message).
-type msgSlab struct{ buf []byte }
-
+// Messages are copied into the chunks of a slab: one allocation per msgSlabSize bytes of small
+// messages instead of one per message (a catch-up is mostly messages of a few hundred bytes). A
+// chunk is freed once the stream goroutine is done with every message in it; it keeps no message
+// after handling it (row values are encoded, names copied, before the next message).
 const (
 	msgSlabSize  = 64 << 10
 	msgSlabLarge = 4 << 10 // messages larger than this get their own allocation
 )
-
-// copy returns a copy of b, capacity-limited so that appending to it cannot reach a neighbour.
-func (m *msgSlab) copy(b []byte) []byte {
-	if len(b) > msgSlabLarge {
-		return append(make([]byte, 0, len(b)), b...)
-	}
-	if cap(m.buf)-len(m.buf) < len(b) {
-		m.buf = make([]byte, 0, msgSlabSize)
-	}
-	n := len(m.buf)
-	m.buf = append(m.buf, b...)
-	return m.buf[n:len(m.buf):len(m.buf)]
-}
