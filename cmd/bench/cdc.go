@@ -56,8 +56,9 @@ type cdcProc struct {
 	hwmKiB int64
 }
 
-// startCDC runs bin with only PATH, HOME, TMPDIR and vars in its environment: cdc refuses
-// unknown CDC_* variables, so the bench's own (CDC_TEST_*) must not leak into it.
+// startCDC runs bin with only PATH, HOME, TMPDIR, the Go runtime's GOGC (when the bench has it:
+// `GOGC=200 go run ./cmd/bench` tries another collector setting) and vars in its environment:
+// cdc refuses unknown CDC_* variables, so the bench's own (CDC_TEST_*) must not leak into it.
 func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -65,6 +66,9 @@ func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + tmp}
+	if gogc, ok := os.LookupEnv("GOGC"); ok {
+		cmd.Env = append(cmd.Env, "GOGC="+gogc)
+	}
 	for k, v := range vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

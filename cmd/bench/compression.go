@@ -59,12 +59,12 @@ func (b *bench) compression(ctx context.Context) ([]compressionResult, error) {
 	}
 	res := make([]compressionResult, len(compressionCodecs))
 	b.logf("compression: warm-up copy (not measured)")
-	if _, _, _, err := s.copyTable(ctx, e, b.o.compressionRows, strategyChunked, "cwarm", nil); err != nil {
+	if _, _, _, err := s.copyTable(ctx, e, b.o.compressionRows, strategyChunked, "cwarm", nil, nil); err != nil {
 		b.logf("compression: warm-up run: %v", err)
 	}
 	for i, codec := range compressionCodecs {
 		res[i].Codec = codec
-		run, _, topic, err := s.copyTable(ctx, e, b.o.compressionRows, strategyChunked, "c"+codec, map[string]string{"CDC_KAFKA_COMPRESSION": codec})
+		run, _, topic, err := s.copyTable(ctx, e, b.o.compressionRows, strategyChunked, "c"+codec, map[string]string{"CDC_KAFKA_COMPRESSION": codec}, nil)
 		if err != nil {
 			return res, fmt.Errorf("copy with %s: %w", codec, err)
 		}

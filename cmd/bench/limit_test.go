@@ -74,7 +74,9 @@ func TestSplitProfile(t *testing.T) {
 			sample(10e6, "runtime.gcAssistAlloc", "runtime.mallocgc", "github.com/tidemark/cdc/pkg/codec.(*Encoder).Insert"),
 			// hand-off: the decoder waking the sink.
 			sample(10e6, "runtime.futex", "runtime.notewakeup", "runtime.ready", "runtime.chansend", "github.com/tidemark/cdc/pkg/replication.(*streamState).emit"),
-			sample(20e6, "github.com/tidemark/cdc/pkg/replication.readTuple"),
+			sample(10e6, "github.com/tidemark/cdc/pkg/replication.readTuple"),
+			// decode in a snapshot: a COPY row parsed by the snapshot stage.
+			sample(10e6, "bytes.IndexByte", "github.com/tidemark/cdc/pkg/snapshot.(*chunkWriter).row"),
 			sample(10e6, "hash/crc32.Update", "github.com/twmb/franz-go/pkg/kgo.(*recBatch).appendTo"),
 			sample(10e6, "log/slog.(*Logger).Info", "github.com/tidemark/cdc/pkg/pipeline.run"),
 		},

@@ -94,7 +94,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.deliveryRounds, "delivery-rounds", 2, "catch-ups of the streaming backlog per delivery mode, in the order exactly-once, at-least-once, at-least-once, exactly-once, ... (whichever runs first is slower)")
 	fs.IntVar(&o.snapshotRounds, "snapshot-rounds", 2, "measured copies of the snapshot table per snapshot strategy (CDC_SNAPSHOT_STRATEGY), in the order chunked, copy, copy, chunked, ..., after one unmeasured warm-up copy")
 	fs.BoolVar(&o.instructions, "instructions", false, "count the instructions per record of the hot loops' benchmarks under valgrind --tool=callgrind instead of running the scenarios (no services; `make bench-instructions`)")
-	fs.IntVar(&o.profileRounds, "profile-rounds", 3, "extra exactly-once catch-ups of the streaming backlog with a CPU profile, merged for the catch-up's CPU split (0: none)")
+	fs.IntVar(&o.profileRounds, "profile-rounds", 3, "extra exactly-once catch-ups of the streaming backlog, and extra chunked copies of the snapshot table, each with a CPU profile, merged for the catch-up's and the snapshot's CPU split (0: none)")
 	fs.StringVar(&o.abBin, "ab-bin", "", "stream scenario: also catch the backlog up exactly-once with this other cdc binary (B) and with the repository's (A), alternating A B B A ..., -ab-rounds times each, and print each run's CPU per change beside the walsender's of the same run (an A/B comparison on a shared machine)")
 	fs.IntVar(&o.abRounds, "ab-rounds", 3, "catch-ups per binary with -ab-bin")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")

@@ -18,19 +18,20 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 )
 
-// The catch-up's CPU split: one more exactly-once cdc catches up the same backlog with pprof on
-// (CDC_HTTP_PPROF, behind a random CDC_HTTP_TOKEN), not counted in the figures; the bench takes
-// a CPU profile from its "starting replication" line for as long as the first measured
-// catch-up took after start-up (plus a second), puts each sample in one part of the path by
-// the functions on its stack (splitPart), and scales each part's share of the samples by the
-// measured runs' CPU seconds per 1,000,000 changes. The profile is kept in the work folder
-// (go tool pprof reads it).
+// The CPU split of the catch-up and of the snapshot: more exactly-once cdc runs catch up the
+// same backlog (or copy the same table) with pprof on (CDC_HTTP_PPROF, behind a random
+// CDC_HTTP_TOKEN), not counted in the figures; the bench takes a CPU profile from cdc's
+// "starting replication" line for as long as a measured run took (plus a second), puts each
+// sample in one part of the path by the functions on its stack (splitPart), and scales each
+// part's share of the samples by the measured runs' CPU seconds per 1,000,000 records. The
+// profile is kept in the work folder (go tool pprof reads it).
 
-// Parts of cdc's catch-up path, in the order of the report.
+// Parts of cdc's paths, in the order of the report. A snapshot's read is pgx's COPY receive and
+// its decode the COPY rows' parsing (pkg/snapshot).
 const (
-	partRead    = "read (pgconn socket receive, status updates)"
+	partRead    = "read (pgconn socket receive, status updates; COPY receive)"
 	partHandOff = "hand-off (channels, scheduler, locks)"
-	partDecode  = "decode (pgoutput parse and routing, pkg/replication)"
+	partDecode  = "decode (pgoutput parse and routing; COPY rows, pkg/snapshot)"
 	partEncode  = "encode (pkg/codec)"
 	partProduce = "produce (franz-go, pkg/sink)"
 	partGC      = "GC (mark, sweep, assists, write barriers)"
@@ -39,21 +40,25 @@ const (
 
 var splitParts = []string{partRead, partHandOff, partDecode, partEncode, partProduce, partGC, partOther}
 
-// cpuSplit is cdc's catch-up CPU by part.
+// cpuSplit is cdc's CPU by part, per 1,000,000 records of Unit.
 type cpuSplit struct {
+	// Unit is what the records are ("changes" of a catch-up, "rows" of a snapshot); Runs what
+	// the profiled runs were ("catch-ups", "copies").
+	Unit        string `json:"unit"`
+	Runs        string `json:"runs"`
 	ProfileFile string `json:"profile_file"`
-	// Profiles is how many profiled catch-ups were merged.
+	// Profiles is how many profiled runs were merged.
 	Profiles int `json:"profiles"`
 	// ProfileSeconds is the profile's window; ProfileCPUSeconds the CPU its samples cover.
 	ProfileSeconds    float64 `json:"profile_seconds"`
 	ProfileCPUSeconds float64 `json:"profile_cpu_seconds"`
 	Samples           int64   `json:"samples"`
-	// CPUPerMillion is the measured runs' cdc CPU seconds per 1,000,000 changes, the scale.
+	// CPUPerMillion is the measured runs' cdc CPU seconds per 1,000,000 records, the scale.
 	CPUPerMillion float64     `json:"cdc_cpu_seconds_per_million"`
 	Parts         []splitPart `json:"parts"`
 }
 
-// splitPart is one part's share of the samples and its CPU seconds per 1,000,000 changes.
+// splitPart is one part's share of the samples and its CPU seconds per 1,000,000 records.
 type splitPart struct {
 	Name       string  `json:"name"`
 	Share      float64 `json:"share"`
@@ -103,7 +108,8 @@ func partOf(fn string) string {
 		return partRead
 	case strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/codec."):
 		return partEncode
-	case strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication."), strings.HasPrefix(fn, "github.com/jackc/pglogrepl."):
+	case strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/replication."), strings.HasPrefix(fn, "github.com/jackc/pglogrepl."),
+		strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/snapshot."):
 		return partDecode
 	case strings.HasPrefix(fn, "github.com/twmb/franz-go/"), strings.HasPrefix(fn, "github.com/tidemark/cdc/pkg/sink."):
 		return partProduce
@@ -128,7 +134,7 @@ func samplePart(s *profile.Sample) string {
 }
 
 // splitProfile buckets a CPU profile's samples by part and scales each share by perMillion,
-// the measured CPU seconds per 1,000,000 changes.
+// the measured CPU seconds per 1,000,000 records.
 func splitProfile(p *profile.Profile, perMillion float64) (*cpuSplit, error) {
 	idx := -1
 	for i, st := range p.SampleType {
@@ -159,19 +165,20 @@ func splitProfile(p *profile.Profile, perMillion float64) (*cpuSplit, error) {
 	return sp, nil
 }
 
-// print writes the split as a table, beside the walsender's CPU per change when known.
-func (sp *cpuSplit) print(w io.Writer, label string, l *serversLimit) {
+// print writes the split as a table, beside the CPU of what cdc is compared with (the
+// walsender, or PostgreSQL + the broker) when known, and cdc's target, target × that.
+func (sp *cpuSplit) print(w io.Writer, label string, l *serversLimit, target float64) {
 	if sp == nil {
 		return
 	}
-	fmt.Fprintf(w, "   %s CPU per 1,000,000 changes by part (CPU profiles of %d more catch-ups: %d samples, %.1fs of CPU in %.1fs; shares scaled to the measured %.2fs per 1,000,000; %s):\n",
-		label, sp.Profiles, sp.Samples, sp.ProfileCPUSeconds, sp.ProfileSeconds, sp.CPUPerMillion, sp.ProfileFile)
+	fmt.Fprintf(w, "   %s CPU per 1,000,000 %s by part (CPU profiles of %d more %s: %d samples, %.1fs of CPU in %.1fs; shares scaled to the measured %.2fs per 1,000,000; %s):\n",
+		label, sp.Unit, sp.Profiles, sp.Runs, sp.Samples, sp.ProfileCPUSeconds, sp.ProfileSeconds, sp.CPUPerMillion, sp.ProfileFile)
 	for _, p := range sp.Parts {
-		fmt.Fprintf(w, "     %-56s %6.2fs %5.1f%%\n", p.Name, p.PerMillion, 100*p.Share)
+		fmt.Fprintf(w, "     %-64s %6.2fs %5.1f%%\n", p.Name, p.PerMillion, 100*p.Share)
 	}
 	if l != nil && l.CDCOverVersus > 0 {
-		walsender := l.CDCCPUPerMillion / l.CDCOverVersus
-		fmt.Fprintf(w, "     %-56s %6.2fs (target: cdc <= 0.5 × = %.2fs)\n", "walsender, for comparison", walsender, walsender/2)
+		versus := l.CDCCPUPerMillion / l.CDCOverVersus
+		fmt.Fprintf(w, "     %-64s %6.2fs (target: cdc <= %.2g × = %.2fs)\n", l.Versus+", for comparison", versus, target, target*versus)
 	}
 }
 
@@ -286,28 +293,74 @@ func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, lanes 
 		b.logf("stream: CPU split: profiled run %.0f changes/s, cdc %.2fs CPU; profile %s", run.CDC.PerSecond, run.CPUSeconds, pr.file)
 		profs = append(profs, pr.prof)
 	}
-	merged, err := profile.Merge(profs)
-	if err != nil {
-		return fmt.Errorf("merge profiles: %w", err)
-	}
-	file := filepath.Join(b.work, "stream-catchup-cpu.pprof")
-	f, err := os.Create(file)
+	split, err := mergeSplit(profs, filepath.Join(b.work, "stream-catchup-cpu.pprof"), res.CPUSeconds/float64(res.CDC.Count)*1e6)
 	if err != nil {
 		return err
+	}
+	split.Unit, split.Runs = "changes", "catch-ups"
+	res.Split = split
+	return nil
+}
+
+// mergeSplit merges profs, writes the merged profile to file and splits it by part, scaled to
+// perMillion CPU seconds per 1,000,000 records.
+func mergeSplit(profs []*profile.Profile, file string, perMillion float64) (*cpuSplit, error) {
+	merged, err := profile.Merge(profs)
+	if err != nil {
+		return nil, fmt.Errorf("merge profiles: %w", err)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
 	}
 	if err := merged.Write(f); err != nil {
 		f.Close()
-		return fmt.Errorf("write %s: %w", file, err)
+		return nil, fmt.Errorf("write %s: %w", file, err)
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return nil, err
 	}
-	split, err := splitProfile(merged, res.CPUSeconds/float64(res.CDC.Count)*1e6)
+	split, err := splitProfile(merged, perMillion)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	split.ProfileFile = file
 	split.Profiles = len(profs)
+	return split, nil
+}
+
+// profileCopies has cdc copy the snapshot table -profile-rounds more times with the chunked
+// strategy and a CPU profile each, merges the profiles and stores the split in res: the shares
+// of the samples, scaled by the measured chunked copies' CPU per 1,000,000 rows.
+func (s *scenario) profileCopies(ctx context.Context, e change.ExportID, res *snapshotResult) error {
+	b := s.b
+	if b.o.profileRounds < 1 {
+		return nil
+	}
+	run := res.snapshotRun
+	if run.CDC.Count <= 0 || run.CPUSeconds <= 0 || res.StrategyRounds < 1 {
+		return fmt.Errorf("no measured chunked copy to scale by")
+	}
+	seconds := int(math.Ceil(run.CDCFromStart.Seconds/float64(res.StrategyRounds))) + 1
+	var profs []*profile.Profile
+	for i := range b.o.profileRounds {
+		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("snapshot-copy-cpu-%d.pprof", i)))
+		if err != nil {
+			return err
+		}
+		b.logf("snapshot: CPU split: chunked copy %d of %d with a %ds CPU profile (not counted in the figures)", i+1, b.o.profileRounds, pr.seconds)
+		r, _, _, err := s.copyTable(ctx, e, res.Rows, strategyChunked, fmt.Sprintf("prof%d", i), nil, pr)
+		if err != nil {
+			return err
+		}
+		b.logf("snapshot: CPU split: profiled copy %.0f rows/s, cdc %.2fs CPU; profile %s", r.CDC.PerSecond, r.CPUSeconds, pr.file)
+		profs = append(profs, pr.prof)
+	}
+	split, err := mergeSplit(profs, filepath.Join(b.work, "snapshot-copy-cpu.pprof"), run.CPUSeconds/float64(run.CDC.Count)*1e6)
+	if err != nil {
+		return err
+	}
+	split.Unit, split.Runs = "rows", "chunked copies"
 	res.Split = split
 	return nil
 }

@@ -74,6 +74,8 @@ type snapshotResult struct {
 	// RowsReadFresh is, by strategy, what PostgreSQL read copying a freshly loaded table (no
 	// vacuum: the visibility map unset), the case of a table copied after a bulk load.
 	RowsReadFresh map[string]*rowsRead `json:"rows_read_fresh_table,omitempty"`
+	// Split is the chunked copy's cdc CPU per 1,000,000 rows by part (profile.go).
+	Split *cpuSplit `json:"cpu_split,omitempty"`
 }
 
 // writeLimits are the WRITE limit and the write ceiling of a scenario (measureWrite), their
@@ -367,6 +369,7 @@ func (s *snapshotResult) print(w io.Writer, cpus string) {
 	for _, c := range runs {
 		c.Limit.print(w, c.label()+" (snapshot start -> hydrated)", "rows", 0.25)
 	}
+	s.Split.print(w, "cdc chunked", s.snapshotRun.Limit, 0.25)
 	s.printRowsRead(w, runs)
 	if s.CeilingBest.PerSecond > 0 {
 		fmt.Fprintf(w, "   ratio cdc chunked / min(read, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
@@ -425,7 +428,7 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 		c.Limit.print(w, "cdc "+c.Delivery+" (process start -> caught up)", "changes", 0.5)
 	}
 	for _, c := range runs {
-		c.Split.print(w, "cdc "+c.Delivery, c.Limit)
+		c.Split.print(w, "cdc "+c.Delivery, c.Limit, 0.5)
 	}
 	if s.AtLeastOnce != nil {
 		fmt.Fprintf(w, "   ratio exactly-once / at-least-once = %.2f   (from replication start: %.2f; target >= 0.80)\n",

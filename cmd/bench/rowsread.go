@@ -84,7 +84,7 @@ func (s *scenario) freshCopies(ctx context.Context, rows int64) (map[string]*row
 		if err := s.db.exec(ctx, stmts...); err != nil {
 			return out, err
 		}
-		run, _, _, err := s.copyTable(ctx, e, rows, strategy, "fresh"+strategy, nil)
+		run, _, _, err := s.copyTable(ctx, e, rows, strategy, "fresh"+strategy, nil, nil)
 		if err != nil {
 			return out, fmt.Errorf("fresh %s copy: %w", strategy, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -89,6 +90,9 @@ func (b *bench) snapshot(ctx context.Context) (*snapshotResult, error) {
 	b.logf("snapshot: READ %.0f rows/s, %.1f MB/s", res.Read.PerSecond, res.Read.MBPerSecond)
 
 	first, errs := s.snapshotRuns(ctx, e, res)
+	if err := s.profileCopies(ctx, e, res); err != nil {
+		b.logf("snapshot: CPU split: %v", err)
+	}
 	if fresh, err := s.freshCopies(ctx, b.o.rows); err != nil {
 		errs = append(errs, err)
 	} else {
@@ -133,7 +137,7 @@ type copiedRun struct {
 func (s *scenario) snapshotRuns(ctx context.Context, e change.ExportID, res *snapshotResult) (copiedRun, []error) {
 	b := s.b
 	b.logf("snapshot: warm-up run (not measured)")
-	if _, _, _, err := s.copyTable(ctx, e, b.o.rows, strategyChunked, "warmup", nil); err != nil {
+	if _, _, _, err := s.copyTable(ctx, e, b.o.rows, strategyChunked, "warmup", nil, nil); err != nil {
 		b.logf("snapshot: warm-up run: %v (the measured runs follow)", err)
 	}
 	runs := make(map[string][]snapshotRun)
@@ -146,7 +150,7 @@ func (s *scenario) snapshotRuns(ctx context.Context, e change.ExportID, res *sna
 		if failed[strategy] != nil {
 			continue
 		}
-		run, st, topic, err := s.copyTable(ctx, e, b.o.rows, strategy, fmt.Sprintf("%s%d", strategy, i/2), nil)
+		run, st, topic, err := s.copyTable(ctx, e, b.o.rows, strategy, fmt.Sprintf("%s%d", strategy, i/2), nil, nil)
 		if err != nil {
 			b.logf("snapshot: cdc %s: %v", strategy, err)
 			failed[strategy] = fmt.Errorf("cdc %s: %w", strategy, err)
@@ -242,8 +246,9 @@ func (r *snapshotResult) setRatios() {
 // copyTable runs cdc with CDC_SNAPSHOT_STRATEGY=strategy on the scenario's table of rows rows, with a slot
 // and a topic prefix of its own named after tag (under the scenario's, so that cleanup removes
 // them), until the table is hydrated; then it stops cdc and reads back what it wrote. It
-// returns the run, what the topic holds, and the topic.
-func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64, strategy, tag string, extra map[string]string) (snapshotRun, topicStats, string, error) {
+// returns the run, what the topic holds, and the topic. With prof, cdc runs with pprof on and
+// prof takes a CPU profile of the copy.
+func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64, strategy, tag string, extra map[string]string, prof *profiler) (snapshotRun, topicStats, string, error) {
 	b := s.b
 	run := snapshotRun{Strategy: strategy}
 	slot, prefix := s.slot+"_"+tag, s.prefix+"."+tag
@@ -256,8 +261,9 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 		"CDC_TOPIC_PREFIX":      prefix,
 		"CDC_SPILL_DIR":         filepath.Join(s.tmp, "spill-"+tag),
 	}
-	for k, v := range extra {
-		vars[k] = v
+	maps.Copy(vars, extra)
+	if prof != nil {
+		maps.Copy(vars, prof.vars())
 	}
 	readBefore, err := tupRead(ctx, s.db.url, e)
 	if err != nil {
@@ -269,6 +275,9 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 	}
 	defer p.stop(time.Minute)
 	cpuBefore := b.svc.cpu.sample()
+	if prof != nil {
+		prof.start(ctx, p)
+	}
 	wmTopic := prefix + ".__watermarks"
 	wt, err := b.watchCDC(ctx, p, wmTopic)
 	if err != nil {
@@ -285,6 +294,12 @@ func (s *scenario) copyTable(ctx context.Context, e change.ExportID, rows int64,
 	rec := wt.snapshot()[e]
 	if rec.Snapshot != nil && rec.Snapshot.Strategy != "" && rec.Snapshot.Strategy != strategy {
 		return run, topicStats{}, topic, fmt.Errorf("cdc copied %s with strategy %q, not %q (log %s)", e, rec.Snapshot.Strategy, strategy, p.logPath)
+	}
+	if prof != nil {
+		// The profile's window may outlast the copy by a little; cdc idles meanwhile.
+		if _, err := prof.wait(ctx); err != nil {
+			return run, topicStats{}, topic, err
+		}
 	}
 	copyStart, ok := wt.firstSeen(e, watermark.StateHydrating)
 	if rec.Snapshot != nil && !rec.Snapshot.StartedAt.IsZero() {
