@@ -270,7 +270,6 @@ func (pr *profiler) vars() map[string]string {
 // merges the profiles and stores the split in res (exactly-once): the shares of the samples,
 // scaled by the measured runs' CPU per 1,000,000 changes.
 func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, lanes []*lane, target change.LSN) error {
-	b := s.b
 	if len(lanes) == 0 {
 		return nil
 	}
@@ -278,37 +277,40 @@ func (s *scenario) profileCatchUp(ctx context.Context, res *streamResult, lanes 
 		return fmt.Errorf("no measured exactly-once catch-up to scale by")
 	}
 	seconds := int(math.Ceil(res.CDCAfterStartup.Seconds/float64(res.DeliveryRounds))) + 1
-	var profs []*profile.Profile
-	for i, l := range lanes {
-		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("stream-catchup-cpu-%d.pprof", i)))
-		if err != nil {
-			return err
-		}
-		l.prof = pr
-		b.logf("stream: CPU split: exactly-once catch-up %d of %d with a %ds CPU profile (not counted in the figures)", i+1, len(lanes), pr.seconds)
-		run, _, err := l.catchUp(ctx, target, res.Changes)
-		if err != nil {
-			return err
-		}
-		b.logf("stream: CPU split: profiled run %.0f changes/s, cdc %.2fs CPU; profile %s", run.CDC.PerSecond, run.CPUSeconds, pr.file)
-		profs = append(profs, pr.prof)
-	}
-	split, err := mergeSplit(profs, filepath.Join(b.work, "stream-catchup-cpu.pprof"), res.CPUSeconds/float64(res.CDC.Count)*1e6)
-	if err != nil {
-		return err
-	}
-	split.Unit, split.Runs = "changes", "catch-ups"
+	split, err := s.b.profileRuns(len(lanes), seconds, "stream", "stream-catchup-cpu", "changes", "catch-ups",
+		res.CPUSeconds/float64(res.CDC.Count)*1e6, func(i int, pr *profiler) (float64, float64, error) {
+			lanes[i].prof = pr
+			run, _, err := lanes[i].catchUp(ctx, target, res.Changes)
+			return run.CDC.PerSecond, run.CPUSeconds, err
+		})
 	res.Split = split
-	return nil
+	return err
 }
 
-// mergeSplit merges profs, writes the merged profile to file and splits it by part, scaled to
-// perMillion CPU seconds per 1,000,000 records.
-func mergeSplit(profs []*profile.Profile, file string, perMillion float64) (*cpuSplit, error) {
+// profileRuns runs n more cdc runs, each with a CPU profile of seconds (run(i, pr) runs the
+// i-th with pr's settings and returns its records/s and cdc CPU seconds), merges the profiles
+// into <stem>.pprof in the work folder and splits the samples by part, scaled to perMillion
+// CPU seconds per 1,000,000 records of unit. what prefixes the log lines; runs names them.
+func (b *bench) profileRuns(n, seconds int, what, stem, unit, runs string, perMillion float64, run func(i int, pr *profiler) (float64, float64, error)) (*cpuSplit, error) {
+	var profs []*profile.Profile
+	for i := range n {
+		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("%s-%d.pprof", stem, i)))
+		if err != nil {
+			return nil, err
+		}
+		b.logf("%s: CPU split: run %d of %d with a %ds CPU profile (not counted in the figures)", what, i+1, n, pr.seconds)
+		rate, cpu, err := run(i, pr)
+		if err != nil {
+			return nil, err
+		}
+		b.logf("%s: CPU split: profiled run %.0f %s/s, cdc %.2fs CPU; profile %s", what, rate, unit, cpu, pr.file)
+		profs = append(profs, pr.prof)
+	}
 	merged, err := profile.Merge(profs)
 	if err != nil {
 		return nil, fmt.Errorf("merge profiles: %w", err)
 	}
+	file := filepath.Join(b.work, stem+".pprof")
 	f, err := os.Create(file)
 	if err != nil {
 		return nil, err
@@ -324,8 +326,7 @@ func mergeSplit(profs []*profile.Profile, file string, perMillion float64) (*cpu
 	if err != nil {
 		return nil, err
 	}
-	split.ProfileFile = file
-	split.Profiles = len(profs)
+	split.ProfileFile, split.Profiles, split.Unit, split.Runs = file, len(profs), unit, runs
 	return split, nil
 }
 
@@ -333,8 +334,8 @@ func mergeSplit(profs []*profile.Profile, file string, perMillion float64) (*cpu
 // strategy and a CPU profile each, merges the profiles and stores the split in res: the shares
 // of the samples, scaled by the measured chunked copies' CPU per 1,000,000 rows.
 func (s *scenario) profileCopies(ctx context.Context, e change.ExportID, res *snapshotResult) error {
-	b := s.b
-	if b.o.profileRounds < 1 {
+	n := s.b.o.profileRounds
+	if n < 1 {
 		return nil
 	}
 	run := res.snapshotRun
@@ -342,25 +343,11 @@ func (s *scenario) profileCopies(ctx context.Context, e change.ExportID, res *sn
 		return fmt.Errorf("no measured chunked copy to scale by")
 	}
 	seconds := int(math.Ceil(run.CDCFromStart.Seconds/float64(res.StrategyRounds))) + 1
-	var profs []*profile.Profile
-	for i := range b.o.profileRounds {
-		pr, err := newProfiler(seconds, filepath.Join(b.work, fmt.Sprintf("snapshot-copy-cpu-%d.pprof", i)))
-		if err != nil {
-			return err
-		}
-		b.logf("snapshot: CPU split: chunked copy %d of %d with a %ds CPU profile (not counted in the figures)", i+1, b.o.profileRounds, pr.seconds)
-		r, _, _, err := s.copyTable(ctx, e, res.Rows, strategyChunked, fmt.Sprintf("prof%d", i), nil, pr)
-		if err != nil {
-			return err
-		}
-		b.logf("snapshot: CPU split: profiled copy %.0f rows/s, cdc %.2fs CPU; profile %s", r.CDC.PerSecond, r.CPUSeconds, pr.file)
-		profs = append(profs, pr.prof)
-	}
-	split, err := mergeSplit(profs, filepath.Join(b.work, "snapshot-copy-cpu.pprof"), run.CPUSeconds/float64(run.CDC.Count)*1e6)
-	if err != nil {
-		return err
-	}
-	split.Unit, split.Runs = "rows", "chunked copies"
+	split, err := s.b.profileRuns(n, seconds, "snapshot", "snapshot-copy-cpu", "rows", "chunked copies",
+		run.CPUSeconds/float64(run.CDC.Count)*1e6, func(i int, pr *profiler) (float64, float64, error) {
+			r, _, _, err := s.copyTable(ctx, e, res.Rows, strategyChunked, fmt.Sprintf("prof%d", i), nil, pr)
+			return r.CDC.PerSecond, r.CPUSeconds, err
+		})
 	res.Split = split
-	return nil
+	return err
 }
