@@ -408,7 +408,7 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 
 	s.streaming.Store(true)
 	defer s.streaming.Store(false)
-	msgs := make(chan *msgBatch, batchQueue)
+	msgs := make(chan []byte, 4096)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })

@@ -108,35 +108,21 @@ func (st *streamState) close() {
 	}
 }
 
-// received handles a batch taken from msgs, running queued control calls between its
-// messages as between batches. A closed msgs (ok false: the receiver stopped) ends the loop
-// with ctx's error; the receiver's own error is what the group returns.
-func (st *streamState) received(ctx context.Context, b *msgBatch, ok bool) error {
+// received handles a message taken from msgs. A closed msgs (ok false: the receiver stopped)
+// ends the loop with ctx's error; the receiver's own error is what the group returns.
+func (st *streamState) received(ctx context.Context, data []byte, ok bool) error {
 	if !ok {
 		return ctx.Err()
 	}
-	for i, data := range b.msgs {
-		if i > 0 {
-			select {
-			case <-st.s.ctrlSig:
-				st.control()
-			default:
-			}
-		}
-		if err := st.handle(data); err != nil {
-			return err
-		}
-	}
-	b.release()
-	return nil
+	return st.handle(data)
 }
 
-func (st *streamState) loop(ctx context.Context, msgs <-chan *msgBatch, out chan<- *change.Unit) error {
+func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	for {
-		// Control calls first (checking for none is cheap), then the next batch; one
-		// select over both would lock both channels for every batch.
+		// Control calls first (checking for none is cheap), then the next message; one
+		// select over both would lock both channels for every message.
 		select {
 		case <-st.s.ctrlSig:
 			st.control()
