@@ -12,6 +12,10 @@ import (
 // cut. Apply EventJoined and EventReset first (empty the table), then Txns in order, then store
 // Position with the effects. EventRemoved and EventFailed say that the cut holds the table's
 // last changes: it gets no more.
+//
+// Reader.Next returns whole cuts. Reader.Read returns parts: a cut in one or more parts (Part
+// 0, 1, ...; the last one Final, with Position), or a part of a table's load (Load set), which
+// belongs to no cut. See the package documentation.
 type Cut struct {
 	// LSN is the cut's watermark: every change with a lower commit LSN of every joined table
 	// is in this cut or an earlier one; none with a commit LSN >= LSN is.
@@ -25,8 +29,28 @@ type Cut struct {
 	Txns []Txn
 	// Tables are the joined tables after this cut (those whose changes the cut may hold).
 	Tables []change.ExportID
-	// Position is where a reader resumes to deliver the cut after this one.
+	// Position is where a reader resumes to deliver the cut after this one (on the Final part).
 	Position Position
+	// Part numbers the parts of one cut, or of one load, from 0; Final is set on the last.
+	// Events come with part 0. A whole cut (Reader.Next) is part 0 and Final.
+	Part  int
+	Final bool
+	// Load, when set, makes this a part of a table's load, not of a cut: Txns hold changes of
+	// Load.Export alone, below its hydration watermark (LSN), in an order that keeps each key's
+	// order (a chunked copy's rows may come after changes of other keys at higher LSNs). Apply
+	// them to a shadow of the table (part 0: start it empty), outside any cut; the table joins
+	// in a later cut, whose EventJoined makes the shadow the table. Position is not set.
+	Load *Load
+}
+
+// Load describes a part of a table's load.
+type Load struct {
+	Export  change.ExportID
+	Attempt int
+	// Done is set on the load's last part: the table joins in a coming cut.
+	Done bool
+	// Record is the watermark record that said hydrated.
+	Record watermark.Record
 }
 
 // Changes returns the number of changes in the cut.
@@ -70,7 +94,8 @@ type Change struct {
 	// (unchanged TOAST): merge After into the row you have (tidemark.unchanged header).
 	Unchanged []string
 	// OldKey and NewKey are set on the delete and the create of an update that changed the key
-	// (tidemark.old_key, tidemark.new_key headers).
+	// (tidemark.old_key, tidemark.new_key headers), as the key columns' JSON object, like Key
+	// (in json-with-schema, the payload without the schema). The delete comes first.
 	OldKey, NewKey json.RawMessage
 }
 
@@ -92,11 +117,13 @@ type EventKind int
 
 // Event kinds.
 const (
-	// EventJoined: the table is hydrated and joins the cuts; this cut carries its copy (op r)
-	// and its changes since. Start the table from empty.
+	// EventJoined: the table is hydrated and joins the cuts. With Reader.Next this cut carries
+	// its copy (op r) and its changes since: start the table from empty. With Reader.Read its
+	// load came before, in load parts: make the loaded shadow the table, then apply the cut.
 	EventJoined EventKind = iota + 1
-	// EventReset: a new copy attempt began; the table leaves the cuts until it joins again with
-	// the new copy. Its rows so far are stale.
+	// EventReset: a new copy attempt of a joined table began; it leaves the cuts until it
+	// joins again with the new copy, and no cut passes this one until then (the other tables
+	// wait for it). Its rows so far are stale; keep them until the new copy joins.
 	EventReset
 	// EventRemoved: the table left the publication; every change of it up to its final
 	// watermark has been delivered.

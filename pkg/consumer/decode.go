@@ -83,15 +83,8 @@ func decodeChange(ch *Change, e change.ExportID, topic string, partition int32, 
 	ch.Source.Snapshot = string(snap) == "true" || string(snap) == `"true"` || ch.Op == change.OpRead
 	ch.Source.DB, ch.Source.Schema, ch.Source.Table = jsonString(src.db), jsonString(src.schema), jsonString(src.table)
 	ch.Key = key
-	if withSchema && key != nil {
-		var pl []byte
-		if eachField(key, func(name string, v []byte) {
-			if name == "payload" {
-				pl = v
-			}
-		}) && pl != nil {
-			ch.Key = pl
-		}
+	if withSchema {
+		ch.Key = payloadOf(key)
 	}
 	for _, h := range headers {
 		switch h.Key {
@@ -105,7 +98,27 @@ func decodeChange(ch *Change, e change.ExportID, topic string, partition int32, 
 			ch.NewKey = h.Value
 		}
 	}
+	if withSchema {
+		ch.OldKey, ch.NewKey = payloadOf(ch.OldKey), payloadOf(ch.NewKey)
+	}
 	return nil
+}
+
+// payloadOf returns the payload of a json-with-schema key ({"schema":...,"payload":{...}}), or
+// b itself when it has none.
+func payloadOf(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	var pl []byte
+	if eachField(b, func(name string, v []byte) {
+		if name == "payload" {
+			pl = v
+		}
+	}) && pl != nil {
+		return pl
+	}
+	return b
 }
 
 // envelopeFields are the fields of an envelope (or of json-with-schema's outer object).

@@ -56,6 +56,7 @@ func fuzzReader(t *testing.T, in []byte) {
 		var lastLSN change.LSN
 		delivered := map[change.ExportID]map[string]bool{}
 		cuts := 0
+		var whole assembler
 		for i < len(in) {
 			e := exports[take()%len(exports)]
 			topic := encs[e].Topic()
@@ -124,15 +125,9 @@ func fuzzReader(t *testing.T, in []byte) {
 				if err := st.addWatermark(b); err != nil {
 					t.Fatal(err)
 				}
-			case 5: // read a cut, if one is due
-				p, ok := st.plan()
-				if !ok {
-					continue
-				}
-				// Fetch: every partition being read gets what its log holds (as a fetch
-				// beyond the target would).
-				for range 3 {
-					need := st.need(p)
+			case 5: // read what is due: every partition being read gets what its log holds
+				var cut *Cut
+				for cut == nil {
 					assign, unassign := st.takeAssignments()
 					for tp, ps := range unassign {
 						for _, q := range ps {
@@ -147,25 +142,36 @@ func fuzzReader(t *testing.T, in []byte) {
 							cursors[tp][q] = max(off, 0)
 						}
 					}
-					if len(need) == 0 {
-						break
-					}
-					for pt := range need {
-						tp := pt.t.topic
-						log := logs[tp][pt.p]
-						for off := cursors[tp][pt.p]; off < int64(len(log.recs)); off++ {
-							v := log.recs[off]
-							if err := st.addRecord(tp, pt.p, off, v == nil, nil, v, nil); err != nil {
-								t.Fatal(err)
+					for tp, ps := range cursors {
+						for q, off := range ps {
+							log := logs[tp][q]
+							if st.parts[tp][q] == nil {
+								continue
 							}
+							for ; off < int64(len(log.recs)); off++ {
+								v := log.recs[off]
+								if err := st.addRecord(tp, q, off, v == nil, nil, v, nil); err != nil {
+									t.Fatal(err)
+								}
+							}
+							ps[q] = off
 						}
-						cursors[tp][pt.p] = int64(len(log.recs))
 					}
+					part, err := st.nextPart(1+take()%5, 1<<20)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if part == nil {
+						break // offsets beyond the log: the cut waits
+					}
+					if part.Load == nil && part.Part == 0 && part.Prev != lastLSN {
+						t.Fatalf("a part of a cut after %s says prev %s", lastLSN, part.Prev)
+					}
+					cut = whole.add(part)
 				}
-				if len(st.need(p)) > 0 {
-					continue // offsets beyond the log: the cut waits
+				if cut == nil {
+					continue
 				}
-				cut := st.build(p)
 				cuts++
 				if cut.LSN < lastLSN || cut.Prev != lastLSN {
 					t.Fatalf("cut %d at %s after %s (prev %s)", cuts, cut.LSN, lastLSN, cut.Prev)

@@ -286,6 +286,26 @@ func next(t testing.TB, rd *Reader) *Cut {
 	return c
 }
 
+// dump describes the state's tables, for a failing test.
+func (s *state) dump() string {
+	out := fmt.Sprintf("lastC=%d run=%v events=%d resumed=%v\n", s.lastC, s.run != nil, len(s.events), s.resumed)
+	for _, t := range s.sortedTables() {
+		w, ok := t.lastW()
+		out += fmt.Sprintf("  %s phase=%d att=%d held=%v/%d hydW=%d w=%d/%v final=%v parts=%d\n", t.id.Table, t.phase, t.attempt, t.held, t.heldAt, t.hydW, w, ok, t.final != nil, len(t.parts))
+	}
+	return out
+}
+
+// noCut fails the test if rd delivers a cut within d.
+func noCut(t testing.TB, rd *Reader, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if c, err := rd.Next(ctx); err == nil {
+		t.Fatalf("a cut while none may come: %s", describe(c))
+	}
+}
+
 // describe renders a cut compactly: "LSN [events] lsn/xid:table.op.id,..."
 func describe(c *Cut) string {
 	s := fmt.Sprintf("%d", c.LSN)

@@ -18,6 +18,9 @@ type Position struct {
 	Offsets map[string]map[int32]int64 `json:"offsets"`
 	// Joined are the joined tables and their copy attempts.
 	Joined map[change.ExportID]int `json:"joined"`
+	// Held are the tables that were joined and are being copied again, with the attempt the
+	// cuts wait for.
+	Held map[change.ExportID]int `json:"held,omitempty"`
 }
 
 // positionVersion is written with a marshalled Position.
@@ -58,7 +61,7 @@ func ParsePosition(b []byte) (Position, error) {
 
 // Clone returns a deep copy.
 func (p Position) Clone() Position {
-	c := Position{LSN: p.LSN, Offsets: make(map[string]map[int32]int64, len(p.Offsets)), Joined: maps.Clone(p.Joined)}
+	c := Position{LSN: p.LSN, Offsets: make(map[string]map[int32]int64, len(p.Offsets)), Joined: maps.Clone(p.Joined), Held: maps.Clone(p.Held)}
 	for t, parts := range p.Offsets {
 		c.Offsets[t] = maps.Clone(parts)
 	}

@@ -25,11 +25,13 @@ type Config struct {
 	// no cut shows one chosen table without another. Later re-copies still let the others go
 	// on.
 	WaitAll bool
-	// HeldBytes bounds, per partition, what the reader reads ahead of the cut it is building
-	// (records past that cut, held for later ones): a partition that has reached its target
-	// keeps being fetched until it holds this much, then is paused. 0 means 4 MiB; negative
-	// pauses a partition as soon as it reaches its target.
+	// HeldBytes bounds, per partition, what the reader reads ahead of what it delivers: a
+	// partition is fetched while it holds less than this, then paused until parts take from
+	// it. 0 means 4 MiB; negative pauses a partition as soon as it holds a record.
 	HeldBytes int
+	// PartChanges and PartBytes bound a part that Read returns (changes, and their estimated
+	// memory). 0 means 10,000 changes and 16 MiB.
+	PartChanges, PartBytes int
 	// Opts are extra franz-go options: TLS, SASL, fetch sizes (see SecurityOpts).
 	Opts []kgo.Opt
 	// Logger, nil for slog.Default().
@@ -46,8 +48,9 @@ type Reader struct {
 	client *kgo.Client
 	st     *state
 	paused map[string]map[int32]bool
-	// heldBytes is Config.HeldBytes resolved.
-	heldBytes int
+	// heldBytes, partChanges and partBytes are the Config's bounds resolved.
+	heldBytes, partChanges, partBytes int
+	whole                             assembler // Next's
 }
 
 // New returns a reader that starts at the beginning of every chosen table's current copy (or
@@ -87,6 +90,15 @@ func New(cfg Config) (*Reader, error) {
 		r.heldBytes = 4 << 20
 	case cfg.HeldBytes > 0:
 		r.heldBytes = cfg.HeldBytes
+	default:
+		r.heldBytes = 1
+	}
+	r.partChanges, r.partBytes = cfg.PartChanges, cfg.PartBytes
+	if r.partChanges <= 0 {
+		r.partChanges = 10_000
+	}
+	if r.partBytes <= 0 {
+		r.partBytes = 16 << 20
 	}
 	return r, nil
 }
@@ -118,37 +130,101 @@ func SecurityOpts(getenv func(string) string) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// Next blocks until the next cut is complete and returns it, or until ctx ends. See the package
-// documentation for what a cut holds.
+// Next blocks until the next cut is complete and returns it whole, or until ctx ends. A
+// joining table's load comes folded into its joining cut: the copy's rows and its changes up
+// to the cut, after EventJoined. Next keeps a cut, and a joining table's whole load, in
+// memory; Read delivers the same in bounded parts. Do not mix the two on one Reader.
 func (r *Reader) Next(ctx context.Context) (*Cut, error) {
 	for {
-		p, ok := r.st.plan()
-		if !ok {
-			r.sync(nil)
-			if err := r.poll(ctx); err != nil {
-				return nil, err
-			}
-			continue
+		part, err := r.Read(ctx)
+		if err != nil {
+			return nil, err
 		}
-		for {
-			need := r.st.need(p)
-			if len(need) == 0 {
-				cut := r.st.build(p)
-				r.sync(nil)
-				return cut, nil
+		if c := r.whole.add(part); c != nil {
+			return c, nil
+		}
+	}
+}
+
+// assembler makes whole cuts of parts: it keeps load parts until their table joins and folds
+// them into the joining cut, after the events.
+type assembler struct {
+	loads map[change.ExportID][]Txn
+	cut   *Cut
+}
+
+// add takes the next part and returns the cut it completes, if it does.
+func (a *assembler) add(part *Cut) *Cut {
+	if part.Load != nil {
+		e := part.Load.Export
+		if part.Part == 0 {
+			delete(a.loads, e)
+		}
+		if a.loads == nil {
+			a.loads = map[change.ExportID][]Txn{}
+		}
+		a.loads[e] = appendTxns(a.loads[e], part.Txns)
+		return nil
+	}
+	if part.Part == 0 {
+		a.cut = &Cut{LSN: part.LSN, Prev: part.Prev, Events: part.Events, Final: true}
+		for _, ev := range part.Events {
+			if ev.Kind == EventJoined {
+				a.cut.Txns = appendTxns(a.cut.Txns, a.loads[ev.Export])
+				delete(a.loads, ev.Export)
 			}
-			r.sync(need)
-			if err := r.poll(ctx); err != nil {
-				return nil, err
-			}
+		}
+	}
+	a.cut.Txns = appendTxns(a.cut.Txns, part.Txns)
+	if !part.Final {
+		return nil
+	}
+	c := a.cut
+	a.cut = nil
+	c.Tables, c.Position = part.Tables, part.Position
+	return c
+}
+
+// appendTxns appends txns to dst, joining the first to dst's last when they are one
+// transaction (its changes spread over parts).
+func appendTxns(dst, txns []Txn) []Txn {
+	if len(txns) > 0 && len(dst) > 0 {
+		l, f := &dst[len(dst)-1], &txns[0]
+		if l.CommitLSN == f.CommitLSN && l.TxID == f.TxID && l.Snapshot == f.Snapshot {
+			l.Changes = append(l.Changes, f.Changes...)
+			txns = txns[1:]
+		}
+	}
+	return append(dst, txns...)
+}
+
+// Read blocks until the next part is ready and returns it, or until ctx ends: a part of a
+// cut, or a part of a table's load (Cut.Load). A cut's parts come one after another, with no
+// load part between them; load parts come between cuts. Parts are bounded
+// (Config.PartChanges, Config.PartBytes), and so is what the reader holds besides
+// (Config.HeldBytes per partition read, plus a fetch): memory does not grow with a cut's or a
+// table's size. Apply a cut's parts in one transaction and store the Final part's Position with
+// them.
+func (r *Reader) Read(ctx context.Context) (*Cut, error) {
+	for {
+		part, err := r.st.nextPart(r.partChanges, r.partBytes)
+		if err != nil {
+			return nil, err
+		}
+		r.sync()
+		if part != nil {
+			return part, nil
+		}
+		if err := r.poll(ctx); err != nil {
+			return nil, err
 		}
 	}
 }
 
 // sync starts and stops reading partitions as the state asks, and pauses every data partition
-// that has no target to reach (need) and holds HeldBytes already, so that what lies past a cut
-// stays in Kafka.
-func (r *Reader) sync(need map[*part]int64) {
+// that holds HeldBytes already, so that what lies past what is delivered stays in Kafka. A
+// partition that a part waits for holds nothing, so it is never paused.
+func (r *Reader) sync() {
 	assign, unassign := r.st.takeAssignments()
 	if len(unassign) > 0 {
 		r.client.RemoveConsumePartitions(unassign)
@@ -177,8 +253,7 @@ func (r *Reader) sync(need map[*part]int64) {
 	pause, resume := map[string][]int32{}, map[string][]int32{}
 	for topic, ps := range r.st.parts {
 		for p, pt := range ps {
-			_, want := need[pt]
-			want = want || pt.heldBytes < r.heldBytes
+			want := pt.heldBytes < r.heldBytes
 			paused := r.paused[topic][p]
 			switch {
 			case want && paused:

@@ -11,9 +11,9 @@ import (
 )
 
 // state is the reader's bookkeeping, free of I/O: the watermark rules (through watermark.View),
-// each table's lifecycle, what each partition holds back, and the assembly of cuts. The Reader
-// feeds it the values of the watermark topic and the data records it fetched; the fuzz target
-// feeds it arbitrary ones.
+// each table's lifecycle, what each partition holds back, and the assembly of loads and cuts,
+// part by part. The Reader feeds it the values of the watermark topic and the data records it
+// fetched; the fuzz target feeds it arbitrary ones.
 type state struct {
 	view    *watermark.View
 	chosen  map[change.ExportID]bool // nil: every export
@@ -23,11 +23,20 @@ type state struct {
 	tables map[change.ExportID]*table
 	parts  map[string]map[int32]*part
 	lastC  change.LSN
-	events []Event // resets, in the order they happened, for the next cut
+	events []Event // resets and the like, in the order they happened, for the next cut
 
 	// resumed: the joined tables of a resumed position whose first record has not been read.
 	resumed    map[change.ExportID]int
 	resumeOffs map[string]map[int32]int64
+	// resumedHeld: the held tables of a resumed position (Position.Held).
+	resumedHeld map[change.ExportID]int
+
+	// run is the cut being delivered, part by part (nil between cuts).
+	run *cutRun
+	// loadTurn: the last part was a load's, so a cut that is due goes next.
+	loadTurn bool
+	// deferred are watermark values read while a cut was being delivered.
+	deferred [][]byte
 
 	// assign and unassign are the partitions to start and stop fetching (the Reader applies
 	// them): start offset per partition, -1 for the earliest.
@@ -39,7 +48,8 @@ type phase int
 
 const (
 	phaseOut     phase = iota // not read: not hydrated, not chosen, or left
-	phaseJoining              // hydrated, joins in the next cut
+	phaseLoading              // hydrated: its copy is read and delivered in load parts
+	phaseJoining              // loaded: joins at the next cut at or above hydW
 	phaseJoined               // in the cuts
 )
 
@@ -56,14 +66,24 @@ type table struct {
 	// final is a removed or failed record of a member: it leaves once the cuts reach its
 	// watermark.
 	final *Event
-	// hydW is the watermark of the record that said hydrated: the table joins at a cut at or
-	// above it.
+	// hydW is the watermark of the record that said hydrated: the load delivers every change
+	// below it, and the table joins at a cut at or above it.
 	hydW change.LSN
-	// start is where a joining table's partitions are read from (its attempt's start offsets).
+	// start is where a loading table's partitions are read from (its attempt's start offsets).
 	start map[int32]int64
+	// load is the loading table's merge (records below hydW, up to the hydrated record's
+	// offsets); loadParts counts the load parts delivered.
+	load      *merge
+	loadParts int
+	// held: the table was joined and is being copied again. Until it joins with the new copy
+	// (attempt heldAt or later), no cut passes the last one: the other tables wait for it, so
+	// that no cut shows one chosen table ahead of another.
+	held   bool
+	heldAt int
 	// resumedAt are the offsets of a table joined by a resumed position (nil otherwise). The
 	// watermark topic is read again from its start, so records of the joined attempt from
-	// before that position (its copy's hydrating record among them) are history, not news.
+	// before that position (its copy's hydrating record among them), and of every earlier
+	// attempt, are history, not news.
 	resumedAt map[int32]int64
 	parts     map[int32]*part
 }
@@ -77,10 +97,31 @@ type step struct {
 type part struct {
 	t    *table
 	p    int32
-	next int64     // offset after the last record read
-	held []*Change // read, not delivered (commit LSN >= the last cut, or joining), offset order
-	// heldBytes estimates the memory of held.
+	next int64 // offset after the last record read
+	// held are the records read and not yet delivered, in offset order; heldBytes estimates
+	// their memory.
+	held      []*Change
 	heldBytes int
+	// last is the order of the last stream change taken from the partition: cdc writes a
+	// partition's stream changes in commit order, so one at or below it is a re-send (an
+	// at-least-once restart) and is dropped.
+	last    orderKey
+	hasLast bool
+}
+
+// orderKey is where a stream change sits in its partition's commit order.
+type orderKey struct {
+	lsn  change.LSN
+	seq  int64
+	rank int
+}
+
+func (k orderKey) compare(o orderKey) int {
+	return cmp.Or(cmp.Compare(k.lsn, o.lsn), cmp.Compare(k.seq, o.seq), cmp.Compare(k.rank, o.rank))
+}
+
+func keyOf(ch *Change) orderKey {
+	return orderKey{lsn: ch.Source.LSN, seq: ch.Source.Sequence, rank: opRank(ch.Op)}
 }
 
 // changeBytes estimates the memory a held change keeps: its images, key and source (slices of
@@ -109,13 +150,38 @@ func (s *state) resume(pos Position) error {
 	}
 	s.lastC = pos.LSN
 	s.resumed = maps.Clone(pos.Joined)
+	s.resumedHeld = maps.Clone(pos.Held)
 	s.resumeOffs = pos.Clone().Offsets
 	s.waited = true
 	return nil
 }
 
-// addWatermark applies one value of the watermark topic.
+// addWatermark applies one value of the watermark topic. While a cut is being delivered, the
+// values wait until it is complete: a cut's members and targets do not change under it.
 func (s *state) addWatermark(value []byte) error {
+	if s.run != nil {
+		s.deferred = append(s.deferred, value)
+		return nil
+	}
+	return s.applyWatermark(value)
+}
+
+// applyDeferred applies the watermark values that waited for a cut.
+func (s *state) applyDeferred() error {
+	for len(s.deferred) > 0 && s.run == nil {
+		v := s.deferred[0]
+		s.deferred = s.deferred[1:]
+		if err := s.applyWatermark(v); err != nil {
+			return err
+		}
+	}
+	if len(s.deferred) == 0 {
+		s.deferred = nil
+	}
+	return nil
+}
+
+func (s *state) applyWatermark(value []byte) error {
 	changed, err := s.view.Add(value)
 	if err != nil {
 		return err
@@ -137,11 +203,19 @@ func attemptOf(r watermark.Record) int {
 	return r.Snapshot.Attempt
 }
 
-// before reports whether rec is a record of the copy attempt a resumed table joined with, read
-// again from the watermark topic: the attempt began at or below the resumed offsets in every
-// partition. A copy that begins later (an export removed and added again) is a new copy.
-func (t *table) before(rec watermark.Record) bool {
-	if t.resumedAt == nil || rec.Snapshot == nil || attemptOf(rec) != t.attempt {
+// history reports whether rec is a record a resumed table has seen before its position: of
+// an earlier copy attempt, or the hydrating record of the attempt it joined with, read again
+// from the watermark topic (that attempt began at or below the resumed offsets in every
+// partition). A copy that begins later (an export removed and added again) is a new copy.
+func (t *table) history(rec watermark.Record) bool {
+	if t.resumedAt == nil {
+		return false
+	}
+	a := attemptOf(rec)
+	if a < t.attempt {
+		return true
+	}
+	if rec.Snapshot == nil || a != t.attempt || rec.State != watermark.StateHydrating {
 		return false
 	}
 	for p, off := range rec.Snapshot.StartOffsets {
@@ -166,12 +240,22 @@ func (s *state) update(rec watermark.Record) {
 				s.addPart(t, p, off)
 			}
 		}
+		if a, ok := s.resumedHeld[rec.Export]; ok {
+			t.held, t.heldAt = true, a
+		}
+	}
+	a := attemptOf(rec)
+	if t.phase == phaseJoined && t.history(rec) {
+		return // read again after a resume
+	}
+	if t.held && a < t.heldAt {
+		return // an attempt before the re-copy the cuts wait for
 	}
 	t.rec = rec
-	a := attemptOf(rec)
-	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating && !t.before(rec)) {
-		// A new copy (attempt): the rows so far are stale.
+	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating) {
+		// A new copy (attempt): the rows so far are stale. The cuts wait for the new copy.
 		s.leave(t)
+		t.held, t.heldAt = true, a
 		s.events = append(s.events, Event{Kind: EventReset, Export: t.id, Attempt: a, Record: rec})
 	}
 	switch rec.State {
@@ -179,33 +263,33 @@ func (s *state) update(rec watermark.Record) {
 		if rec.Watermark == nil {
 			return
 		}
-		if t.phase == phaseOut || t.phase == phaseJoining && a != t.attempt {
-			s.dropParts(t)
-			t.phase, t.attempt, t.steps, t.final = phaseJoining, a, nil, nil
-			t.hydW = *rec.Watermark
-			t.topic = rec.Topic
-			t.start = nil
-			if rec.Snapshot != nil {
-				t.start = maps.Clone(rec.Snapshot.StartOffsets)
-			}
+		if t.phase == phaseOut || t.phase != phaseJoined && a != t.attempt {
+			s.startLoad(t, rec)
 		}
 		t.addStep(*rec.Watermark, rec.Offsets)
 	case watermark.StateHydrating:
-		if t.phase == phaseJoining {
+		if t.phase == phaseLoading || t.phase == phaseJoining {
 			s.dropParts(t)
-			t.phase, t.steps = phaseOut, nil
+			t.phase, t.steps, t.load = phaseOut, nil, nil
 		}
 	case watermark.StateRemoved, watermark.StateFailed:
+		kind := EventRemoved
+		if rec.State == watermark.StateFailed {
+			kind = EventFailed
+		}
+		ev := Event{Kind: kind, Export: t.id, Attempt: a, Error: rec.Error, Record: rec}
 		switch t.phase {
-		case phaseJoining:
-			s.dropParts(t)
-			t.phase, t.steps = phaseOut, nil
-		case phaseJoined:
-			kind := EventRemoved
-			if rec.State == watermark.StateFailed {
-				kind = EventFailed
+		case phaseLoading, phaseJoining, phaseOut:
+			if t.phase != phaseOut {
+				s.dropParts(t)
+				t.phase, t.steps, t.load = phaseOut, nil, nil
 			}
-			ev := Event{Kind: kind, Export: t.id, Attempt: a, Error: rec.Error, Record: rec}
+			if t.held {
+				// The re-copy the cuts waited for will not come.
+				t.held = false
+				s.events = append(s.events, ev)
+			}
+		case phaseJoined:
 			if rec.Watermark == nil {
 				// Nothing more to deliver: it leaves with the next cut.
 				s.leave(t)
@@ -216,6 +300,35 @@ func (s *state) update(rec watermark.Record) {
 			t.addStep(*rec.Watermark, rec.Offsets)
 		}
 	}
+}
+
+// startLoad starts reading t's copy attempt of rec, the record that said hydrated: from the
+// attempt's start offsets up to rec's offsets, delivering every change below rec's watermark
+// in load parts.
+func (s *state) startLoad(t *table, rec watermark.Record) {
+	s.dropParts(t)
+	t.phase, t.attempt, t.steps, t.final = phaseLoading, attemptOf(rec), nil, nil
+	t.hydW = *rec.Watermark
+	t.topic = rec.Topic
+	t.start = nil
+	if rec.Snapshot != nil {
+		t.start = maps.Clone(rec.Snapshot.StartOffsets)
+	}
+	t.loadParts = 0
+	t.load = &merge{limit: t.hydW, targets: map[*part]int64{}}
+	for _, pn := range slices.Sorted(maps.Keys(rec.Offsets)) {
+		pt := s.addPart(t, pn, s.startOf(t, pn))
+		t.load.parts = append(t.load.parts, pt)
+		t.load.targets[pt] = rec.Offsets[pn]
+	}
+}
+
+// startOf is where a loading table's partition pn is read from.
+func (s *state) startOf(t *table, pn int32) int64 {
+	if o, ok := t.start[pn]; ok {
+		return o
+	}
+	return -1
 }
 
 // addStep notes a record's watermark and offsets.
@@ -271,17 +384,19 @@ func (s *state) dropParts(t *table) {
 // leave takes t out of the cuts.
 func (s *state) leave(t *table) {
 	s.dropParts(t)
-	t.phase, t.steps, t.final, t.resumedAt = phaseOut, nil, nil, nil
+	t.phase, t.steps, t.final, t.resumedAt, t.load = phaseOut, nil, nil, nil, nil
 }
 
-// plan is a cut being read: its LSN and members (the joined tables and those joining).
+// plan is a cut to read: its LSN and members (the joined tables and those joining).
 type plan struct {
 	c       change.LSN
 	joining []*table
 }
 
 // plan returns the next cut to read, if there is one: at the lowest watermark of the members,
-// when that moved, or when tables join or leave, or events wait.
+// when that moved, or when tables join or leave, or events wait. While a joined table is
+// copied again (held), only cuts of events at the last cut's LSN are planned, until it joins
+// again.
 func (s *state) plan() (plan, bool) {
 	if len(s.resumed) > 0 {
 		return plan{}, false // a resumed member's first record is not read yet
@@ -289,19 +404,42 @@ func (s *state) plan() (plan, bool) {
 	// c is at most the watermark of every joined table.
 	var joining []*table
 	c, any := change.LSN(0), false
+	waiting := false // a held table has not loaded its new copy yet
 	for _, t := range s.sortedTables() {
 		w, ok := t.lastW()
 		switch {
 		case t.phase == phaseJoined && !ok:
 			return plan{}, false
+		case t.phase == phaseJoined && t.final != nil:
+			// A removed or failed table gets no more changes: it does not hold the cuts, and
+			// leaves with the first one that reaches its final watermark.
 		case t.phase == phaseJoined:
 			if !any || w < c {
 				c, any = w, true
 			}
 		case t.phase == phaseJoining && ok && w >= max(s.lastC, t.hydW):
 			joining = append(joining, t)
+		case t.held:
+			waiting = true
 		}
 	}
+	if waiting {
+		if len(s.events) > 0 {
+			return plan{c: s.lastC}, true
+		}
+		return plan{}, false
+	}
+	// Tables hydrated together join together: a loaded table waits for the tables still
+	// loading that were hydrated at or below its hydration watermark, and the cuts go on
+	// without it meanwhile.
+	joining = slices.DeleteFunc(joining, func(j *table) bool {
+		for _, t := range s.tables {
+			if t.phase == phaseLoading && t.hydW <= j.hydW {
+				return true
+			}
+		}
+		return false
+	})
 	// A joining table joins at a cut at or above the watermark it was hydrated at: its copy's
 	// rows (a chunked copy's rows carry the positions of their chunks, not commit LSNs) all lie
 	// below it, so the table's rows in the cut are its state at the cut, like the others'.
@@ -323,6 +461,15 @@ func (s *state) plan() (plan, bool) {
 			break
 		}
 		joining = kept
+	}
+	for _, t := range s.tables {
+		if t.held && t.phase == phaseJoining && !slices.Contains(joining, t) {
+			// Loaded, but the others' watermarks have not reached its copy yet.
+			if len(s.events) > 0 {
+				return plan{c: s.lastC}, true
+			}
+			return plan{}, false
+		}
 	}
 	if s.waitAll && !s.waited {
 		for e := range s.chosen {
@@ -365,12 +512,11 @@ func (s *state) plan() (plan, bool) {
 	return plan{c: c, joining: joining}, true
 }
 
-// members returns the tables read for p: the joined ones and p's joining ones still joining.
+// members returns the tables read for p: the joined ones and p's joining ones.
 func (s *state) members(p plan) []*table {
 	var out []*table
 	for _, t := range s.sortedTables() {
-		w, ok := t.lastW()
-		if t.phase == phaseJoined || t.phase == phaseJoining && ok && w >= p.c && t.hydW <= p.c && slices.Contains(p.joining, t) {
+		if t.phase == phaseJoined || t.phase == phaseJoining && slices.Contains(p.joining, t) {
 			out = append(out, t)
 		}
 	}
@@ -381,28 +527,6 @@ func (s *state) sortedTables() []*table {
 	return slices.SortedFunc(maps.Values(s.tables), func(a, b *table) int {
 		return cmp.Or(cmp.Compare(a.id.Schema, b.id.Schema), cmp.Compare(a.id.Table, b.id.Table))
 	})
-}
-
-// need returns the partitions p still has to read, with their target offsets; it makes sure
-// every partition a target names is being read (a joining table's from its start offsets).
-func (s *state) need(p plan) map[*part]int64 {
-	out := map[*part]int64{}
-	for _, t := range s.members(p) {
-		for pn, off := range t.target(p.c) {
-			pt := t.parts[pn]
-			if pt == nil {
-				start := int64(-1)
-				if o, ok := t.start[pn]; ok && t.phase == phaseJoining {
-					start = o
-				}
-				pt = s.addPart(t, pn, start)
-			}
-			if pt.next < off {
-				out[pt] = off
-			}
-		}
-	}
-	return out
 }
 
 // addRecord takes one fetched record of a partition being read. A record below what was read
@@ -430,48 +554,240 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 	return nil
 }
 
-// build assembles the cut of p once need(p) is empty.
-func (s *state) build(p plan) *Cut {
-	cut := &Cut{LSN: p.c, Prev: s.lastC, Events: s.events}
-	s.events = nil
-	var changes []*Change
-	var leaving []*table
-	for _, t := range s.members(p) {
-		joining := t.phase == phaseJoining
-		if joining {
-			t.phase = phaseJoined
-			cut.Events = append(cut.Events, Event{Kind: EventJoined, Export: t.id, Attempt: t.attempt, Record: t.rec})
-		}
-		for _, pn := range slices.Sorted(maps.Keys(t.parts)) {
-			pt := t.parts[pn]
-			kept := pt.held[:0]
-			for _, ch := range pt.held {
-				if ch.Source.LSN >= p.c {
-					kept = append(kept, ch)
-					continue
+// merge delivers, in order, the changes below limit that a set of partitions holds below
+// their target offsets: a k-way merge of the partitions' heads, so its work per change is
+// O(log partitions) and its memory is what the partitions hold, whatever the number of
+// changes. A partition's changes below limit are a prefix of it below its target: cdc writes
+// stream changes in commit order, and a chunked copy's rows, written after stream changes of
+// other keys at higher positions, are the only records that come later than their source.lsn
+// says; they concern keys no change in between touched, so taking them when they come keeps
+// every key's order.
+type merge struct {
+	limit   change.LSN
+	parts   []*part
+	targets map[*part]int64
+	// last is the last change taken: a truncate, which cdc writes to every partition, comes
+	// once per partition, one after another.
+	last *Change
+	// truncates are the truncates taken: cdc writes one to every partition.
+	truncates map[truncation]bool
+	// floors: a change of a joined table below the previous cut is not delivered again
+	// (addRecord drops those it reads; this drops those read while the table was joining), nor
+	// one of a joining table below its hydration watermark (its load had those).
+	floors map[*part]change.LSN
+	// out is the part being filled, outBytes its estimated memory.
+	out      []*Change
+	outBytes int
+}
+
+// take moves the merge's next changes to its pending part (m.out) until that holds max
+// changes or maxBytes. done is true when every partition has given all it has below limit and
+// its target; otherwise, when the part is not full, a partition must be read further first.
+func (m *merge) take(max, maxBytes int) (done bool) {
+	for len(m.out) < max && m.outBytes < maxBytes {
+		var best *part
+		for _, pt := range m.parts {
+			for len(pt.held) > 0 && (pt.resend(pt.held[0]) || pt.held[0].Source.LSN < m.floors[pt]) {
+				pt.pop()
+			}
+			if len(pt.held) == 0 {
+				if pt.next < m.targets[pt] {
+					return false // not read far enough to know its next change
 				}
-				changes = append(changes, ch)
+				continue
 			}
-			clear(pt.held[len(kept):])
-			pt.held = kept
-			pt.heldBytes = 0
-			for _, ch := range kept {
-				pt.heldBytes += changeBytes(ch)
+			h := pt.held[0]
+			if h.Source.LSN >= m.limit || h.Offset >= m.targets[pt] {
+				continue // the rest belongs to later cuts
 			}
+			if best == nil || compareChanges(h, best.held[0]) < 0 {
+				best = pt
+			}
+		}
+		if best == nil {
+			return true
+		}
+		ch := best.pop()
+		if !ch.Source.Snapshot {
+			best.last, best.hasLast = keyOf(ch), true
+		}
+		if m.last != nil && sameChange(m.last, ch) {
+			continue
+		}
+		if ch.Op == change.OpTruncate {
+			k := truncation{ch.Export, ch.Source.LSN, ch.Source.TxID, ch.Source.Sequence}
+			if m.truncates[k] {
+				continue
+			}
+			if m.truncates == nil {
+				m.truncates = map[truncation]bool{}
+			}
+			m.truncates[k] = true
+		}
+		m.last = ch
+		m.out = append(m.out, ch)
+		m.outBytes += changeBytes(ch)
+	}
+	return false
+}
+
+// flush returns the pending part's changes and empties it.
+func (m *merge) flush() []*Change {
+	out := m.out
+	m.out, m.outBytes = nil, 0
+	return out
+}
+
+// truncation identifies a truncate.
+type truncation struct {
+	export change.ExportID
+	lsn    change.LSN
+	txID   uint32
+	seq    int64
+}
+
+// resend reports whether ch, the partition's next record, repeats a stream change taken
+// before (an at-least-once restart published it again).
+func (pt *part) resend(ch *Change) bool {
+	return !ch.Source.Snapshot && pt.hasLast && keyOf(ch).compare(pt.last) <= 0
+}
+
+// pop removes and returns the partition's first held change.
+func (pt *part) pop() *Change {
+	ch := pt.held[0]
+	pt.held[0] = nil
+	pt.held = pt.held[1:]
+	pt.heldBytes -= changeBytes(ch)
+	if len(pt.held) == 0 {
+		pt.held, pt.heldBytes = nil, 0
+	}
+	return ch
+}
+
+// nextPart returns the next part to deliver, of at most max changes or about maxBytes: of the
+// cut being delivered, or of a new cut when one is due, or else of a table's load. It returns
+// nil when nothing can go on without reading further.
+//
+// Loads and cuts take turns: after a load part, a cut that is due goes first; after a cut, a
+// load part that needs no further reading does. So a large table's load neither waits for the
+// other tables' cuts nor holds them back by more than a part.
+func (s *state) nextPart(max, maxBytes int) (*Cut, error) {
+	if err := s.applyDeferred(); err != nil {
+		return nil, err
+	}
+	return s.pickPart(max, maxBytes), nil
+}
+
+func (s *state) pickPart(max, maxBytes int) *Cut {
+	if s.run == nil && !s.loadTurn {
+		if part := s.nextLoadPart(max, maxBytes); part != nil {
+			s.loadTurn = true
+			return part
+		}
+	}
+	s.loadTurn = false
+	if s.run == nil {
+		if p, ok := s.plan(); ok {
+			s.startCut(p)
+		}
+	}
+	if s.run != nil {
+		return s.nextCutPart(max, maxBytes)
+	}
+	if part := s.nextLoadPart(max, maxBytes); part != nil {
+		s.loadTurn = true
+		return part
+	}
+	return nil
+}
+
+// cutRun is a cut being delivered in parts.
+type cutRun struct {
+	p       plan
+	m       *merge
+	members []*table
+	parts   int // parts delivered
+	prev    change.LSN
+	events  []Event
+}
+
+// startCut begins delivering the cut of p: its members' partitions, read up to their targets,
+// merged below p.c. Partitions a target names that are not read yet are added (from the
+// earliest offset: a partition added to a joined table's topic).
+func (s *state) startCut(p plan) {
+	run := &cutRun{p: p, m: &merge{limit: p.c, targets: map[*part]int64{}, floors: map[*part]change.LSN{}}, prev: s.lastC, events: s.events}
+	s.events = nil
+	run.members = s.members(p)
+	for _, t := range run.members {
+		if t.phase == phaseJoining {
+			run.events = append(run.events, Event{Kind: EventJoined, Export: t.id, Attempt: t.attempt, Record: t.rec})
+		}
+		if len(t.steps) == 0 {
+			continue
+		}
+		for _, pn := range slices.Sorted(maps.Keys(t.target(p.c))) {
+			pt := t.parts[pn]
+			if pt == nil {
+				pt = s.addPart(t, pn, -1)
+			}
+			run.m.parts = append(run.m.parts, pt)
+			run.m.targets[pt] = t.target(p.c)[pn]
+			switch t.phase {
+			case phaseJoined:
+				run.m.floors[pt] = s.lastC
+			case phaseJoining:
+				run.m.floors[pt] = t.hydW // its load delivered what lies below
+			}
+		}
+	}
+	for _, t := range run.members {
+		if w, _ := t.lastW(); t.phase == phaseJoined && t.final != nil && w <= p.c {
+			run.events = append(run.events, *t.final)
+		}
+	}
+	s.run = run
+}
+
+// nextCutPart returns the next part of the cut being delivered, of at most max changes or
+// about maxBytes, or nil when a partition must be read further first. The last part (Final)
+// carries the position.
+func (s *state) nextCutPart(max, maxBytes int) *Cut {
+	m := s.run.m
+	done := m.take(max, maxBytes)
+	if !done && len(m.out) < max && m.outBytes < maxBytes {
+		return nil
+	}
+	return s.cutPart(m.flush(), done)
+}
+
+// cutPart makes a part of the running cut; final ends the cut.
+func (s *state) cutPart(changes []*Change, final bool) *Cut {
+	run := s.run
+	cut := &Cut{LSN: run.p.c, Prev: run.prev, Part: run.parts, Final: final, Txns: groupTxns(changes)}
+	if run.parts == 0 {
+		cut.Events = run.events
+	}
+	run.parts++
+	if !final {
+		return cut
+	}
+	var leaving []*table
+	for _, t := range run.members {
+		if t.phase == phaseJoining {
+			t.phase, t.held, t.load, t.resumedAt = phaseJoined, false, nil, nil
 		}
 		// Steps below the cut are no longer needed.
-		i, _ := slices.BinarySearchFunc(t.steps, p.c, func(s step, c change.LSN) int { return cmp.Compare(s.w, c) })
+		i, _ := slices.BinarySearchFunc(t.steps, run.p.c, func(s step, c change.LSN) int { return cmp.Compare(s.w, c) })
 		t.steps = t.steps[i:]
-		if w, _ := t.lastW(); t.final != nil && w <= p.c {
+		if w, _ := t.lastW(); t.final != nil && w <= run.p.c {
 			leaving = append(leaving, t)
 		}
 	}
 	for _, t := range leaving {
-		cut.Events = append(cut.Events, *t.final)
 		s.leave(t)
 	}
-	cut.Txns = groupTxns(changes)
-	s.lastC = p.c
+	s.lastC = run.p.c
+	s.run = nil
 	cut.Position = s.position()
 	for _, t := range s.sortedTables() {
 		if t.phase == phaseJoined {
@@ -481,10 +797,41 @@ func (s *state) build(p plan) *Cut {
 	return cut
 }
 
+// nextLoadPart returns the next part of a table's load, of at most max changes or about
+// maxBytes, or nil when no load can go on without reading further. Every load has at least
+// one part: the last says Done.
+func (s *state) nextLoadPart(max, maxBytes int) *Cut {
+	for _, t := range s.sortedTables() {
+		if t.phase != phaseLoading {
+			continue
+		}
+		m := t.load
+		done := m.take(max, maxBytes)
+		if !done && len(m.out) < max && m.outBytes < maxBytes {
+			continue
+		}
+		l := &Load{Export: t.id, Attempt: t.attempt, Done: done, Record: t.rec}
+		part := t.loadParts
+		t.loadParts++
+		txns := groupTxns(m.flush())
+		if done {
+			t.phase, t.load = phaseJoining, nil
+		}
+		return &Cut{LSN: t.hydW, Prev: s.lastC, Load: l, Part: part, Final: done, Txns: txns}
+	}
+	return nil
+}
+
 // position is where a reader resumes after the last cut.
 func (s *state) position() Position {
 	pos := Position{LSN: s.lastC, Offsets: map[string]map[int32]int64{}, Joined: map[change.ExportID]int{}}
 	for _, t := range s.tables {
+		if t.held && t.phase != phaseJoined {
+			if pos.Held == nil {
+				pos.Held = map[change.ExportID]int{}
+			}
+			pos.Held[t.id] = t.heldAt
+		}
 		if t.phase != phaseJoined {
 			continue
 		}
@@ -503,8 +850,19 @@ func (s *state) position() Position {
 	return pos
 }
 
-// compareChanges orders changes: commit LSN, a copy's rows first, txId, sequence, then export,
-// partition and offset (a total order).
+// opRank orders the two halves of a key change, which share a sequence number: the delete of
+// the old key before the create of the new one, whatever partitions they landed in.
+func opRank(op change.Op) int {
+	if op == change.OpDelete {
+		return 0
+	}
+	return 1
+}
+
+// compareChanges orders changes: commit LSN, a copy's rows first, txId, sequence, export, a
+// delete before the other op of the same sequence (a key change's halves), then partition and
+// offset (a total order). Equal changes of one export (a truncate on every partition, a
+// re-send) end up next to each other.
 func compareChanges(a, b *Change) int {
 	if c := cmp.Compare(a.Source.LSN, b.Source.LSN); c != 0 {
 		return c
@@ -524,6 +882,9 @@ func compareChanges(a, b *Change) int {
 	if c := cmp.Compare(a.Export.Table, b.Export.Table); c != 0 {
 		return c
 	}
+	if c := cmp.Compare(opRank(a.Op), opRank(b.Op)); c != 0 {
+		return c
+	}
 	if c := cmp.Compare(a.Partition, b.Partition); c != 0 {
 		return c
 	}
@@ -538,41 +899,19 @@ func sameChange(a, b *Change) bool {
 		a.Source.TxID == b.Source.TxID && a.Source.Sequence == b.Source.Sequence && a.Op == b.Op
 }
 
-// groupTxns groups changes into transactions in commit order, changes in sequence order, each
-// change once.
+// groupTxns groups changes, in the order taken, into transactions: a run of changes with one
+// commit LSN, txId and snapshot flag is one Txn. Linear.
 func groupTxns(ptrs []*Change) []Txn {
-	slices.SortFunc(ptrs, compareChanges)
 	var txns []Txn
-	runStart := 0 // first change of the current (export, LSN, txId, sequence) run
-	for i, chp := range ptrs {
-		if i > 0 && !sameRun(ptrs[runStart], chp) {
-			runStart = i
-		}
-		dup := false
-		for _, prev := range ptrs[runStart:i] {
-			if sameChange(prev, chp) {
-				dup = true
-				break
-			}
-		}
-		if dup {
-			continue
-		}
-		ch := *chp
+	for _, chp := range ptrs {
 		n := len(txns)
-		if n == 0 || txns[n-1].CommitLSN != ch.Source.LSN || txns[n-1].TxID != ch.Source.TxID || txns[n-1].Snapshot != ch.Source.Snapshot {
-			txns = append(txns, Txn{CommitLSN: ch.Source.LSN, TxID: ch.Source.TxID, Snapshot: ch.Source.Snapshot})
+		if n == 0 || txns[n-1].CommitLSN != chp.Source.LSN || txns[n-1].TxID != chp.Source.TxID || txns[n-1].Snapshot != chp.Source.Snapshot {
+			txns = append(txns, Txn{CommitLSN: chp.Source.LSN, TxID: chp.Source.TxID, Snapshot: chp.Source.Snapshot})
 			n++
 		}
-		txns[n-1].Changes = append(txns[n-1].Changes, ch)
+		txns[n-1].Changes = append(txns[n-1].Changes, *chp)
 	}
 	return txns
-}
-
-// sameRun reports whether a and b share export, transaction and sequence.
-func sameRun(a, b *Change) bool {
-	return a.Export == b.Export && a.Source.LSN == b.Source.LSN && a.Source.TxID == b.Source.TxID &&
-		a.Source.Sequence == b.Source.Sequence && a.Source.Snapshot == b.Source.Snapshot
 }
 
 func cmpBool(a, b bool) int {

@@ -1,0 +1,219 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/watermark"
+)
+
+// keyChange queues an update that moves row old to key new: cdc publishes it as a delete of
+// the old key (and its tombstone) and a create of the new one, with one sequence number.
+func (f *fakeCDC) keyChange(e change.ExportID, lsn change.LSN, xid uint32, seq int64, old, new int, v string) {
+	f.add(f.enc[e].Update(nil, src(lsn, xid, seq), row(old, ""), row(new, v), nil))
+}
+
+// partitionOf is the partition the fake writes key id to.
+func (f *fakeCDC) partitionOf(e change.ExportID, id int) int32 {
+	recs, err := f.enc[e].Insert(nil, src(1, 1, 0), row(id, ""))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	h := fnv.New32a()
+	h.Write(recs[0].Key)
+	return int32(h.Sum32() % uint32(f.parts))
+}
+
+// TestKeyChangeAcrossPartitions: the two halves of a key change share a sequence number and
+// land in different partitions; the delete of the old key comes before the create of the new
+// one, whatever the partitions (c9cb695 broke the tie by partition, so the create came first
+// when its partition's number was lower, and tidemark-apply stuck on a duplicate key).
+func TestKeyChangeAcrossPartitions(t *testing.T) {
+	for _, format := range []codec.Format{codec.FormatJSON, codec.FormatJSONWithSchema} {
+		t.Run(string(format), func(t *testing.T) {
+			f := newFake(t, 3, format)
+			a := f.table("a")
+			// Keys whose new partition is below the old one's.
+			old, moved := 0, 0
+			for o := 1; old == 0; o++ {
+				for n := 1000; n < 1100; n++ {
+					if f.partitionOf(a, n) < f.partitionOf(a, o) {
+						old, moved = o, n
+						break
+					}
+				}
+			}
+			f.copyRows(a, 100, 1, old)
+			f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+			rd := f.reader(nil, false)
+			want(t, next(t, rd), fmt.Sprintf("100 joined:a 99/0:a.r%d", old))
+			f.keyChange(a, 200, 7, 0, old, moved, "moved")
+			f.step(func() { f.mark(a, hydrated, 300, 1, nil) })
+			c := next(t, rd)
+			want(t, c, fmt.Sprintf("300 200/7:a.d%d,a.c%d", old, moved))
+			d, cr := c.Txns[0].Changes[0], c.Txns[0].Changes[1]
+			if d.Partition <= cr.Partition {
+				t.Fatalf("the delete is in partition %d, the create in %d: want the create's lower", d.Partition, cr.Partition)
+			}
+			for _, k := range []json.RawMessage{d.OldKey, d.NewKey, cr.OldKey, cr.NewKey} {
+				var m map[string]int
+				if err := json.Unmarshal(k, &m); err != nil || len(m) != 1 {
+					t.Fatalf("a key-change header is not the key's columns: %s (%v)", k, err)
+				}
+			}
+		})
+	}
+}
+
+// TestResumeAfterRecopy: a reader resumed after a table's re-copy joined delivers nothing of it
+// again: the records of the earlier attempt, read again from the watermark topic, are history.
+// On c9cb695 the resumed reader reset the table to the older attempt, joined it again and
+// delivered the current attempt from below the stored offsets.
+func TestResumeAfterRecopy(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.copyRows(a, 100, 1, 1, 2)
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+	})
+	rd := f.reader([]change.ExportID{a, b}, true)
+	want(t, next(t, rd), "100 joined:a joined:b 99/0:a.r1,a.r2")
+	start := f.offsets(a)
+	f.step(func() { f.mark(a, hydrating, 100, 2, start) })
+	f.copyRows(a, 150, 2, 1, 2)
+	f.insert(a, 160, 5, 0, 3, "x")
+	f.insert(b, 160, 5, 1, 4, "y")
+	f.step(func() {
+		f.mark(a, hydrated, 200, 2, start)
+		f.mark(b, hydrated, 200, 1, nil)
+	})
+	want(t, next(t, rd), "100 reset:a")
+	want(t, next(t, rd), "200 joined:a 149/0:a.r1,a.r2 160/5:a.c3,b.c4")
+	stored, err := json.Marshal(rd.st.position())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.insert(a, 250, 6, 0, 5, "z")
+	f.step(func() {
+		f.mark(a, hydrated, 300, 2, start)
+		f.mark(b, hydrated, 300, 1, nil)
+	})
+	pos, err := ParsePosition(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd2 := f.reader([]change.ExportID{a, b}, true)
+	if err := rd2.Resume(pos); err != nil {
+		t.Fatal(err)
+	}
+	want(t, next(t, rd2), "300 250/6:a.c5")
+	noCut(t, rd2, 500*time.Millisecond)
+}
+
+// TestResumeWhileHeld: a reader stopped while a re-copied table held the cuts resumes holding
+// them: the other table does not go ahead of it after the restart either.
+func TestResumeWhileHeld(t *testing.T) {
+	f := newFake(t, 2, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+	})
+	rd := f.reader([]change.ExportID{a, b}, true)
+	want(t, next(t, rd), "100 joined:a joined:b")
+	start := f.offsets(a)
+	f.step(func() { f.mark(a, hydrating, 100, 2, start) })
+	c := next(t, rd)
+	want(t, c, "100 reset:a")
+	if c.Position.Held[a] != 2 {
+		t.Fatalf("position %+v: want a held at attempt 2", c.Position)
+	}
+	stored, _ := json.Marshal(c.Position)
+	f.insert(b, 150, 5, 1, 4, "y")
+	f.step(func() { f.mark(b, hydrated, 200, 1, nil) })
+	pos, err := ParsePosition(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd2 := f.reader([]change.ExportID{a, b}, true)
+	if err := rd2.Resume(pos); err != nil {
+		t.Fatal(err)
+	}
+	noCut(t, rd2, time.Second)
+	f.copyRows(a, 180, 2, 7)
+	f.step(func() { f.mark(a, hydrated, 200, 2, start) })
+	want(t, next(t, rd2), "200 joined:a 179/0:a.r7 150/5:b.c4")
+}
+
+// TestLoadInParts: a joining table's copy reaches Read in bounded parts, before the cut that
+// joins it, while the other table's cuts go on; memory does not grow with the copy.
+func TestLoadInParts(t *testing.T) {
+	f := newFake(t, 3, codec.FormatJSON)
+	a, big := f.table("a"), f.table("big")
+	f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+	const rows = 6000
+	ids := make([]int, rows)
+	for i := range ids {
+		ids[i] = i
+	}
+	start := f.offsets(big)
+	for i := 0; i < rows; i += 500 {
+		f.copyRows(big, change.LSN(150+i), 1, ids[i:i+500]...)
+		f.flushTracked()
+	}
+	f.insert(a, 7000, 3, 0, 1, "x")
+	f.step(func() {
+		f.mark(big, hydrated, 7000, 1, start)
+		f.mark(a, hydrated, 8000, 1, nil)
+	})
+	f.step(func() { f.mark(big, hydrated, 8000, 1, start) })
+	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, PartChanges: 400, HeldBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	loaded, maxHeld := 0, 0
+	var seq []string
+	for {
+		p, err := rd.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v (%s)", err, strings.Join(seq, " "))
+		}
+		if n := p.Changes(); n > 400 {
+			t.Fatalf("a part of %d changes, want at most 400", n)
+		}
+		for _, pt := range rd.st.parts[f.topic(big)] {
+			maxHeld = max(maxHeld, pt.heldBytes)
+		}
+		if p.Load != nil {
+			loaded += p.Changes()
+			seq = append(seq, fmt.Sprintf("load%d", p.Part))
+			continue
+		}
+		seq = append(seq, describe(p))
+		if strings.Contains(describe(p), "joined:big") {
+			break
+		}
+	}
+	if loaded != rows {
+		t.Fatalf("%d rows loaded, want %d", loaded, rows)
+	}
+	if maxHeld > 64<<10+1<<20 {
+		t.Fatalf("a partition held %d bytes", maxHeld)
+	}
+	if !slices.Contains(seq, "8000 joined:a 7000/3:a.c1") || seq[len(seq)-1] != "8000 joined:big" {
+		t.Fatalf("parts %s", strings.Join(seq, " "))
+	}
+	_ = watermark.StateHydrated
+}
