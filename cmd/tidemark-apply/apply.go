@@ -15,7 +15,8 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 )
 
-// applier applies batches to the target, each in one transaction with its progress row.
+// applier applies batches to the target: a cut's parts in one transaction, with its progress
+// row; each part of a table's load in a transaction of its own, into the table's shadow.
 type applier struct {
 	conn         *pgx.Conn
 	progress     pgx.Identifier
@@ -24,8 +25,12 @@ type applier struct {
 	createTables bool
 	log          *slog.Logger
 	tables       map[change.ExportID]*target
+	// shadows are the shadow tables of the loads under way.
+	shadows map[change.ExportID]*target
 	// chunk is how many statements go to the server in one round trip.
 	chunk int
+	// tx is the transaction of the cut whose parts are being applied (nil between cuts).
+	tx pgx.Tx
 }
 
 // pending is a queued statement and what its result must be.
@@ -43,110 +48,169 @@ func (a *applier) targetName(e change.ExportID) pgx.Identifier {
 	return pgx.Identifier{e.Schema, e.Table}
 }
 
-// apply applies b in one transaction, together with its position and transaction count in the
-// progress table; it returns the row changes applied. On error nothing of b is applied.
+// apply applies b: a part of a table's load in its own transaction, or a part of a cut in the
+// cut's transaction (begun by part 0, committed with the progress row by the final part). It
+// returns the row changes applied. On error the cut's transaction is rolled back: nothing of
+// the cut is applied.
 func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
-	tx, err := a.conn.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+	if b.load != nil {
+		return a.loadPart(ctx, b)
+	}
+	if b.part == 0 {
+		if a.tx != nil {
+			return 0, fmt.Errorf("cut %s begins before the last one ended", b.lsn)
+		}
+		if a.tx, err = a.conn.Begin(ctx); err != nil {
+			return 0, fmt.Errorf("begin: %w", err)
+		}
+	} else if a.tx == nil {
+		return 0, fmt.Errorf("part %d of cut %s without its beginning", b.part, b.lsn)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			a.tables = nil // a created table may have been rolled back
+			a.abort(ctx)
 		}
 	}()
-	if a.tables == nil {
-		a.tables = make(map[change.ExportID]*target)
-	}
-	var pb pgx.Batch
-	var want []pending
-	flush := func() error {
-		if pb.Len() == 0 {
-			return nil
-		}
-		res := tx.SendBatch(ctx, &pb)
-		for _, p := range want {
-			tag, err := res.Exec()
-			if err != nil {
-				res.Close()
-				return fmt.Errorf("%s %s: %w", p.what, p.export, err)
-			}
-			if p.want >= 0 && tag.RowsAffected() != p.want {
-				res.Close()
-				return fmt.Errorf("%s %s: %d rows affected, want %d: the target is not in step with the source (changed by someone else?): %w",
-					p.what, p.export, tag.RowsAffected(), p.want, errPermanent)
-			}
-		}
-		pb, want = pgx.Batch{}, want[:0]
-		return res.Close()
-	}
-	type truncation struct {
-		export   change.ExportID
-		lsn      change.LSN
-		sequence int64
-	}
-	var lastTruncate truncation
+	q := &queue{a: a, tx: a.tx}
 	for i := range b.steps {
 		s := &b.steps[i]
-		if s.kind == stepReset {
-			t, err := a.resolve(ctx, tx, s.export, nil)
-			if err != nil {
+		if s.kind == stepJoin {
+			if err := q.flush(ctx); err != nil {
 				return 0, err
 			}
-			if t != nil {
-				pb.Queue("DELETE FROM " + t.name.Sanitize())
-				want = append(want, pending{want: -1, export: s.export, what: "reset"})
+			if err := a.join(ctx, a.tx, s.export); err != nil {
+				return 0, err
 			}
 			continue
 		}
-		r, err := decodeRecord(s)
-		if err != nil {
-			return 0, fmt.Errorf("record of %s: %w", s.export, err)
+		t, r, err := a.prepare(ctx, a.tx, s, false)
+		if err != nil || t == nil {
+			return 0, err
 		}
-		if r.env.Op == "t" {
-			// A truncate is published on every partition: one is enough.
-			tr := truncation{s.export, s.lsn, s.sequence}
-			if tr == lastTruncate {
-				continue
-			}
-			lastTruncate = tr
-		}
-		t, err := a.resolve(ctx, tx, s.export, r)
+		n, err := q.step(ctx, t, s, r, false)
 		if err != nil {
 			return 0, err
 		}
-		if t == nil && a.createTables {
-			return 0, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
-				a.targetName(s.export).Sanitize(), errPermanent)
-		}
-		if t == nil {
-			return 0, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
-				a.targetName(s.export).Sanitize(), errPermanent)
-		}
-		n, err := a.queue(&pb, &want, t, s, r)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", s.export, err)
-		}
 		rows += n
-		if pb.Len() >= a.chunk {
-			if err := flush(); err != nil {
-				return 0, err
-			}
-		}
 	}
-	pb.Queue(fmt.Sprintf(`INSERT INTO %s (name, lsn, position, txns, applied_at) VALUES ($1, $2, $3, $4, now())
+	if !b.final {
+		return rows, q.flush(ctx)
+	}
+	q.pb.Queue(fmt.Sprintf(`INSERT INTO %s (name, lsn, position, txns, applied_at) VALUES ($1, $2, $3, $4, now())
 ON CONFLICT (name) DO UPDATE SET lsn = EXCLUDED.lsn, position = EXCLUDED.position,
   txns = %[1]s.txns + EXCLUDED.txns, applied_at = EXCLUDED.applied_at`, a.progress.Sanitize()),
 		a.name, b.lsn.String(), b.position, b.txns)
-	want = append(want, pending{want: 1, what: "record progress"})
-	if err := flush(); err != nil {
+	q.want = append(q.want, pending{want: 1, what: "record progress"})
+	if err := q.flush(ctx); err != nil {
 		return 0, err
 	}
+	tx := a.tx
+	a.tx = nil
 	if err := tx.Commit(ctx); err != nil {
+		a.tables, a.shadows = nil, nil
 		return 0, fmt.Errorf("commit cut %s: %w", b.lsn, err)
 	}
 	return rows, nil
+}
+
+// abort rolls the cut's transaction back; cached tables may have been created or swapped in
+// it, so they are read again.
+func (a *applier) abort(ctx context.Context) {
+	if a.tx != nil {
+		_ = a.tx.Rollback(context.WithoutCancel(ctx))
+		a.tx = nil
+	}
+	a.tables, a.shadows = nil, nil
+}
+
+// prepare decodes a step's record and finds its table (the target, or the shadow when
+// loading). It returns a nil table for a truncate repeated on another partition.
+func (a *applier) prepare(ctx context.Context, tx pgx.Tx, s *step, loading bool) (*target, *record, error) {
+	r, err := decodeRecord(s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record of %s: %w", s.export, err)
+	}
+	var t *target
+	if loading {
+		t = a.shadows[s.export]
+		if t == nil {
+			return nil, nil, fmt.Errorf("load of %s: no shadow table (its load did not begin)", s.export)
+		}
+		return t, r, nil
+	}
+	if t, err = a.resolve(ctx, tx, s.export, r); err != nil {
+		return nil, nil, err
+	}
+	if t == nil && a.createTables {
+		return nil, nil, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
+			a.targetName(s.export).Sanitize(), errPermanent)
+	}
+	if t == nil {
+		return nil, nil, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
+			a.targetName(s.export).Sanitize(), errPermanent)
+	}
+	return t, r, nil
+}
+
+// queue sends statements to the server in pipelined batches of a.chunk and checks their
+// results.
+type queue struct {
+	a    *applier
+	tx   pgx.Tx
+	pb   pgx.Batch
+	want []pending
+	// lastTruncate: cdc writes a truncate to every partition; the reader delivers it once, and
+	// this keeps a repeat from truncating twice.
+	lastTruncate truncation
+}
+
+type truncation struct {
+	export   change.ExportID
+	lsn      change.LSN
+	sequence int64
+}
+
+func (q *queue) flush(ctx context.Context) error {
+	if q.pb.Len() == 0 {
+		return nil
+	}
+	res := q.tx.SendBatch(ctx, &q.pb)
+	for _, p := range q.want {
+		tag, err := res.Exec()
+		if err != nil {
+			res.Close()
+			return fmt.Errorf("%s %s: %w", p.what, p.export, err)
+		}
+		if p.want >= 0 && tag.RowsAffected() != p.want {
+			res.Close()
+			return fmt.Errorf("%s %s: %d rows affected, want %d: the target is not in step with the source (changed by someone else?): %w",
+				p.what, p.export, tag.RowsAffected(), p.want, errPermanent)
+		}
+	}
+	q.pb, q.want = pgx.Batch{}, q.want[:0]
+	return res.Close()
+}
+
+// step queues one record's statements, flushing when the batch is full; loading relaxes the
+// checks that a load cannot meet (see loadPart).
+func (q *queue) step(ctx context.Context, t *target, s *step, r *record, loading bool) (int, error) {
+	if r.env.Op == "t" {
+		tr := truncation{s.export, s.lsn, s.sequence}
+		if tr == q.lastTruncate {
+			return 0, nil
+		}
+		q.lastTruncate = tr
+	}
+	n, err := q.a.queue(&q.pb, &q.want, t, s, r, loading)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", s.export, err)
+	}
+	if q.pb.Len() >= q.a.chunk {
+		if err := q.flush(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
 }
 
 // resolve returns the export's target table, created from r's schema when missing and asked
@@ -161,18 +225,7 @@ func (a *applier) resolve(ctx context.Context, tx pgx.Tx, e change.ExportID, r *
 		return nil, err
 	}
 	if !ok && a.createTables && r != nil && r.schema != nil {
-		var key []string
-		for k := range r.key {
-			key = append(key, k)
-		}
-		// Key columns in the table's column order.
-		var ordered []string
-		for _, f := range r.schema {
-			if slices.Contains(key, f.Field) {
-				ordered = append(ordered, f.Field)
-			}
-		}
-		sql, err := createSQL(name, r.schema, ordered)
+		sql, err := createSQL(name, r.schema, keyColumns(r))
 		if err != nil {
 			return nil, fmt.Errorf("create %s: %v: %w", name.Sanitize(), err, errPermanent)
 		}
@@ -187,49 +240,36 @@ func (a *applier) resolve(ctx context.Context, tx pgx.Tx, e change.ExportID, r *
 	if !ok {
 		return nil, nil
 	}
+	if a.tables == nil {
+		a.tables = map[change.ExportID]*target{}
+	}
 	a.tables[e] = t
 	return t, nil
 }
 
-// queue queues the statements of one record and returns the row changes it counts as.
-func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *record) (int, error) {
+// queue queues the statements of one record and returns the row changes it counts as. While
+// loading, an update or a key change may find no row: the copy's row of that key comes later
+// (a chunked copy reads a key after changes to it that committed before its chunk).
+func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *record, loading bool) (int, error) {
+	must := int64(1)
+	if loading {
+		must = -1
+	}
 	row := r.env.After
 	if r.env.Op == "d" {
 		row = r.env.Before
 	}
-	if !t.checked && r.env.Op != "t" {
-		var cols, key []string
-		for c := range row {
-			cols = append(cols, c)
-		}
-		for k := range r.key {
-			key = append(key, k)
-		}
-		if err := t.check(s.export, cols, key); err != nil {
+	if !t.checked {
+		if err := t.checkRecord(s.export, r); err != nil {
 			return 0, err
 		}
-		t.checked = true
 	}
 	conv := func(name string, raw json.RawMessage) (any, error) {
-		col := t.cols[name]
-		if col == nil {
-			return nil, fmt.Errorf("target %s has no column %s: %w", t.name.Sanitize(), name, errPermanent)
+		v, err := t.text(name, raw, r)
+		if err != nil || v == nil {
+			return nil, err
 		}
-		var s string
-		var ok bool
-		var err error
-		if f := r.fields[name]; f != nil {
-			s, ok, err = connectText(raw, f)
-		} else {
-			s, ok, err = textOf(raw, col)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("column %s: %w", name, err)
-		}
-		if !ok {
-			return nil, nil
-		}
-		return s, nil
+		return *v, nil
 	}
 	switch r.env.Op {
 	case "t":
@@ -249,7 +289,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 				return 0, err
 			}
 			pb.Queue(sql, args...)
-			*want = append(*want, pending{want: 1, export: s.export, what: "move row"})
+			*want = append(*want, pending{want: must, export: s.export, what: "move row"})
 			return 1, nil
 		}
 		where, args, err := a.keyMatch(t, r.key, conv, 0)
@@ -270,7 +310,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 				return 0, err
 			}
 			pb.Queue(sql, args...)
-			*want = append(*want, pending{want: 1, export: s.export, what: "update"})
+			*want = append(*want, pending{want: must, export: s.export, what: "update"})
 			return 1, nil
 		}
 		names := sortedNames(t, row)
@@ -287,6 +327,65 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 		return 1, nil
 	}
 	return 0, fmt.Errorf("unknown op %q", r.env.Op)
+}
+
+// keyColumns are a json-with-schema record's key columns, in the table's column order.
+func keyColumns(r *record) []string {
+	var ordered []string
+	for _, f := range r.schema {
+		if _, ok := r.key[f.Field]; ok {
+			ordered = append(ordered, f.Field)
+		}
+	}
+	return ordered
+}
+
+// checkRecord compares the target with the columns and key of its first record (a truncate
+// has none to compare).
+func (t *target) checkRecord(e change.ExportID, r *record) error {
+	if r.env.Op == "t" {
+		return nil
+	}
+	row := r.env.After
+	if r.env.Op == "d" {
+		row = r.env.Before
+	}
+	var cols, key []string
+	for c := range row {
+		cols = append(cols, c)
+	}
+	for k := range r.key {
+		key = append(key, k)
+	}
+	if err := t.check(e, cols, key); err != nil {
+		return err
+	}
+	t.checked = true
+	return nil
+}
+
+// text converts one column's JSON value to the text PostgreSQL's input function reads for the
+// target column (nil for SQL NULL).
+func (t *target) text(name string, raw json.RawMessage, r *record) (*string, error) {
+	col := t.cols[name]
+	if col == nil {
+		return nil, fmt.Errorf("target %s has no column %s: %w", t.name.Sanitize(), name, errPermanent)
+	}
+	var s string
+	var ok bool
+	var err error
+	if f := r.fields[name]; f != nil {
+		s, ok, err = connectText(raw, f)
+	} else {
+		s, ok, err = textOf(raw, col)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("column %s: %w", name, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	return &s, nil
 }
 
 // sortedNames lists row's columns in the target's column order.

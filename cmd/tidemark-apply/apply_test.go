@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,11 +14,13 @@ import (
 
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // TestApplySemantics applies hand-made cuts to a real PostgreSQL (CDC_TEST_PG_URL) and checks
-// the rows after each: upserts, an update that leaves a TOAST column out, a key change that
-// moves the row, a delete, a truncate, a reset, the progress row; a failing cut leaves nothing.
+// the rows after each: a copy loaded beside the table and joined, upserts, an update that
+// leaves a TOAST column out, a key change that moves the row, a delete, a truncate, a new
+// copy, the progress row; a failing cut leaves nothing.
 func TestApplySemantics(t *testing.T) {
 	url := testenv.NewDB(t)
 	ctx := t.Context()
@@ -48,8 +52,14 @@ func TestApplySemantics(t *testing.T) {
 		return s
 	}
 	apply := func(lsn change.LSN, txns int, steps ...step) error {
-		_, err := a.apply(ctx, &batch{lsn: lsn, position: `{"lsn":"` + lsn.String() + `"}`, txns: txns, steps: steps})
+		_, err := a.apply(ctx, &batch{lsn: lsn, position: `{"lsn":"` + lsn.String() + `"}`, txns: txns, steps: steps, final: true})
 		return err
+	}
+	load := func(steps ...step) {
+		t.Helper()
+		if _, err := a.apply(ctx, &batch{load: &consumer.Load{Export: e, Done: true}, final: true, steps: steps}); err != nil {
+			t.Fatalf("load: %v", err)
+		}
 	}
 	long := `"` + strings.Repeat("x", 70) + `"`
 	steps := []struct {
@@ -59,7 +69,7 @@ func TestApplySemantics(t *testing.T) {
 		want  string
 	}{
 		{"copy", 10, []step{
-			{kind: stepReset, export: e},
+			{kind: stepJoin, export: e},
 			rec('r', `{"id":1}`, "", `{"id":1,"n":1,"body":`+long+`,"tags":["a","b c"],"doc":{"k":[1,2]},"raw":"AQI="}`),
 			rec('r', `{"id":2}`, "", `{"id":2,"n":2,"body":"two","tags":null,"doc":null,"raw":null}`),
 		}, `1|1|70|{a,"b c"}|{"k": [1, 2]}|0102 ; 2|2|3|||`},
@@ -87,11 +97,16 @@ func TestApplySemantics(t *testing.T) {
 			rec('c', `{"id":4}`, "", `{"id":4,"n":4,"body":"four"}`),
 		}, `4|4|4|||`},
 		{"reset and copy", 60, []step{
-			{kind: stepReset, export: e},
+			{kind: stepJoin, export: e},
 			rec('r', `{"id":9}`, "", `{"id":9,"n":9,"body":"nine"}`),
 		}, `9|9|4|||`},
 	}
 	for i, s := range steps {
+		if s.steps[0].kind == stepJoin {
+			// The copy is loaded beside the table first, then joined by the cut.
+			load(s.steps[1:]...)
+			s.steps = s.steps[:1]
+		}
 		if err := apply(s.lsn, i, s.steps...); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -121,5 +136,136 @@ func TestApplySemantics(t *testing.T) {
 	err = apply(80, 1, rec('c', `{"id":11}`, "", `{"id":11,"n":1,"body":"x","extra":1}`))
 	if !errors.Is(err, errPermanent) {
 		t.Errorf("a column the target lacks: %v, want a permanent error", err)
+	}
+}
+
+// TestLoadAndJoin: a joining table's copy is loaded into a shadow, part by part, invisible to
+// readers of the target, which keeps its old rows; the cut that joins it swaps it in. A load
+// tolerates an update whose row comes later in the copy (a chunked copy reads a key after
+// changes to it), and a copied row whose key is already there; a view on the table keeps
+// working (its rows are replaced instead of the table). A cut's parts are one transaction.
+func TestLoadAndJoin(t *testing.T) {
+	url := testenv.NewDB(t)
+	ctx := t.Context()
+	testenv.Exec(t, url, `CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL, note text)`,
+		`INSERT INTO t VALUES (100, 100, 'old')`)
+	conn := testenv.Conn(t, url)
+	progress := pgx.Identifier{"public", "tidemark_apply_progress"}
+	if err := ensureProgress(ctx, conn, progress); err != nil {
+		t.Fatal(err)
+	}
+	a := &applier{conn: conn, progress: progress, name: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		tables: map[change.ExportID]*target{}, chunk: 3}
+	e := change.ExportID{Schema: "public", Table: "t"}
+	rec := func(op byte, key, after string) step {
+		s := step{kind: stepRecord, export: e, op: op, key: json.RawMessage(key)}
+		if after != "" {
+			s.after = json.RawMessage(after)
+		}
+		if op == 'd' {
+			s.before = json.RawMessage(key)
+		}
+		return s
+	}
+	dump := func(table string) string {
+		t.Helper()
+		var s string
+		if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(format('%s|%s|%s', id, n, note), ' ; ' ORDER BY id), '') FROM `+table).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	part := func(b *batch) error {
+		_, err := a.apply(ctx, b)
+		return err
+	}
+	toast := func(s step) step { s.unchanged = true; return s }
+	ld := func(n int, final bool, steps ...step) {
+		t.Helper()
+		if err := part(&batch{load: &consumer.Load{Export: e, Done: final}, part: n, final: final, steps: steps}); err != nil {
+			t.Fatalf("load part %d: %v", n, err)
+		}
+	}
+	ld(0, false,
+		toast(rec('u', `{"id":1}`, `{"id":1,"n":10}`)), // its row comes later in the copy
+		rec('r', `{"id":2}`, `{"id":2,"n":2,"note":"two"}`),
+		rec('r', `{"id":3}`, `{"id":3,"n":3,"note":"three"}`))
+	ld(1, true,
+		rec('c', `{"id":4}`, `{"id":4,"n":4,"note":"new"}`),
+		rec('r', `{"id":1}`, `{"id":1,"n":10,"note":"one"}`),
+		rec('r', `{"id":4}`, `{"id":4,"n":44,"note":"copied"}`), // its key is there: row by row
+		rec('d', `{"id":3}`, ""))
+	if got := dump("t"); got != "100|100|old" {
+		t.Fatalf("the target during the load: %s", got)
+	}
+	if got := dump(a.shadowName(e).Sanitize()); got != "1|10|one ; 2|2|two ; 4|44|copied" {
+		t.Fatalf("the shadow after the load: %s", got)
+	}
+	// A cut in two parts joins it; the second part fails: nothing of the first is applied.
+	if err := part(&batch{lsn: 10, part: 0, steps: []step{{kind: stepJoin, export: e}, rec('c', `{"id":5}`, `{"id":5,"n":5}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	err := part(&batch{lsn: 10, part: 1, final: true, position: "{}", txns: 1, steps: []step{toast(rec('u', `{"id":99}`, `{"id":99,"n":1}`))}})
+	if !errors.Is(err, errPermanent) {
+		t.Fatalf("an update of a missing row in a cut: %v, want a permanent error", err)
+	}
+	if got := dump("t"); got != "100|100|old" {
+		t.Fatalf("the target after a failed cut: %s", got)
+	}
+	// The load again (a restart starts it over), a view on the table, and the join.
+	testenv.Exec(t, url, `CREATE VIEW v AS SELECT id FROM t`)
+	ld(0, true, rec('r', `{"id":1}`, `{"id":1,"n":1,"note":"one"}`), rec('r', `{"id":2}`, `{"id":2,"n":2,"note":"two"}`))
+	if err := part(&batch{lsn: 10, part: 0, steps: []step{{kind: stepJoin, export: e}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := part(&batch{lsn: 10, part: 1, final: true, position: "{}", txns: 1, steps: []step{rec('c', `{"id":5}`, `{"id":5,"n":5}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump("t"); got != "1|1|one ; 2|2|two ; 5|5|" {
+		t.Fatalf("the target after the join: %s", got)
+	}
+	var views int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM v`).Scan(&views); err != nil || views != 3 {
+		t.Fatalf("the view after the join: %d rows, %v", views, err)
+	}
+	// Without a view, the shadow takes the table's place.
+	testenv.Exec(t, url, `DROP VIEW v`)
+	ld(0, true, rec('r', `{"id":7}`, `{"id":7,"n":7,"note":"seven"}`))
+	if err := part(&batch{lsn: 20, part: 0, final: true, position: "{}", steps: []step{{kind: stepJoin, export: e}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump("t"); got != "7|7|seven" {
+		t.Fatalf("the target after the second join: %s", got)
+	}
+	var shadows int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname LIKE 'tidemark_load_%'`).Scan(&shadows); err != nil || shadows != 0 {
+		t.Fatalf("%d shadow tables left, %v", shadows, err)
+	}
+}
+
+// TestProgressTableConcurrently: appliers starting at once create the progress table without
+// colliding (on c9cb695 the second failed on pg_type_typname_nsp_index and restarted).
+func TestProgressTableConcurrently(t *testing.T) {
+	url := testenv.NewDB(t)
+	ctx := t.Context()
+	for round := range 5 {
+		table := pgx.Identifier{"s" + strconv.Itoa(round), "progress"}
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				conn, err := pgx.Connect(ctx, url)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer conn.Close(context.Background())
+				errs <- ensureProgress(ctx, conn, table)
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
 	}
 }

@@ -7,18 +7,26 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 )
 
-// batch is one cut as the applier applies it: the reader's cut turned into an ordered list of
-// steps (reader.go makes it from pkg/consumer's cut).
+// batch is one part as the applier applies it: a part of a cut, or of a table's load (load
+// set), turned into an ordered list of steps (reader.go makes it from pkg/consumer's part).
 type batch struct {
-	lsn change.LSN
+	// part numbers the parts of one cut (or load) from 0; final is set on the last, which
+	// carries position and commits the cut.
+	part  int
+	final bool
+	// load is set on a part of a table's load: its steps go to the table's shadow.
+	load *consumer.Load
+	lsn  change.LSN
 	// position is the reader's position after the cut, as text; stored in the progress table
 	// and handed back to the reader on start.
 	position string
 	steps    []step
-	// txns counts the source transactions in the cut (snapshot copies not counted); the
-	// progress table keeps the running total, so a test can see that none was applied twice.
+	// txns counts the source transactions the part begins (snapshot copies and loads not
+	// counted, a transaction spread over parts once); the progress table keeps the running
+	// total, so a test can see that none was applied twice.
 	txns int
 	// commitTime is the latest source commit time of the cut's transactions (zero if none):
 	// the cut's lag is measured from it.
@@ -29,7 +37,7 @@ type stepKind uint8
 
 const (
 	stepRecord stepKind = iota // a Kafka record of a table: one row change
-	stepReset                  // a new copy of the table follows: clear it
+	stepJoin                   // the table joins: its loaded shadow becomes the table
 )
 
 // step is one thing to do in a cut's transaction, in order.

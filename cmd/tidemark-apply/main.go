@@ -171,16 +171,39 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	defer src.Close()
 	a := &applier{conn: conn, progress: cfg.progress, name: cfg.name, targetSchema: cfg.targetSchema,
 		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512}
+	defer a.abort(ctx)
+	// What the parts of the cut being applied add up to.
+	var cutRows, cutTxns int
+	var cutCommit time.Time
 	for {
 		b, err := src.Next(ctx)
 		if err != nil {
 			return fmt.Errorf("read cut: %w", err)
 		}
 		rows, err := a.apply(ctx, b)
+		if b.load != nil {
+			if err != nil {
+				return fmt.Errorf("load %s (part %d): %w", b.load.Export, b.part, err)
+			}
+			m.loaded(rows)
+			if b.final {
+				log.Info("table loaded: it joins with the next cut that reaches it", "export", b.load.Export.String(), "parts", b.part+1)
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("apply cut %s: %w", b.lsn, err)
 		}
-		m.applied(b, rows, time.Now())
-		log.Debug("applied cut", "lsn", b.lsn.String(), "rows", rows, "txns", b.txns)
+		cutRows, cutTxns = cutRows+rows, cutTxns+b.txns
+		if b.commitTime.After(cutCommit) {
+			cutCommit = b.commitTime
+		}
+		if !b.final {
+			continue
+		}
+		b.commitTime = cutCommit
+		m.applied(b, cutRows, time.Now())
+		log.Debug("applied cut", "lsn", b.lsn.String(), "rows", cutRows, "txns", cutTxns, "parts", b.part+1)
+		cutRows, cutTxns, cutCommit = 0, 0, time.Time{}
 	}
 }

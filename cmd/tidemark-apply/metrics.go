@@ -18,6 +18,7 @@ type metrics struct {
 	registry *prometheus.Registry
 	lag      prometheus.Histogram
 	rows     prometheus.Counter
+	loadRows prometheus.Counter
 	cuts     prometheus.Counter
 	lsn      prometheus.Gauge
 	// lastApplied is the unix nanoseconds of the last applied cut (0: none yet).
@@ -37,6 +38,10 @@ func newMetrics() *metrics {
 			Name: "tidemark_apply_rows_applied_total",
 			Help: "Row changes applied to the target (copied rows included).",
 		}),
+		loadRows: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tidemark_apply_load_rows_total",
+			Help: "Row changes written to the shadow tables of joining tables (their loads), before the cut that joins them.",
+		}),
 		cuts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tidemark_apply_cuts_applied_total",
 			Help: "Cuts applied to the target, each in one transaction.",
@@ -46,10 +51,13 @@ func newMetrics() *metrics {
 			Help: "LSN of the last cut applied, as a number.",
 		}),
 	}
-	m.registry.MustRegister(m.lag, m.rows, m.cuts, m.lsn,
+	m.registry.MustRegister(m.lag, m.rows, m.loadRows, m.cuts, m.lsn,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
+
+// loaded records rows written to a shadow table by a load.
+func (m *metrics) loaded(rows int) { m.loadRows.Add(float64(rows)) }
 
 // applied records one applied cut.
 func (m *metrics) applied(b *batch, rows int, now time.Time) {

@@ -16,20 +16,33 @@ import (
 //	    name text PRIMARY KEY, lsn text NOT NULL, position text NOT NULL,
 //	    txns bigint NOT NULL, applied_at timestamptz NOT NULL)
 
-// ensureProgress creates the progress table when missing.
+// ensureProgress creates the progress table when missing. Appliers starting at once (each
+// with its APPLY_NAME) take turns under an advisory lock: two concurrent CREATE TABLE IF NOT
+// EXISTS of one name collide in pg_type.
 func ensureProgress(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("create progress table %s: %w", table.Sanitize(), err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('tidemark-apply progress ' || $1))", table.Sanitize()); err != nil {
+		return fmt.Errorf("lock for the progress table: %w", err)
+	}
 	if len(table) == 2 {
-		if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{table[0]}.Sanitize()); err != nil {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{table[0]}.Sanitize()); err != nil {
 			return fmt.Errorf("create schema of the progress table: %w", err)
 		}
 	}
-	_, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table.Sanitize()+` (
+	_, err = tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table.Sanitize()+` (
   name text PRIMARY KEY,
   lsn text NOT NULL,
   position text NOT NULL,
   txns bigint NOT NULL,
   applied_at timestamptz NOT NULL)`)
 	if err != nil {
+		return fmt.Errorf("create progress table %s: %w", table.Sanitize(), err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("create progress table %s: %w", table.Sanitize(), err)
 	}
 	return nil

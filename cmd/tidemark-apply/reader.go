@@ -13,11 +13,24 @@ import (
 	"github.com/tidemark/cdc/pkg/consumer"
 )
 
-// reader adapts pkg/consumer's Reader to the applier: each cut becomes a batch.
+// reader adapts pkg/consumer's Reader to the applier: each part becomes a batch.
 type reader struct {
 	rd      *consumer.Reader
 	schemas *schemas
 	log     *slog.Logger
+	// last is the last source transaction counted, so that one spread over parts counts once.
+	last txnID
+	// loaded are the source transactions in the loads of tables not joined yet (a few bytes
+	// each); the cut that joins a table counts those at or above its Prev once, with its own
+	// (seen, for that cut). A transaction that touched a table being copied again and another
+	// table comes in two halves: the load's, and the joining cut's.
+	loaded map[change.ExportID]map[txnID]bool
+	seen   map[txnID]bool
+}
+
+type txnID struct {
+	lsn change.LSN
+	id  uint32
 }
 
 // openConsumer opens the reader at position (the JSON of a consumer.Position, "" for the
@@ -56,42 +69,75 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 
 func (r *reader) Close() { r.rd.Close() }
 
-// Next returns the next cut as a batch.
+// Next returns the next part as a batch.
 func (r *reader) Next(ctx context.Context) (*batch, error) {
-	cut, err := r.rd.Next(ctx)
+	part, err := r.rd.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return batchOf(ctx, cut, r.schemas, r.log)
+	return r.batchOf(ctx, part)
 }
 
-// batchOf turns a cut into a batch. Events come first: a table that joins (its first copy, or
-// a new one after a reset) is cleared in the same transaction that writes its copy, so the
-// target never shows it empty or half copied. Removed and failed tables are left as they are.
-func batchOf(ctx context.Context, cut *consumer.Cut, sch *schemas, log *slog.Logger) (*batch, error) {
-	pos, err := json.Marshal(cut.Position)
-	if err != nil {
-		return nil, fmt.Errorf("position of cut %s: %w", cut.LSN, err)
+// batchOf turns a part into a batch. A cut's events come first: a table that joins (its first
+// copy, or a new one after a reset) has its loaded shadow made the table in the cut's
+// transaction, so the target never shows it empty or half copied. Removed and failed tables
+// are left as they are.
+func (r *reader) batchOf(ctx context.Context, part *consumer.Cut) (*batch, error) {
+	b := &batch{lsn: part.LSN, part: part.Part, final: part.Final, load: part.Load}
+	if part.Final && part.Load == nil {
+		pos, err := json.Marshal(part.Position)
+		if err != nil {
+			return nil, fmt.Errorf("position of cut %s: %w", part.LSN, err)
+		}
+		b.position = string(pos)
 	}
-	b := &batch{lsn: cut.LSN, position: string(pos)}
-	b.steps = make([]step, 0, len(cut.Events)+cut.Changes())
-	for _, ev := range cut.Events {
+	b.steps = make([]step, 0, len(part.Events)+part.Changes())
+	for _, ev := range part.Events {
 		switch ev.Kind {
 		case consumer.EventJoined:
-			log.Info("table joins: cleared in the target and copied", "export", ev.Export.String(), "attempt", ev.Attempt)
-			b.steps = append(b.steps, step{kind: stepReset, export: ev.Export})
+			r.log.Info("table joins: its loaded copy becomes the table", "export", ev.Export.String(), "attempt", ev.Attempt)
+			b.steps = append(b.steps, step{kind: stepJoin, export: ev.Export})
 		case consumer.EventReset:
-			log.Info("table is copied again: the target keeps its rows until the new copy joins", "export", ev.Export.String(), "attempt", ev.Attempt)
+			r.log.Info("table is copied again: the target keeps its rows, and the cuts wait, until the new copy joins", "export", ev.Export.String(), "attempt", ev.Attempt)
 		case consumer.EventRemoved:
-			log.Warn("table removed from the publication: no longer applied", "export", ev.Export.String())
+			r.log.Warn("table removed from the publication: no longer applied", "export", ev.Export.String())
 		case consumer.EventFailed:
-			log.Error("table failed in cdc: no longer applied", "export", ev.Export.String(), "error", ev.Error)
+			r.log.Error("table failed in cdc: no longer applied", "export", ev.Export.String(), "error", ev.Error)
+		}
+	}
+	if part.Load != nil && part.Part == 0 {
+		if r.loaded == nil {
+			r.loaded = map[change.ExportID]map[txnID]bool{}
+		}
+		r.loaded[part.Load.Export] = map[txnID]bool{}
+	}
+	if part.Load == nil && part.Part == 0 {
+		r.seen = nil
+		for _, ev := range part.Events {
+			if ev.Kind != consumer.EventJoined {
+				continue
+			}
+			for id := range r.loaded[ev.Export] {
+				if r.seen == nil {
+					r.seen = map[txnID]bool{}
+				}
+				if id.lsn >= part.Prev && !r.seen[id] {
+					r.seen[id] = true
+					b.txns++
+				}
+			}
+			delete(r.loaded, ev.Export)
 		}
 	}
 	var latest int64
-	for _, tx := range cut.Txns {
-		if !tx.Snapshot {
+	for _, tx := range part.Txns {
+		switch id := (txnID{tx.CommitLSN, tx.TxID}); {
+		case tx.Snapshot:
+		case part.Load != nil:
+			r.loaded[part.Load.Export][id] = true
+		case id != r.last && !r.seen[id]:
 			b.txns++
+			r.last = id
 		}
 		for i := range tx.Changes {
 			ch := &tx.Changes[i]
@@ -99,8 +145,9 @@ func batchOf(ctx context.Context, cut *consumer.Cut, sch *schemas, log *slog.Log
 				latest = ch.Source.TsMs
 			}
 			var schema json.RawMessage
+			var err error
 			if ch.Op != change.OpTruncate {
-				if schema, err = sch.of(ctx, ch); err != nil {
+				if schema, err = r.schemas.of(ctx, ch); err != nil {
 					return nil, err
 				}
 			}

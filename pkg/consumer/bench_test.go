@@ -183,7 +183,7 @@ func benchCut(b *testing.B, shape string, n int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := st.addWatermark(v); err != nil {
+		if err := st.addWatermark(v, ""); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -104,7 +104,7 @@ func fuzzReader(t *testing.T, in []byte) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := st.addWatermark(b); err != nil {
+				if err := st.addWatermark(b, ""); err != nil {
 					t.Fatal(err)
 				}
 			case 3: // a quiet record
@@ -117,12 +117,12 @@ func fuzzReader(t *testing.T, in []byte) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := st.addWatermark(b); err != nil {
+				if err := st.addWatermark(b, ""); err != nil {
 					t.Fatal(err)
 				}
 			case 4: // a checkpoint
 				b, _ := watermark.EncodeCheckpoint(change.LSN(take()*4), nil, at)
-				if err := st.addWatermark(b); err != nil {
+				if err := st.addWatermark(b, ""); err != nil {
 					t.Fatal(err)
 				}
 			case 5: // read what is due: every partition being read gets what its log holds

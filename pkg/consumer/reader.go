@@ -322,8 +322,8 @@ func (r *Reader) poll(ctx context.Context) error {
 		if rec.Attrs.IsControl() {
 			continue
 		}
-		if err := r.st.addWatermark(rec.Value); err != nil {
-			return fmt.Errorf("watermark topic %s[%d] offset %d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+		if err := r.st.addWatermark(rec.Value, fmt.Sprintf("watermark topic %s[%d] offset %d", rec.Topic, rec.Partition, rec.Offset)); err != nil {
+			return err
 		}
 	}
 	return nil

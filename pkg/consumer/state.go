@@ -36,7 +36,7 @@ type state struct {
 	// loadTurn: the last part was a load's, so a cut that is due goes next.
 	loadTurn bool
 	// deferred are watermark values read while a cut was being delivered.
-	deferred [][]byte
+	deferred []deferredValue
 
 	// assign and unassign are the partitions to start and stop fetching (the Reader applies
 	// them): start offset per partition, -1 for the earliest.
@@ -156,14 +156,21 @@ func (s *state) resume(pos Position) error {
 	return nil
 }
 
-// addWatermark applies one value of the watermark topic. While a cut is being delivered, the
-// values wait until it is complete: a cut's members and targets do not change under it.
-func (s *state) addWatermark(value []byte) error {
+// addWatermark applies one value of the watermark topic; where names it in an error. While a
+// cut is being delivered, the values wait until it is complete: a cut's members and targets do
+// not change under it.
+func (s *state) addWatermark(value []byte, where string) error {
 	if s.run != nil {
-		s.deferred = append(s.deferred, value)
+		s.deferred = append(s.deferred, deferredValue{value, where})
 		return nil
 	}
-	return s.applyWatermark(value)
+	return s.applyWatermark(value, where)
+}
+
+// deferredValue is a watermark value read while a cut was being delivered.
+type deferredValue struct {
+	value []byte
+	where string
 }
 
 // applyDeferred applies the watermark values that waited for a cut.
@@ -171,7 +178,7 @@ func (s *state) applyDeferred() error {
 	for len(s.deferred) > 0 && s.run == nil {
 		v := s.deferred[0]
 		s.deferred = s.deferred[1:]
-		if err := s.applyWatermark(v); err != nil {
+		if err := s.applyWatermark(v.value, v.where); err != nil {
 			return err
 		}
 	}
@@ -181,9 +188,12 @@ func (s *state) applyDeferred() error {
 	return nil
 }
 
-func (s *state) applyWatermark(value []byte) error {
+func (s *state) applyWatermark(value []byte, where string) error {
 	changed, err := s.view.Add(value)
 	if err != nil {
+		if where != "" {
+			return fmt.Errorf("%s: %w", where, err)
+		}
 		return err
 	}
 	for _, e := range changed {
