@@ -14,10 +14,15 @@ import (
 // delays, and started again: the restarted cdc copies the table again (its latest hydrated
 // record names a higher attempt than before the request), and in the end the table's topic
 // holds exactly the table's rows. A writer changes the table throughout, across the kills.
-// Both strategies: a chunked re-copy and a copy re-copy announce themselves differently.
+// Both strategies (a chunked re-copy and a copy re-copy announce themselves with different
+// records), and both delivery modes (the record is committed in a transaction, or acknowledged).
 func TestRecopyDurable(t *testing.T) {
-	for _, strategy := range []string{"chunked", "copy"} {
-		t.Run(strategy, func(t *testing.T) {
+	for _, tc := range []struct{ strategy, delivery string }{
+		{"chunked", "exactly-once"},
+		{"copy", "exactly-once"},
+		{"chunked", "at-least-once"},
+	} {
+		t.Run(tc.strategy+"/"+tc.delivery, func(t *testing.T) {
 			e := newEnv(t)
 			ctx := t.Context()
 			const rows = 50_000
@@ -25,7 +30,8 @@ func TestRecopyDurable(t *testing.T) {
 			rec := e.recordWatermarks()
 			vars := e.baseVars()
 			vars["CDC_TABLES"] = "public.big"
-			vars["CDC_SNAPSHOT_STRATEGY"] = strategy
+			vars["CDC_SNAPSHOT_STRATEGY"] = tc.strategy
+			vars["CDC_DELIVERY"] = tc.delivery
 			vars["CDC_HTTP_ADDR"] = freeAddr(t)
 			vars["CDC_HTTP_TOKEN"] = httpToken
 			url := "http://" + vars["CDC_HTTP_ADDR"] + "/exports/public.big/resnapshot"
