@@ -19,7 +19,8 @@ Commands:
   watermarks  print the latest watermark record of every table
   resnapshot schema.table
               copy one table again while the service runs, e.g. after a consumer lost its
-              state (asks the running service, at the address of CDC_HTTP_ADDR)
+              state (asks the running service, at the address of CDC_HTTP_ADDR); it answers
+              once the request is durable in Kafka and survives a crash of the service
   health [ready]
               exit 0 if the running service is alive (or, with ready, streaming with no
               failed table); the container's health check

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +27,9 @@ const (
 	httpWriteTimeout      = 30 * time.Second
 	httpMaxHeaderBytes    = 16 << 10
 	httpMaxBodyBytes      = 4 << 10
+	// httpResnapshotWait bounds how long a re-copy request waits for the record that makes it
+	// durable (a poll of the publication and a batch of the sink), well inside httpWriteTimeout.
+	httpResnapshotWait = 10 * time.Second
 )
 
 // serveHTTP serves the service's HTTP endpoints on addr (CDC_HTTP_ADDR) until the returned stop
@@ -45,10 +49,12 @@ const (
 //
 // Admin, with Authorization: Bearer <CDC_HTTP_TOKEN> (off when no token is configured):
 //
-//   - POST /exports/{schema.table}/resnapshot: copy one hydrated table again (202; 404 for a
-//     table that is not exported, 409 for one that is not hydrated, 503 while the pipeline
-//     restarts). The request must also have a shape a browser cannot send cross-site
-//     (guardStateChange);
+//   - POST /exports/{schema.table}/resnapshot: copy one hydrated table again (202 once the
+//     request is durable in Kafka, so that it survives a crash of cdc; 404 for a table that is
+//     not exported, 409 for one that is not hydrated or left the publication, 503 while the
+//     pipeline restarts or when the request could not be made durable within
+//     httpResnapshotWait). The request must also have a shape a browser cannot send
+//     cross-site (guardStateChange);
 //   - GET /debug/pprof/...: profiles, with CDC_HTTP_PPROF=true;
 //   - GET /readyz and /exports with the full error texts.
 func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) (stop func(), err error) {
@@ -88,7 +94,7 @@ func newHTTPServer(cfg httpConfig, h http.Handler, log *slog.Logger) *http.Serve
 
 // resnapshotter is what the re-copy endpoint needs of the pipeline.
 type resnapshotter interface {
-	Resnapshot(e change.ExportID) error
+	Resnapshot(ctx context.Context, e change.ExportID) error
 }
 
 // service is what the HTTP endpoints need of the pipeline.
@@ -176,7 +182,9 @@ func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		switch err := p.Resnapshot(e); {
+		ctx, cancel := context.WithTimeout(r.Context(), httpResnapshotWait)
+		defer cancel()
+		switch err := p.Resnapshot(ctx, e); {
 		case err == nil:
 			log.Info("re-copy requested", "export", e.String(), "remote", r.RemoteAddr)
 			w.WriteHeader(http.StatusAccepted)
@@ -185,6 +193,9 @@ func resnapshotHandler(p resnapshotter, log *slog.Logger) http.HandlerFunc {
 			http.Error(w, err.Error(), http.StatusNotFound)
 		case errors.Is(err, pipeline.ErrNotRunning):
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case errors.Is(err, pipeline.ErrNotDurable):
+			log.Warn("re-copy not confirmed", "export", e.String(), "remote", r.RemoteAddr, "err", err)
+			http.Error(w, err.Error()+"; it may still start: GET /exports shows whether it did, ask again while the table is hydrated", http.StatusServiceUnavailable)
 		default:
 			http.Error(w, err.Error(), http.StatusConflict)
 		}

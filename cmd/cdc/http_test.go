@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,9 @@ const testToken = "test-token-0123456789abcdef"
 
 type fakeResnapshot map[string]error
 
-func (f fakeResnapshot) Resnapshot(e change.ExportID) error { return f[e.String()] }
+func (f fakeResnapshot) Resnapshot(_ context.Context, e change.ExportID) error {
+	return f[e.String()]
+}
 
 // adminRequest is a re-copy request as cdc resnapshot sends it.
 func adminRequest(method, path string) *http.Request {
@@ -36,12 +39,15 @@ func TestResnapshotHandlerStatus(t *testing.T) {
 		"public.gone": fmt.Errorf("public.gone: %w", pipeline.ErrUnknownExport),
 		"public.busy": fmt.Errorf("public.busy is chunking: %w", pipeline.ErrNotHydrated),
 		"public.wait": pipeline.ErrNotRunning,
+		"public.slow": fmt.Errorf("public.slow: %w: %w", pipeline.ErrNotDurable, context.DeadlineExceeded),
+		"public.left": fmt.Errorf("public.left is removing: %w", pipeline.ErrNotStarted),
 	}
 	mux := http.NewServeMux()
 	addServiceRoutes(mux, fakeService{fakeResnapshot: f}, secret.NewToken(testToken), slog.New(slog.DiscardHandler))
 	for path, want := range map[string]int{
 		"public.orders": http.StatusAccepted, "public.gone": http.StatusNotFound,
 		"public.busy": http.StatusConflict, "public.wait": http.StatusServiceUnavailable, `"open`: http.StatusBadRequest,
+		"public.slow": http.StatusServiceUnavailable, "public.left": http.StatusConflict,
 	} {
 		rec := httptest.NewRecorder()
 		mux.ServeHTTP(rec, adminRequest(http.MethodPost, "/exports/"+path+"/resnapshot"))
@@ -54,7 +60,7 @@ func TestResnapshotHandlerStatus(t *testing.T) {
 // countingResnapshot counts the re-copies it was asked for.
 type countingResnapshot struct{ n int }
 
-func (c *countingResnapshot) Resnapshot(change.ExportID) error { c.n++; return nil }
+func (c *countingResnapshot) Resnapshot(context.Context, change.ExportID) error { c.n++; return nil }
 
 // TestResnapshotGuard: a re-copy needs the admin token, a JSON content type, a same-origin (or
 // non-browser) request and POST; anything else is refused before the pipeline hears of it.

@@ -61,6 +61,7 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 		}
 	}
 	out := make([]change.Record, 0, len(recs))
+	var announced map[change.ExportID]bool
 	for _, r := range recs {
 		v, err := watermark.Encode(r)
 		if err != nil {
@@ -68,7 +69,14 @@ func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Rec
 			continue
 		}
 		out = append(out, change.Record{Topic: o.cfg.Sink.WatermarkTopic, Partition: change.AnyPartition, Key: r.Key(), Value: v})
+		if o.recopies[r.Export] != nil {
+			if announced == nil {
+				announced = make(map[change.ExportID]bool)
+			}
+			announced[r.Export] = true
+		}
 	}
+	o.recopiesDue(announced)
 	// One record for every quiet export, after their own records.
 	if quiet != nil {
 		if v, err := watermark.EncodeQuiet(*quiet); err != nil {
@@ -146,6 +154,7 @@ func (o *owner) appendCheckpoint(out []change.Record, lsn change.LSN, partial *c
 // committed marks the last records durable; copies that became durable move on.
 func (o *owner) committed() {
 	o.tracker.Published()
+	o.recopiesCommitted()
 	copied := o.copied
 	o.copied = nil
 	for _, e := range copied {

@@ -66,7 +66,7 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 // published handles a poll of the publication: tables that left it are removed once the stream
 // passes the server's current WAL position; tables new to it (and exports to copy again) are
 // copied, in chunks when they can be, otherwise with a snapshot request.
-func (o *owner) published(ctx context.Context, cat catalog, published map[change.ExportID]struct{}) error {
+func (o *owner) published(ctx context.Context, cat catalog, published map[change.ExportID]struct{}) (err error) {
 	var added, removed, known []change.ExportID
 	for e, p := range o.phases {
 		if !p.known() {
@@ -87,7 +87,14 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 			added = append(added, e)
 		}
 	}
+	pending := o.pending
 	o.pending = nil
+	defer func() {
+		if err != nil {
+			// Nothing was started for them: the next poll copies them (a re-copy waits for it).
+			o.pending = append(pending, o.pending...)
+		}
+	}()
 
 	slices.SortFunc(removed, compareExport)
 	for _, e := range removed {
@@ -126,6 +133,7 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 	// advancing first.
 	for _, e := range copies {
 		o.toHolding(e)
+		o.recopyStarted(e)
 	}
 	// The snapshot is requested once the replication stage holds them.
 	o.detecting = append(o.detecting, detectWait{applied: o.repl.Detect(copies), req: snapshot.Request{Exports: copies}})
@@ -209,6 +217,7 @@ func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.
 		o.copiedAs(e, defs[e])
 		o.repl.StartChunking(e)
 		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
+		o.recopyStarted(e)
 		o.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
 	}
 	return rest, nil
@@ -219,28 +228,6 @@ func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.
 // hydrated with the changes made while it was out of the publication missing.
 func (o *owner) mayAdd(e change.ExportID) bool {
 	return o.phases[e] != phaseRemoved || !o.tracker.Owed(e)
-}
-
-// Errors of resnapshot.
-var (
-	errUnknownExport = errors.New("not an exported table")
-	errNotHydrated   = errors.New("not hydrated: only a hydrated table can be copied again")
-)
-
-// resnapshot copies e again (a consumer lost its state): its rows are published again, in
-// chunks when e can take them, otherwise with a snapshot that reconciles as after a re-add. e
-// must be hydrated.
-func (o *owner) resnapshot(e change.ExportID) error {
-	p := o.phases[e]
-	switch {
-	case !p.known():
-		return fmt.Errorf("%s: %w", e, errUnknownExport)
-	case p != phaseHydrated:
-		return fmt.Errorf("%s is %s: %w", e, p, errNotHydrated)
-	}
-	o.pending = append(o.pending, e)
-	o.wakePoll()
-	return nil
 }
 
 // Snapshot stage (copy strategy).

@@ -27,7 +27,8 @@ import (
 //	                chunker,
 //	                reconciler
 //	evReconciled    reconciler    rows of earlier attempts are deleted: release the hold
-//	evResnapshot    HTTP          an operator asks for a re-copy (reply: error)
+//	evResnapshot    HTTP          an operator asks for a re-copy (reply: error; then nil once
+//	                              the record announcing it is durable: recopy.go)
 //	sink.Ack        sink          units produced, durable, committed (reply: records to write)
 //	replication.Fact replication  a relation of a table that is not exported
 //
@@ -43,6 +44,10 @@ type owner struct {
 	failures map[change.ExportID]string
 	// pending: exports to copy again at the next poll (a restarted copy, a re-copy on demand).
 	pending []change.ExportID
+	// recopies: re-copies on demand waiting for the record that announces them; recopyFlight:
+	// the replies of those whose record is in the batch not yet committed (recopy.go).
+	recopies     map[change.ExportID]*recopyWait
+	recopyFlight []chan<- error
 	// startLSN is the slot's confirmed position at start-up: confirmable until the tracker
 	// knows better.
 	startLSN change.LSN
@@ -157,8 +162,12 @@ type (
 	}
 	evReconciled struct{ e change.ExportID }
 	evResnapshot struct {
-		e     change.ExportID
-		reply chan error
+		e change.ExportID
+		// reply takes the answer at once (nil: accepted); durable then takes nil once the
+		// record announcing the copy is durable, or why the copy will not start. Both have
+		// capacity 1.
+		reply   chan error
+		durable chan error
 	}
 )
 
@@ -200,6 +209,7 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 		wake:          make(chan struct{}, 1),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
+		recopies:      make(map[change.ExportID]*recopyWait),
 		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
 	}
 	tracker.Follow(o.stateOf)
@@ -296,6 +306,7 @@ func (o *owner) handle(ctx context.Context, ev event) {
 	switch ev := ev.(type) {
 	case evPolled:
 		err := o.published(ctx, ev.cat, ev.published)
+		o.recopiesPolled(err)
 		if err == nil {
 			o.partitions(ev.leaves)
 			o.publicationDefinitions(ev.defs)
@@ -312,7 +323,7 @@ func (o *owner) handle(ctx context.Context, ev event) {
 	case evReconciled:
 		o.repl.CopyDone(ev.e)
 	case evResnapshot:
-		ev.reply <- o.resnapshot(ev.e)
+		ev.reply <- o.resnapshot(ev.e, ev.durable)
 	default:
 		// Tests read the owner's state on its goroutine with events of their own.
 		if r, ok := ev.(interface{ read(*owner) }); ok {

@@ -253,13 +253,20 @@ func (l *loop) Failed(e change.ExportID, err error) {
 func (l *loop) sync() { l.phase(change.ExportID{}) }
 
 func (l *loop) resnapshot(e change.ExportID) error {
+	_, err := l.resnapshotWait(e)
+	return err
+}
+
+// resnapshotWait asks for a re-copy as the HTTP endpoint does: the answer at once, and the
+// channel that takes the answer once the re-copy is durable.
+func (l *loop) resnapshotWait(e change.ExportID) (<-chan error, error) {
 	l.start()
-	reply := make(chan error, 1)
-	err, qerr := query(context.Background(), l.o, evResnapshot{e: e, reply: reply}, reply)
+	ev := evResnapshot{e: e, reply: make(chan error, 1), durable: make(chan error, 1)}
+	err, qerr := query(context.Background(), l.o, ev, ev.reply)
 	if qerr != nil {
 		l.t.Fatal(qerr)
 	}
-	return err
+	return ev.durable, err
 }
 
 // states is what GET /exports shows once the owner handled every event sent before.

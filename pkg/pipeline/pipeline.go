@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -65,21 +66,51 @@ var (
 	ErrUnknownExport = errUnknownExport
 	// ErrNotHydrated: the table is being copied, or stopped.
 	ErrNotHydrated = errNotHydrated
+	// ErrNotStarted: the table left the publication (or was removed) before its re-copy
+	// started.
+	ErrNotStarted = errNotStarted
+	// ErrNotDurable: the re-copy was accepted, but the record announcing it was not durable in
+	// Kafka before ctx ended or the pipeline stopped: a crash may lose it. It may still start;
+	// the export's state says whether it did.
+	ErrNotDurable = errors.New("the re-copy is not durable yet")
 )
 
 // Resnapshot copies one hydrated export again while the pipeline runs (a consumer lost its
-// state). It returns at once; the copy shows in the export's watermark records.
-func (p *Pipeline) Resnapshot(e change.ExportID) error {
+// state). It returns nil once the request is durable: the watermark record announcing the new
+// copy is written to Kafka (committed, in exactly-once mode), so a cdc that crashes afterwards
+// copies the table after its restart. That takes a poll of the publication and a batch of the
+// sink (typically well under a second); ctx bounds the wait (ErrNotDurable). The copy's
+// progress shows in the export's watermark records.
+func (p *Pipeline) Resnapshot(ctx context.Context, e change.ExportID) error {
 	r := p.life.owner.Load()
 	if r == nil {
 		return ErrNotRunning
 	}
-	reply := make(chan error, 1)
-	err, qerr := query(context.Background(), r.owner, evResnapshot{e: e, reply: reply}, reply)
-	if qerr != nil {
+	ev := evResnapshot{e: e, reply: make(chan error, 1), durable: make(chan error, 1)}
+	err, qerr := query(ctx, r.owner, ev, ev.reply)
+	switch {
+	case qerr != nil && ctx.Err() != nil:
+		// Not known whether the owner took it: it may still start.
+		return fmt.Errorf("%s: %w: %w", e, ErrNotDurable, ctx.Err())
+	case qerr != nil:
 		return ErrNotRunning
+	case err != nil:
+		return err
 	}
-	return err
+	select {
+	case err := <-ev.durable:
+		return err
+	case <-r.owner.stopped:
+		// The life ended (its drain may still have answered).
+		select {
+		case err := <-ev.durable:
+			return err
+		default:
+		}
+		return fmt.Errorf("%s: %w: the pipeline stopped first", e, ErrNotDurable)
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w: %w", e, ErrNotDurable, ctx.Err())
+	}
 }
 
 // running is a life of the pipeline while its stages run.
