@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -25,19 +26,33 @@ type applier struct {
 	createTables bool
 	log          *slog.Logger
 	tables       map[change.ExportID]*target
-	// shadows are the shadow tables of the loads under way.
-	shadows map[change.ExportID]*target
+	// loads are the tables whose loads are under way in the loads' transaction.
+	loads map[change.ExportID]*load
 	// chunk is how many statements go to the server in one round trip.
 	chunk int
-	// tx is the transaction of the cut whose parts are being applied (nil between cuts).
-	tx pgx.Tx
+	// tx is the transaction of the cut whose parts are being applied (nil between cuts);
+	// joined are the tables it joined so far.
+	tx     pgx.Tx
+	joined []change.ExportID
+	// dial opens the loads' connection; loader is it, and ltx its transaction, open from the
+	// first load part until the cut that joins the loaded tables commits (load.go).
+	dial   func(ctx context.Context) (*pgx.Conn, error)
+	loader *pgx.Conn
+	ltx    pgx.Tx
 }
+
+// errReload: a table left while its load was under way, in the loads' transaction with the
+// others': every load was rolled back, and the session starts again to load them anew.
+var errReload = errors.New("loads rolled back: reading them again")
 
 // pending is a queued statement and what its result must be.
 type pending struct {
 	want   int64 // rows it must affect; -1 for any
 	export change.ExportID
 	what   string
+	at     string // the record it applies: topic[partition]@offset and key
+	// then, when set, is told how many rows the statement affected.
+	then func(rows int64)
 }
 
 // targetName is the target table of an export.
@@ -60,7 +75,14 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 		if a.tx != nil {
 			return 0, fmt.Errorf("cut %s begins before the last one ended", b.lsn)
 		}
-		if a.tx, err = a.conn.Begin(ctx); err != nil {
+		if b.joins() {
+			// The cut that joins tables runs in the loads' transaction: the loaded rows
+			// become visible with it, to every snapshot that sees the cut, and no older one.
+			if a.ltx == nil {
+				return 0, fmt.Errorf("cut %s joins a table whose load is not under way", b.lsn)
+			}
+			a.tx = a.ltx
+		} else if a.tx, err = a.conn.Begin(ctx); err != nil {
 			return 0, fmt.Errorf("begin: %w", err)
 		}
 	} else if a.tx == nil {
@@ -78,7 +100,7 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 			if err := q.flush(ctx); err != nil {
 				return 0, err
 			}
-			if err := a.join(ctx, a.tx, s.export); err != nil {
+			if err := a.join(s.export); err != nil {
 				return 0, err
 			}
 			continue
@@ -104,23 +126,58 @@ ON CONFLICT (name) DO UPDATE SET lsn = EXCLUDED.lsn, position = EXCLUDED.positio
 	if err := q.flush(ctx); err != nil {
 		return 0, err
 	}
+	if a.tx == a.ltx {
+		for e := range a.loads {
+			if !slices.Contains(a.joined, e) {
+				// A load that this cut does not join (its table left meanwhile) cannot become
+				// visible: roll every load back, and the cut with them, and load again.
+				a.abort(ctx)
+				return 0, fmt.Errorf("%w: %s", errReload, e)
+			}
+		}
+	}
 	tx := a.tx
-	a.tx = nil
+	a.tx, a.joined = nil, nil
+	if tx == a.ltx {
+		a.ltx, a.loads = nil, nil
+	}
 	if err := tx.Commit(ctx); err != nil {
-		a.tables, a.shadows = nil, nil
+		a.tables, a.loads = nil, nil
 		return 0, fmt.Errorf("commit cut %s: %w", b.lsn, err)
+	}
+	for _, e := range b.gone {
+		if a.loads[e] != nil {
+			// Its load will not end; it is in the loads' transaction with the others'.
+			a.abort(ctx)
+			return rows, fmt.Errorf("%w: %s left while loading", errReload, e)
+		}
 	}
 	return rows, nil
 }
 
-// abort rolls the cut's transaction back; cached tables may have been created or swapped in
-// it, so they are read again.
+// abort rolls the cut's transaction back, and the loads' (a failed cut may have run in it):
+// loads start again with the session. Cached tables may have been created or swapped in them,
+// so they are read again.
 func (a *applier) abort(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
 	if a.tx != nil {
-		_ = a.tx.Rollback(context.WithoutCancel(ctx))
+		_ = a.tx.Rollback(ctx)
 		a.tx = nil
 	}
-	a.tables, a.shadows = nil, nil
+	if a.ltx != nil {
+		_ = a.ltx.Rollback(ctx)
+		a.ltx = nil
+	}
+	a.tables, a.loads, a.joined = nil, nil, nil
+}
+
+// close aborts what is open and closes the loads' connection.
+func (a *applier) close(ctx context.Context) {
+	a.abort(ctx)
+	if a.loader != nil {
+		_ = a.loader.Close(context.WithoutCancel(ctx))
+		a.loader = nil
+	}
 }
 
 // prepare decodes a step's record and finds its table (the target, or the shadow when
@@ -132,10 +189,11 @@ func (a *applier) prepare(ctx context.Context, tx pgx.Tx, s *step, loading bool)
 	}
 	var t *target
 	if loading {
-		t = a.shadows[s.export]
-		if t == nil {
-			return nil, nil, fmt.Errorf("load of %s: no shadow table (its load did not begin)", s.export)
+		l := a.loads[s.export]
+		if l == nil {
+			return nil, nil, fmt.Errorf("load of %s: its first part was not applied", s.export)
 		}
+		t = l.t
 		return t, r, nil
 	}
 	if t, err = a.resolve(ctx, tx, s.export, r); err != nil {
@@ -179,12 +237,15 @@ func (q *queue) flush(ctx context.Context) error {
 		tag, err := res.Exec()
 		if err != nil {
 			res.Close()
-			return fmt.Errorf("%s %s: %w", p.what, p.export, err)
+			return fmt.Errorf("%s %s%s: %w", p.what, p.export, p.at, err)
 		}
 		if p.want >= 0 && tag.RowsAffected() != p.want {
 			res.Close()
-			return fmt.Errorf("%s %s: %d rows affected, want %d: the target is not in step with the source (changed by someone else?): %w",
-				p.what, p.export, tag.RowsAffected(), p.want, errPermanent)
+			return fmt.Errorf("%s %s%s: %d rows affected, want %d: the target is not in step with the source (changed by someone else?): %w",
+				p.what, p.export, p.at, tag.RowsAffected(), p.want, errPermanent)
+		}
+		if p.then != nil {
+			p.then(tag.RowsAffected())
 		}
 	}
 	q.pb, q.want = pgx.Batch{}, q.want[:0]
@@ -204,6 +265,9 @@ func (q *queue) step(ctx context.Context, t *target, s *step, r *record, loading
 	n, err := q.a.queue(&q.pb, &q.want, t, s, r, loading)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", s.export, err)
+	}
+	if loading {
+		q.a.loads[s.export].track(s, r, &q.want[len(q.want)-1])
 	}
 	if q.pb.Len() >= q.a.chunk {
 		if err := q.flush(ctx); err != nil {
@@ -274,7 +338,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 	switch r.env.Op {
 	case "t":
 		pb.Queue("TRUNCATE " + t.name.Sanitize())
-		*want = append(*want, pending{want: -1, export: s.export, what: "truncate"})
+		*want = append(*want, pending{want: -1, export: s.export, what: "truncate", at: s.where()})
 		return 1, nil
 	case "d":
 		if len(s.newKey) > 0 {
@@ -289,7 +353,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 				return 0, err
 			}
 			pb.Queue(sql, args...)
-			*want = append(*want, pending{want: must, export: s.export, what: "move row"})
+			*want = append(*want, pending{want: must, export: s.export, what: "move row", at: s.where()})
 			return 1, nil
 		}
 		where, args, err := a.keyMatch(t, r.key, conv, 0)
@@ -297,11 +361,21 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 			return 0, err
 		}
 		pb.Queue("DELETE FROM "+t.name.Sanitize()+" WHERE "+where, args...)
-		*want = append(*want, pending{want: -1, export: s.export, what: "delete"})
+		*want = append(*want, pending{want: -1, export: s.export, what: "delete", at: s.where()})
 		return 1, nil
 	case "r", "c", "u":
 		if row == nil {
 			return 0, fmt.Errorf("op %s without after", r.env.Op)
+		}
+		if s.unchanged && loading && a.loads[s.export].old != nil {
+			// Into a re-copied table: the columns left out come from its old row.
+			sql, args, err := a.loads[s.export].completeSQL(s, row, r, conv)
+			if err != nil {
+				return 0, err
+			}
+			pb.Queue(sql, args...)
+			*want = append(*want, pending{want: must, export: s.export, what: "update", at: s.where()})
+			return 1, nil
 		}
 		if s.unchanged {
 			// Unchanged TOAST columns are left out: set only the columns carried.
@@ -310,7 +384,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 				return 0, err
 			}
 			pb.Queue(sql, args...)
-			*want = append(*want, pending{want: must, export: s.export, what: "update"})
+			*want = append(*want, pending{want: must, export: s.export, what: "update", at: s.where()})
 			return 1, nil
 		}
 		names := sortedNames(t, row)
@@ -323,7 +397,7 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 			args[i] = v
 		}
 		pb.Queue(t.upsertSQL(names), args...)
-		*want = append(*want, pending{want: -1, export: s.export, what: "upsert"})
+		*want = append(*want, pending{want: -1, export: s.export, what: "upsert", at: s.where()})
 		return 1, nil
 	}
 	return 0, fmt.Errorf("unknown op %q", r.env.Op)

@@ -17,8 +17,10 @@ type batch struct {
 	// carries position and commits the cut.
 	part  int
 	final bool
-	// load is set on a part of a table's load: its steps go to the table's shadow.
+	// load is set on a part of a table's load: its steps go to the loads' transaction.
 	load *consumer.Load
+	// gone are the tables a cut's events say were removed or failed.
+	gone []change.ExportID
 	lsn  change.LSN
 	// position is the reader's position after the cut, as text; stored in the progress table
 	// and handed back to the reader on start.
@@ -31,6 +33,24 @@ type batch struct {
 	// commitTime is the latest source commit time of the cut's transactions (zero if none):
 	// the cut's lag is measured from it.
 	commitTime time.Time
+}
+
+// where names the step's record in an error: " at topic[partition]@offset key {...}".
+func (s *step) where() string {
+	if s.topic == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (record %s[%d]@%d, key %s)", s.topic, s.partition, s.offset, s.key)
+}
+
+// joins reports whether the batch joins a table (a cut's first part).
+func (b *batch) joins() bool {
+	for i := range b.steps {
+		if b.steps[i].kind == stepJoin {
+			return true
+		}
+	}
+	return false
 }
 
 type stepKind uint8
@@ -52,11 +72,15 @@ type step struct {
 	schema json.RawMessage
 	// unchanged: the update leaves unchanged TOAST columns out of after.
 	unchanged bool
-	// newKey is set on the delete of a key change: the row moves there.
-	newKey json.RawMessage
+	// newKey is set on the delete of a key change: the row moves there; oldKey on both halves.
+	newKey, oldKey json.RawMessage
 	// truncate dedup: cdc writes a truncate to every partition; the reader may pass them all.
 	lsn      change.LSN
 	sequence int64
+	// topic, partition and offset are where the record is, for errors.
+	topic     string
+	partition int32
+	offset    int64
 }
 
 // envelope is the part of a record's value the applier reads.

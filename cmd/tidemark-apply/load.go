@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -13,46 +15,153 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 )
 
-// A table that joins (its first copy, or a new one after a re-copy) is built beside the live
-// table, in a shadow table of the same name in a schema of the applier's own
-// (tidemark_load_<hash of APPLY_NAME and the target schema>), from the load parts the reader
-// delivers before the joining cut: each part in a transaction of its own, the copy's rows with
-// COPY. The joining cut makes the shadow the table, in the cut's transaction: it drops the
-// live table and moves the shadow into its place (or, when other objects depend on the live
-// table, replaces its rows with the shadow's). A reader of the target sees the old table, or
-// none, until that cut commits; never an empty or half-copied one. A load interrupted by a
-// restart starts again from its first part, which recreates the shadow.
+// A table that joins (its first copy, or a new one after a re-copy) is loaded into the target
+// table in a transaction of its own, on a second connection, that stays open from the load's
+// first part to the cut that joins the table: that cut runs in the same transaction and
+// commits it. No table is swapped or truncated (neither is MVCC-safe: a reader whose snapshot
+// predates the swap would see the table empty or early): the load deletes the old rows and
+// writes the new copy with COPY, so until the joining cut commits every reader of the target
+// sees the old rows (or none), and from then on the new copy with the cut: never an empty or
+// half-copied table, nor one ahead of the others. Meanwhile the cuts of the other tables go
+// on, on the first connection. The reader joins the tables whose loads ran at the same time in
+// one cut, so one transaction holds them all; a load that will not end (its table left) is
+// rolled back with the others, and the session starts again to load those anew. A load
+// interrupted by a restart is rolled back with its transaction and starts again from its first
+// part. The open transaction holds row locks and the target's vacuum horizon while a large
+// table loads.
+//
+// Old rows and TOAST. In a chunked copy, a key that a change touched while its chunk was read
+// is left out of the chunk (the change is newer); when that change is an update that left a
+// TOASTed value out, the value is in no record of the new copy, only in the row the target
+// already has. So a load into a table with rows keeps them aside first (a temporary copy),
+// and an update that leaves values out, finding no row, takes them from the old row (of the
+// old key, for a key change). A row that cannot be completed that way (the table was empty,
+// or the key is new) stops the load with an error that names it.
 
-// shadowName is the shadow table of e's target.
-func (a *applier) shadowName(e change.ExportID) pgx.Identifier {
-	t := a.targetName(e)
-	h := fnv.New32a()
-	h.Write([]byte(a.name + "\x00" + t[0]))
-	return pgx.Identifier{fmt.Sprintf("tidemark_load_%08x", h.Sum32()), t[1]}
+// load is one table's load under way.
+type load struct {
+	t *target
+	// old is the temporary table holding the target's rows from before the load (nil when it
+	// had none).
+	old pgx.Identifier
+	// unresolved are keys whose update left values out and found no row to complete, and no
+	// full row of them came later (yet).
+	unresolved map[string]bool
 }
 
-// loadPart applies one part of e's load to its shadow, in a transaction of its own; part 0
-// first recreates the shadow. Runs of copied rows go in with COPY; a run that meets a row
-// already there (a change of its key that committed before the key's chunk was read) is
-// applied row by row instead.
+// track notes whether a queued load statement leaves its key's row incomplete.
+func (l *load) track(s *step, r *record, p *pending) {
+	key := string(s.key)
+	switch {
+	case s.op == 't' || s.op == 'd' && len(s.newKey) == 0:
+	case s.unchanged:
+		p.then = func(n int64) {
+			if n == 0 {
+				l.unresolved[key] = true
+			}
+		}
+	case s.op == 'd':
+	default:
+		p.then = func(int64) { delete(l.unresolved, key) }
+	}
+}
+
+// completeSQL is the statement of an update that left columns out, into a re-copied table:
+// it sets the columns carried on the row when there is one, and otherwise inserts the row with
+// the others taken from the old row (of the old key, for the create of a key change). It
+// affects no row when neither exists.
+func (l *load) completeSQL(s *step, row map[string]json.RawMessage, r *record, conv func(string, json.RawMessage) (any, error)) (string, []any, error) {
+	t := l.t
+	var key, oldKey map[string]json.RawMessage
+	if err := unmarshalKey(s.key, &key); err != nil {
+		return "", nil, fmt.Errorf("read key: %w", err)
+	}
+	oldKey = key
+	if len(s.oldKey) > 0 {
+		if err := unmarshalKey(s.oldKey, &oldKey); err != nil {
+			return "", nil, fmt.Errorf("read %s header: %w", "tidemark.old_key", err)
+		}
+	}
+	var args []any
+	arg := func(col string, raw json.RawMessage) (string, error) {
+		v, err := conv(col, raw)
+		if err != nil {
+			return "", err
+		}
+		args = append(args, v)
+		return param(len(args), t.cols[col]), nil
+	}
+	var cols, vals, set []string
+	for _, c := range t.order {
+		q := pgx.Identifier{c}.Sanitize()
+		cols = append(cols, q)
+		if raw, ok := row[c]; ok {
+			p, err := arg(c, raw)
+			if err != nil {
+				return "", nil, err
+			}
+			vals = append(vals, p)
+			if !slices.Contains(t.key, c) {
+				set = append(set, q+" = EXCLUDED."+q)
+			}
+			continue
+		}
+		vals = append(vals, "CASE WHEN t.tidemark_here THEN t."+q+" ELSE o."+q+" END")
+	}
+	var onNew, onOld, conflict []string
+	for _, k := range t.key {
+		q := pgx.Identifier{k}.Sanitize()
+		p, err := arg(k, key[k])
+		if err != nil {
+			return "", nil, err
+		}
+		onNew = append(onNew, "x."+q+" = "+p)
+		p, err = arg(k, oldKey[k])
+		if err != nil {
+			return "", nil, err
+		}
+		onOld = append(onOld, "o."+q+" = "+p)
+		conflict = append(conflict, q)
+	}
+	action := "NOTHING"
+	if len(set) > 0 {
+		action = "UPDATE SET " + strings.Join(set, ", ")
+	}
+	sql := "INSERT INTO " + t.name.Sanitize() + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(vals, ", ") +
+		" FROM (SELECT 1) one LEFT JOIN (SELECT x.*, true AS tidemark_here FROM " + t.name.Sanitize() + " x WHERE " + strings.Join(onNew, " AND ") + ") t ON true" +
+		" LEFT JOIN " + l.old.Sanitize() + " o ON " + strings.Join(onOld, " AND ") +
+		" WHERE t.tidemark_here OR o." + conflict[0] + " IS NOT NULL" +
+		" ON CONFLICT (" + strings.Join(conflict, ", ") + ") DO " + action
+	return sql, args, nil
+}
+
+// loadPart applies one part of e's load in the loads' transaction. Runs of copied rows go in
+// with COPY; into an empty table, a run that meets a row already there (a change of its key
+// that committed before the key's chunk was read) is applied row by row instead.
 func (a *applier) loadPart(ctx context.Context, b *batch) (rows int, err error) {
 	e := b.load.Export
-	tx, err := a.conn.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
+	if a.ltx == nil {
+		if a.loader == nil {
+			if a.loader, err = a.dial(ctx); err != nil {
+				return 0, fmt.Errorf("connect for the loads: %w", err)
+			}
+		}
+		if a.ltx, err = a.loader.Begin(ctx); err != nil {
+			return 0, fmt.Errorf("begin the loads: %w", err)
+		}
 	}
+	tx := a.ltx
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			delete(a.shadows, e)
+			a.abort(ctx)
 		}
 	}()
-	if b.part == 0 || a.shadows[e] == nil {
-		if err := a.createShadow(ctx, tx, e, b); err != nil {
+	if b.part == 0 || a.loads[e] == nil {
+		if err := a.beginLoad(ctx, tx, e, b); err != nil {
 			return 0, err
 		}
 	}
-	t := a.shadows[e]
+	l := a.loads[e]
 	q := &queue{a: a, tx: tx}
 	for i := 0; i < len(b.steps); {
 		s := &b.steps[i]
@@ -64,7 +173,7 @@ func (a *applier) loadPart(ctx context.Context, b *batch) (rows int, err error) 
 			if err := q.flush(ctx); err != nil {
 				return 0, err
 			}
-			copied, err := a.copyRows(ctx, tx, t, b.steps[i:j])
+			copied, err := a.copyRows(ctx, tx, l, b.steps[i:j])
 			if err != nil {
 				return 0, fmt.Errorf("load %s: %w", e, err)
 			}
@@ -92,8 +201,10 @@ func (a *applier) loadPart(ctx context.Context, b *batch) (rows int, err error) 
 	if err := q.flush(ctx); err != nil {
 		return 0, err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("commit load of %s: %w", e, err)
+	if b.final {
+		if err := a.endLoad(ctx, tx, e, l); err != nil {
+			return 0, err
+		}
 	}
 	return rows, nil
 }
@@ -106,26 +217,15 @@ func (a *applier) loadStep(ctx context.Context, q *queue, tx pgx.Tx, s *step) (i
 	return q.step(ctx, t, s, r, true)
 }
 
-// createShadow (re)creates e's shadow: like the target when it exists, else from the records'
-// schema when tables may be created.
-func (a *applier) createShadow(ctx context.Context, tx pgx.Tx, e change.ExportID, b *batch) error {
-	name := a.shadowName(e)
-	if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{name[0]}.Sanitize()); err != nil {
-		return fmt.Errorf("create the schema of %s's shadow: %w", e, err)
-	}
-	if _, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+name.Sanitize()); err != nil {
-		return fmt.Errorf("drop %s's old shadow: %w", e, err)
-	}
-	live, ok, err := loadTarget(ctx, tx, a.targetName(e))
+// beginLoad starts e's load: it creates the target from the records' schema when it is missing
+// and tables may be created, and sets its rows aside (see above) and deletes them.
+func (a *applier) beginLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, b *batch) error {
+	name := a.targetName(e)
+	t, ok, err := loadTarget(ctx, tx, name)
 	if err != nil {
 		return err
 	}
-	switch {
-	case ok:
-		if _, err := tx.Exec(ctx, "CREATE TABLE "+name.Sanitize()+" (LIKE "+live.name.Sanitize()+" INCLUDING ALL)"); err != nil {
-			return fmt.Errorf("create %s's shadow: %w", e, err)
-		}
-	case a.createTables:
+	if !ok && a.createTables {
 		var r *record
 		for i := range b.steps {
 			if b.steps[i].op != 't' && len(b.steps[i].schema) > 0 {
@@ -135,40 +235,77 @@ func (a *applier) createShadow(ctx context.Context, tx pgx.Tx, e change.ExportID
 				break
 			}
 		}
-		if r == nil || r.schema == nil {
+		if r != nil && r.schema != nil {
+			if t, err = a.resolve(ctx, tx, e, r); err != nil {
+				return err
+			}
+			ok = t != nil
+		}
+		if !ok {
 			return fmt.Errorf("target table %s does not exist, and the first records of its copy carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
-				a.targetName(e).Sanitize(), errPermanent)
+				name.Sanitize(), errPermanent)
 		}
-		sql, err := createSQL(name, r.schema, keyColumns(r))
-		if err != nil {
-			return fmt.Errorf("create %s: %v: %w", a.targetName(e).Sanitize(), err, errPermanent)
-		}
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("create %s's shadow: %w", e, err)
-		}
-	default:
-		return fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
-			a.targetName(e).Sanitize(), errPermanent)
-	}
-	t, ok, err := loadTarget(ctx, tx, name)
-	if err != nil {
-		return err
 	}
 	if !ok {
-		return fmt.Errorf("%s's shadow %s is missing after its creation", e, name.Sanitize())
+		return fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
+			name.Sanitize(), errPermanent)
 	}
-	if a.shadows == nil {
-		a.shadows = map[change.ExportID]*target{}
+	if len(t.key) == 0 {
+		return fmt.Errorf("target %s has no primary key: give it the key of %s: %w", name.Sanitize(), e, errPermanent)
 	}
-	a.shadows[e] = t
-	a.log.Info("loading a table beside the live one", "export", e.String(), "shadow", name.Sanitize(), "attempt", b.load.Attempt)
+	l := &load{t: t, unresolved: map[string]bool{}}
+	var rows bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name.Sanitize()+")").Scan(&rows); err != nil {
+		return fmt.Errorf("look into %s: %w", name.Sanitize(), err)
+	}
+	if rows {
+		h := fnv.New32a()
+		h.Write([]byte(e.String()))
+		l.old = pgx.Identifier{"pg_temp", fmt.Sprintf("tidemark_old_%08x", h.Sum32())}
+		keys := make([]string, len(t.key))
+		for i, k := range t.key {
+			keys[i] = pgx.Identifier{k}.Sanitize()
+		}
+		for _, sql := range []string{
+			"DROP TABLE IF EXISTS " + l.old.Sanitize(),
+			"CREATE TEMP TABLE " + pgx.Identifier{l.old[1]}.Sanitize() + " ON COMMIT DROP AS SELECT * FROM " + name.Sanitize(),
+			"CREATE UNIQUE INDEX ON " + l.old.Sanitize() + " (" + strings.Join(keys, ", ") + ")",
+			"DELETE FROM " + name.Sanitize(),
+		} {
+			if _, err := tx.Exec(ctx, sql); err != nil {
+				return fmt.Errorf("begin the load of %s: %w", e, err)
+			}
+		}
+	}
+	if a.loads == nil {
+		a.loads = map[change.ExportID]*load{}
+	}
+	a.loads[e] = l
+	a.log.Info("loading a table's copy (readers see the table as it was until it joins)", "export", e.String(), "table", name.Sanitize(), "attempt", b.load.Attempt, "old_rows_kept_aside", rows)
 	return nil
+}
+
+// endLoad ends e's load: a row it could not complete stops it.
+func (a *applier) endLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, l *load) error {
+	if len(l.unresolved) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, 3)
+	for k := range l.unresolved {
+		if len(keys) == cap(keys) {
+			break
+		}
+		keys = append(keys, k)
+	}
+	return fmt.Errorf("load of %s: %d rows are incomplete (keys %s...): each was changed while cdc's chunked copy read it, by an update that left a TOASTed value out, so no record of the new copy holds its full row, and the target had no row to complete it from; give the source table REPLICA IDENTITY FULL (or run cdc with CDC_SNAPSHOT_STRATEGY=copy) and copy it again: %w",
+		e, len(l.unresolved), strings.Join(keys, " "), errPermanent)
 }
 
 // copyRows writes copied rows (op r, every column) with one COPY, in a savepoint. ok is false,
 // with nothing written, when a row's key is already there (a change that committed before the
 // row's chunk was read); the caller applies them one by one then.
-func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, t *target, steps []step) (ok bool, err error) {
+func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step) (ok bool, err error) {
+	t := l.t
 	var names []string
 	var buf []byte
 	for i := range steps {
@@ -220,8 +357,7 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, t *target, steps []st
 	if _, err := tx.Exec(ctx, "SAVEPOINT tidemark_copy"); err != nil {
 		return false, err
 	}
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(string(buf)),
-		"COPY "+t.name.Sanitize()+" ("+strings.Join(cols, ", ")+") FROM STDIN")
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(string(buf)), "COPY "+t.name.Sanitize()+" ("+strings.Join(cols, ", ")+") FROM STDIN")
 	if pgErr, isPg := errors.AsType[*pgconn.PgError](err); isPg && pgErr.Code == "23505" {
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT tidemark_copy"); err != nil {
 			return false, err
@@ -231,8 +367,13 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, t *target, steps []st
 	if err != nil {
 		return false, fmt.Errorf("copy: %w", err)
 	}
-	_, err = tx.Exec(ctx, "RELEASE SAVEPOINT tidemark_copy")
-	return err == nil, err
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT tidemark_copy"); err != nil {
+		return false, err
+	}
+	for i := range steps {
+		delete(l.unresolved, string(steps[i].key))
+	}
+	return true, nil
 }
 
 // appendCopyText appends s escaped for COPY's text format.
@@ -254,57 +395,12 @@ func appendCopyText(dst []byte, s string) []byte {
 	return dst
 }
 
-// join makes e's loaded shadow the target table, in the joining cut's transaction: the live
-// table is dropped and the shadow moved into its place; when other objects depend on the live
-// table (a view), its rows are replaced by the shadow's instead.
-func (a *applier) join(ctx context.Context, tx pgx.Tx, e change.ExportID) error {
-	shadow, live := a.shadowName(e), a.targetName(e)
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", shadow.Sanitize()).Scan(&exists); err != nil {
-		return fmt.Errorf("join %s: %w", e, err)
+// join notes that the cut running in the loads' transaction joins e: its load must be in it.
+func (a *applier) join(e change.ExportID) error {
+	if a.loads[e] == nil {
+		return fmt.Errorf("join %s: its load is not in this transaction (it did not begin, or was rolled back)", e)
 	}
-	if !exists {
-		return fmt.Errorf("join %s: its shadow %s is missing (its load was not applied)", e, shadow.Sanitize())
-	}
-	delete(a.tables, e)
-	delete(a.shadows, e)
-	if _, err := tx.Exec(ctx, "SAVEPOINT tidemark_swap"); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, "DROP TABLE IF EXISTS "+live.Sanitize())
-	if err == nil {
-		_, err = tx.Exec(ctx, "ALTER TABLE "+shadow.Sanitize()+" SET SCHEMA "+pgx.Identifier{live[0]}.Sanitize())
-		if err != nil {
-			return fmt.Errorf("join %s: move the shadow in: %w", e, err)
-		}
-		a.log.Info("table joined: its copy replaced the table", "export", e.String(), "table", live.Sanitize())
-		return nil
-	}
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "2BP01" {
-		return fmt.Errorf("join %s: drop the old table: %w", e, err)
-	}
-	// Other objects depend on the live table: keep it, replace its rows.
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT tidemark_swap"); err != nil {
-		return err
-	}
-	t, ok, err := loadTarget(ctx, tx, live)
-	if err != nil || !ok {
-		return fmt.Errorf("join %s: read %s: %v", e, live.Sanitize(), err)
-	}
-	cols := make([]string, len(t.order))
-	for i, n := range t.order {
-		cols[i] = pgx.Identifier{n}.Sanitize()
-	}
-	list := strings.Join(cols, ", ")
-	for _, sql := range []string{
-		"DELETE FROM " + live.Sanitize(),
-		"INSERT INTO " + live.Sanitize() + " (" + list + ") SELECT " + list + " FROM " + shadow.Sanitize(),
-		"DROP TABLE " + shadow.Sanitize(),
-	} {
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			return fmt.Errorf("join %s: replace the rows of %s: %w", e, live.Sanitize(), err)
-		}
-	}
-	a.log.Info("table joined: its copy replaced the table's rows (other objects depend on the table)", "export", e.String(), "table", live.Sanitize())
+	a.joined = append(a.joined, e)
+	a.log.Info("table joined: its new copy is visible with this cut", "export", e.String())
 	return nil
 }

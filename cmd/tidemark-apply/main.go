@@ -169,9 +169,16 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 		return err
 	}
 	defer src.Close()
+	dial := func(ctx context.Context) (*pgx.Conn, error) {
+		c, err := pgx.Connect(ctx, cfg.targetURL)
+		if err != nil {
+			return nil, errors.New(secret.Scrub(err.Error(), cfg.targetURL))
+		}
+		return c, nil
+	}
 	a := &applier{conn: conn, progress: cfg.progress, name: cfg.name, targetSchema: cfg.targetSchema,
-		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512}
-	defer a.abort(ctx)
+		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial}
+	defer a.close(ctx)
 	// What the parts of the cut being applied add up to.
 	var cutRows, cutTxns int
 	var cutCommit time.Time
@@ -191,7 +198,8 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 			}
 			continue
 		}
-		if err != nil {
+		reload := errors.Is(err, errReload) // the cut committed; another load starts over
+		if err != nil && !reload {
 			return fmt.Errorf("apply cut %s: %w", b.lsn, err)
 		}
 		cutRows, cutTxns = cutRows+rows, cutTxns+b.txns
@@ -205,5 +213,8 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 		m.applied(b, cutRows, time.Now())
 		log.Debug("applied cut", "lsn", b.lsn.String(), "rows", cutRows, "txns", cutTxns, "parts", b.part+1)
 		cutRows, cutTxns, cutCommit = 0, 0, time.Time{}
+		if reload {
+			return err
+		}
 	}
 }

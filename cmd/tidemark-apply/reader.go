@@ -95,14 +95,16 @@ func (r *reader) batchOf(ctx context.Context, part *consumer.Cut) (*batch, error
 	for _, ev := range part.Events {
 		switch ev.Kind {
 		case consumer.EventJoined:
-			r.log.Info("table joins: its loaded copy becomes the table", "export", ev.Export.String(), "attempt", ev.Attempt)
+			r.log.Info("table joins: its loaded copy is committed with this cut", "export", ev.Export.String(), "attempt", ev.Attempt)
 			b.steps = append(b.steps, step{kind: stepJoin, export: ev.Export})
 		case consumer.EventReset:
 			r.log.Info("table is copied again: the target keeps its rows, and the cuts wait, until the new copy joins", "export", ev.Export.String(), "attempt", ev.Attempt)
 		case consumer.EventRemoved:
 			r.log.Warn("table removed from the publication: no longer applied", "export", ev.Export.String())
+			b.gone = append(b.gone, ev.Export)
 		case consumer.EventFailed:
 			r.log.Error("table failed in cdc: no longer applied", "export", ev.Export.String(), "error", ev.Error)
+			b.gone = append(b.gone, ev.Export)
 		}
 	}
 	if part.Load != nil && part.Part == 0 {
@@ -154,8 +156,9 @@ func (r *reader) batchOf(ctx context.Context, part *consumer.Cut) (*batch, error
 			b.steps = append(b.steps, step{
 				kind: stepRecord, export: ch.Export, op: byte(ch.Op), key: ch.Key,
 				before: ch.Before, after: ch.After, schema: schema,
-				unchanged: len(ch.Unchanged) > 0, newKey: ch.NewKey,
+				unchanged: len(ch.Unchanged) > 0, newKey: ch.NewKey, oldKey: ch.OldKey,
 				lsn: ch.Source.LSN, sequence: ch.Source.Sequence,
+				topic: ch.Topic, partition: ch.Partition, offset: ch.Offset,
 			})
 		}
 	}

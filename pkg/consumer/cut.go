@@ -126,7 +126,8 @@ const (
 	// wait for it). Its rows so far are stale; keep them until the new copy joins.
 	EventReset
 	// EventRemoved: the table left the publication; every change of it up to its final
-	// watermark has been delivered.
+	// watermark has been delivered. (For a table that had not joined yet, its load, if one
+	// began, will not end: discard it.)
 	EventRemoved
 	// EventFailed: cdc stopped the table on a permanent error (Event.Error); every change of it
 	// up to its last watermark has been delivered. The others go on.

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
-	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // keyChange queues an update that moves row old to key new: cdc publishes it as a delete of
@@ -155,11 +153,31 @@ func TestResumeWhileHeld(t *testing.T) {
 }
 
 // TestLoadInParts: a joining table's copy reaches Read in bounded parts, before the cut that
-// joins it, while the other table's cuts go on; memory does not grow with the copy.
+// joins it, while the joined table's cuts go on between them; memory does not grow with the
+// copy.
 func TestLoadInParts(t *testing.T) {
 	f := newFake(t, 3, codec.FormatJSON)
 	a, big := f.table("a"), f.table("big")
 	f.step(func() { f.mark(a, hydrated, 100, 1, nil) })
+	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, PartChanges: 400, HeldBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func() *Cut {
+		t.Helper()
+		p, err := rd.Read(ctx)
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		return p
+	}
+	if p := read(); p.Load == nil || !p.Load.Done || p.Changes() != 0 {
+		t.Fatalf("a's load: %+v", p)
+	}
+	want(t, read(), "100 joined:a")
 	const rows = 6000
 	ids := make([]int, rows)
 	for i := range ids {
@@ -176,20 +194,10 @@ func TestLoadInParts(t *testing.T) {
 		f.mark(a, hydrated, 8000, 1, nil)
 	})
 	f.step(func() { f.mark(big, hydrated, 8000, 1, start) })
-	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, PartChanges: 400, HeldBytes: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	loaded, maxHeld := 0, 0
+	loaded, maxHeld, lastLoad, cutAt := 0, 0, -1, -1
 	var seq []string
 	for {
-		p, err := rd.Read(ctx)
-		if err != nil {
-			t.Fatalf("read: %v (%s)", err, strings.Join(seq, " "))
-		}
+		p := read()
 		if n := p.Changes(); n > 400 {
 			t.Fatalf("a part of %d changes, want at most 400", n)
 		}
@@ -199,9 +207,13 @@ func TestLoadInParts(t *testing.T) {
 		if p.Load != nil {
 			loaded += p.Changes()
 			seq = append(seq, fmt.Sprintf("load%d", p.Part))
+			lastLoad = len(seq)
 			continue
 		}
 		seq = append(seq, describe(p))
+		if describe(p) == "8000 7000/3:a.c1" {
+			cutAt = len(seq)
+		}
 		if strings.Contains(describe(p), "joined:big") {
 			break
 		}
@@ -212,8 +224,31 @@ func TestLoadInParts(t *testing.T) {
 	if maxHeld > 64<<10+1<<20 {
 		t.Fatalf("a partition held %d bytes", maxHeld)
 	}
-	if !slices.Contains(seq, "8000 joined:a 7000/3:a.c1") || seq[len(seq)-1] != "8000 joined:big" {
-		t.Fatalf("parts %s", strings.Join(seq, " "))
+	if cutAt < 0 || cutAt > lastLoad || seq[len(seq)-1] != "8000 joined:big" {
+		t.Fatalf("want a's cut between big's load parts, big joining after: %s", strings.Join(seq, " "))
 	}
-	_ = watermark.StateHydrated
+}
+
+// TestLoadTakesCopyRowsBehindLaterChanges: cdc acknowledges a change after it published it, so
+// the record that says a table is hydrated can carry a watermark below changes published
+// before the copy's last chunk. The load takes every copy row below that record's offsets,
+// also those behind such a change in their partition; the change comes with the cuts. (A
+// load that stopped at the first change past the watermark lost the rows behind it.)
+func TestLoadTakesCopyRowsBehindLaterChanges(t *testing.T) {
+	f := newFake(t, 1, codec.FormatJSON)
+	a := f.table("a")
+	start := f.offsets(a)
+	f.copyRows(a, 100, 1, 1, 2)
+	f.insert(a, 600, 9, 0, 3, "in flight") // published, not acknowledged when hydrated is said
+	f.copyRows(a, 450, 1, 4, 5)            // the last chunk, after it
+	f.step(func() { f.mark(a, hydrated, 500, 1, start) })
+	f.step(func() { f.mark(a, hydrated, 700, 1, start) })
+	rd := f.reader(nil, false)
+	var got []string
+	for len(got) == 0 || !strings.Contains(got[len(got)-1], "a.c3") {
+		got = append(got, describe(next(t, rd)))
+	}
+	if g := strings.Join(got, "|"); g != "700 joined:a 99/0:a.r1,a.r2 449/0:a.r4,a.r5 600/9:a.c3" && g != "500 joined:a 99/0:a.r1,a.r2 449/0:a.r4,a.r5|700 600/9:a.c3" {
+		t.Fatalf("cuts %s", g)
+	}
 }

@@ -253,7 +253,7 @@ func (r *Reader) sync() {
 	pause, resume := map[string][]int32{}, map[string][]int32{}
 	for topic, ps := range r.st.parts {
 		for p, pt := range ps {
-			want := pt.heldBytes < r.heldBytes
+			want := pt.reading(r.heldBytes)
 			paused := r.paused[topic][p]
 			switch {
 			case want && paused:

@@ -102,6 +102,14 @@ type part struct {
 	// their memory.
 	held      []*Change
 	heldBytes int
+	// later are, while the table loads, its stream changes at or above its hydration
+	// watermark, kept for the cuts (offset order), and laterBytes their memory. A chunked
+	// copy's rows can come after such changes in a partition (cdc acknowledges a change after
+	// it published it, so the watermark of the record that says hydrated can be below changes
+	// published before the last chunk): the load takes every copy row below the record's
+	// offsets, the cuts the rest.
+	later      []*Change
+	laterBytes int
 	// last is the order of the last stream change taken from the partition: cdc writes a
 	// partition's stream changes in commit order, so one at or below it is a re-send (an
 	// at-least-once restart) and is dropped.
@@ -290,15 +298,15 @@ func (s *state) update(rec watermark.Record) {
 		ev := Event{Kind: kind, Export: t.id, Attempt: a, Error: rec.Error, Record: rec}
 		switch t.phase {
 		case phaseLoading, phaseJoining, phaseOut:
+			// A load under way, or the re-copy the cuts waited for, will not come: say so.
+			if t.phase != phaseOut || t.held {
+				s.events = append(s.events, ev)
+			}
 			if t.phase != phaseOut {
 				s.dropParts(t)
 				t.phase, t.steps, t.load = phaseOut, nil, nil
 			}
-			if t.held {
-				// The re-copy the cuts waited for will not come.
-				t.held = false
-				s.events = append(s.events, ev)
-			}
+			t.held = false
 		case phaseJoined:
 			if rec.Watermark == nil {
 				// Nothing more to deliver: it leaves with the next cut.
@@ -439,17 +447,15 @@ func (s *state) plan() (plan, bool) {
 		}
 		return plan{}, false
 	}
-	// Tables hydrated together join together: a loaded table waits for the tables still
-	// loading that were hydrated at or below its hydration watermark, and the cuts go on
-	// without it meanwhile.
-	joining = slices.DeleteFunc(joining, func(j *table) bool {
-		for _, t := range s.tables {
-			if t.phase == phaseLoading && t.hydW <= j.hydW {
-				return true
-			}
+	// Tables loaded at the same time join together: a loaded table waits while another table
+	// is still loading, and the cuts go on without it meanwhile. (A consumer can then keep
+	// every load under way in one transaction, which the joining cut commits.)
+	for _, t := range s.tables {
+		if t.phase == phaseLoading {
+			joining = nil
+			break
 		}
-		return false
-	})
+	}
 	// A joining table joins at a cut at or above the watermark it was hydrated at: its copy's
 	// rows (a chunked copy's rows carry the positions of their chunks, not commit LSNs) all lie
 	// below it, so the table's rows in the cut are its state at the cut, like the others'.
@@ -559,9 +565,27 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 	if pt.t.phase == phaseJoined && ch.Source.LSN < s.lastC {
 		return nil
 	}
+	if pt.t.phase == phaseLoading && !ch.Source.Snapshot && ch.Source.LSN >= pt.t.hydW {
+		pt.later = append(pt.later, ch)
+		pt.laterBytes += changeBytes(ch)
+		return nil
+	}
 	pt.held = append(pt.held, ch)
 	pt.heldBytes += changeBytes(ch)
 	return nil
+}
+
+// reading reports whether the reader should fetch the partition: it holds less than max, or,
+// while its table loads, it has not reached the load's target (what it keeps for the cuts
+// meanwhile is at most the changes cdc had not acknowledged when it said hydrated).
+func (pt *part) reading(max int) bool {
+	if pt.t.phase == phaseLoading && pt.t.load != nil {
+		if pt.next < pt.t.load.targets[pt] {
+			return true
+		}
+		return pt.laterBytes < max
+	}
+	return pt.heldBytes < max
 }
 
 // merge delivers, in order, the changes below limit that a set of partitions holds below
@@ -826,6 +850,12 @@ func (s *state) nextLoadPart(max, maxBytes int) *Cut {
 		txns := groupTxns(m.flush())
 		if done {
 			t.phase, t.load = phaseJoining, nil
+			for _, pt := range t.parts {
+				// What the load left is for the cuts, in offset order.
+				pt.held = append(pt.later, pt.held...)
+				pt.heldBytes += pt.laterBytes
+				pt.later, pt.laterBytes = nil, 0
+			}
 		}
 		return &Cut{LSN: t.hydW, Prev: s.lastC, Load: l, Part: part, Final: done, Txns: txns}
 	}
