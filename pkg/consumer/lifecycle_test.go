@@ -122,7 +122,7 @@ func TestRecopyRemovalFailure(t *testing.T) {
 		f.mark(b, hydrated, 220, 1, nil)
 		f.mark(c, hydrated, 220, 1, nil)
 	})
-	want(t, next(t, rd), "220 joined:a 179/0:a.r1,a.r3 210/8:a.c4 150/5:b.c7 190/6:b.t")
+	want(t, next(t, rd), "220 joined:a 150/5:b.c7 179/0:a.r1,a.r3 190/6:b.t 210/8:a.c4")
 
 	// b is removed at 230 (its last change at 225); c fails at 240; big, unchosen, still copies.
 	f.insert(b, 225, 9, 0, 8, "last")
@@ -333,7 +333,7 @@ func TestResumeAcrossLifecycle(t *testing.T) {
 		}
 	}
 	// c's reset comes at once; the cuts then wait for c's new copy, so b's removal comes with it.
-	if w := "100 reset:c|180 joined:c removed:b 169/0:c.r2 150/4:b.c9"; strings.Join(got, "|") != w {
+	if w := "100 reset:c|180 joined:c removed:b 150/4:b.c9 169/0:c.r2"; strings.Join(got, "|") != w {
 		t.Fatalf("cuts after resume\n got %s\nwant %s", strings.Join(got, "|"), w)
 	}
 }
@@ -359,7 +359,7 @@ func TestResumeReadsJoinedCopyAgain(t *testing.T) {
 		f.mark(b, hydrated, 100, 1, startB)
 	})
 	rd := f.reader(nil, true)
-	want(t, next(t, rd), "100 joined:a joined:b 99/0:a.r1,a.r2,b.r3")
+	want(t, next(t, rd), "100 joined:a joined:b 99/0:a.r1,b.r3,a.r2")
 	stored, err := json.Marshal(rd.st.position())
 	if err != nil {
 		t.Fatal(err)

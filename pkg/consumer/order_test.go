@@ -149,7 +149,7 @@ func TestResumeWhileHeld(t *testing.T) {
 	noCut(t, rd2, time.Second)
 	f.copyRows(a, 180, 2, 7)
 	f.step(func() { f.mark(a, hydrated, 200, 2, start) })
-	want(t, next(t, rd2), "200 joined:a 179/0:a.r7 150/5:b.c4")
+	want(t, next(t, rd2), "200 joined:a 150/5:b.c4 179/0:a.r7")
 }
 
 // TestLoadInParts: a joining table's copy reaches Read in bounded parts, before the cut that

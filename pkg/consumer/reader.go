@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -182,7 +183,28 @@ func (a *assembler) add(part *Cut) *Cut {
 	c := a.cut
 	a.cut = nil
 	c.Tables, c.Position = part.Tables, part.Position
+	for _, ev := range c.Events {
+		if ev.Kind == EventJoined {
+			// The loads and the cut hold parts of the same transactions: order them as one.
+			c.Txns = regroup(c.Txns)
+			break
+		}
+	}
 	return c
+}
+
+// regroup orders the changes of txns by commit LSN (a copy's rows first), txId and sequence,
+// and groups them again. A copy's row sorts at its LSN: no change of its key lies between
+// that LSN and where the row was published.
+func regroup(txns []Txn) []Txn {
+	var all []*Change
+	for i := range txns {
+		for j := range txns[i].Changes {
+			all = append(all, &txns[i].Changes[j])
+		}
+	}
+	slices.SortStableFunc(all, compareChanges)
+	return groupTxns(all)
 }
 
 // appendTxns appends txns to dst, joining the first to dst's last when they are one
