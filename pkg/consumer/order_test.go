@@ -252,3 +252,28 @@ func TestLoadTakesCopyRowsBehindLaterChanges(t *testing.T) {
 		t.Fatalf("cuts %s", g)
 	}
 }
+
+// TestRecopyHoldsCuts: while a joined table is copied again, no cut moves the other chosen
+// tables past it; they come with its new copy. (On c9cb695 the cuts went on without it, and
+// the bank replica was torn during every re-copy.)
+func TestRecopyHoldsCuts(t *testing.T) {
+	f := newFake(t, 3, codec.FormatJSON)
+	a, b := f.table("a"), f.table("b")
+	f.copyRows(a, 100, 1, 1)
+	f.step(func() {
+		f.mark(a, hydrated, 100, 1, nil)
+		f.mark(b, hydrated, 100, 1, nil)
+	})
+	rd := f.reader([]change.ExportID{a, b}, true)
+	want(t, next(t, rd), "100 joined:a joined:b 99/0:a.r1")
+	start := f.offsets(a)
+	f.step(func() { f.mark(a, hydrating, 100, 2, start) })
+	f.insert(a, 150, 5, 0, 2, "x")
+	f.insert(b, 150, 5, 1, 3, "y")
+	f.step(func() { f.mark(b, hydrated, 200, 1, nil) })
+	want(t, next(t, rd), "100 reset:a")
+	noCut(t, rd, time.Second)
+	f.copyRows(a, 180, 2, 1, 2)
+	f.step(func() { f.mark(a, hydrated, 200, 2, start) })
+	want(t, next(t, rd), "200 joined:a 150/5:a.c2,b.c3 179/0:a.r1,a.r2")
+}
