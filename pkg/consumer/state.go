@@ -940,18 +940,26 @@ func sameChange(a, b *Change) bool {
 }
 
 // groupTxns groups changes, in the order taken, into transactions: a run of changes with one
-// commit LSN, txId and snapshot flag is one Txn. Linear.
+// commit LSN, txId and snapshot flag is one Txn. Linear; the Txns share one array of changes.
 func groupTxns(ptrs []*Change) []Txn {
+	if len(ptrs) == 0 {
+		return nil
+	}
+	all := make([]Change, len(ptrs))
 	var txns []Txn
-	for _, chp := range ptrs {
-		n := len(txns)
-		if n == 0 || txns[n-1].CommitLSN != chp.Source.LSN || txns[n-1].TxID != chp.Source.TxID || txns[n-1].Snapshot != chp.Source.Snapshot {
-			txns = append(txns, Txn{CommitLSN: chp.Source.LSN, TxID: chp.Source.TxID, Snapshot: chp.Source.Snapshot})
-			n++
+	start := 0
+	for i, chp := range ptrs {
+		all[i] = *chp
+		if i == len(ptrs)-1 || !sameTxn(chp, ptrs[i+1]) {
+			txns = append(txns, Txn{CommitLSN: chp.Source.LSN, TxID: chp.Source.TxID, Snapshot: chp.Source.Snapshot, Changes: all[start : i+1 : i+1]})
+			start = i + 1
 		}
-		txns[n-1].Changes = append(txns[n-1].Changes, *chp)
 	}
 	return txns
+}
+
+func sameTxn(a, b *Change) bool {
+	return a.Source.LSN == b.Source.LSN && a.Source.TxID == b.Source.TxID && a.Source.Snapshot == b.Source.Snapshot
 }
 
 func cmpBool(a, b bool) int {
