@@ -58,7 +58,7 @@ func BenchmarkApplyVsUpsert(b *testing.B) {
 	for b.Loop() {
 		start := time.Now()
 		for lo := 0; lo < rows; lo += per {
-			bt := &batch{lsn: change.LSN(lo + 1), position: "{}", txns: 1}
+			bt := &batch{lsn: change.LSN(lo + 1), position: "{}", txns: 1, final: true}
 			for i := lo; i < lo+per; i++ {
 				bt.steps = append(bt.steps, step{kind: stepRecord, export: exportID, op: 'c', key: keys[i], after: afters[i]})
 			}
