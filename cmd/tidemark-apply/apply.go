@@ -39,6 +39,12 @@ type applier struct {
 	dial   func(ctx context.Context) (*pgx.Conn, error)
 	loader *pgx.Conn
 	ltx    pgx.Tx
+	// stages are the temporary tables of upsert runs, per connection and table (upsert.go).
+	stages   map[*pgx.Conn]map[*target]pgx.Identifier
+	stageSeq int
+	// stageTx is the transaction staged names the staging tables already used in.
+	stageTx pgx.Tx
+	staged  map[string]bool
 }
 
 // errReload: a table left while its load was under way, in the loads' transaction with the
@@ -94,8 +100,26 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 		}
 	}()
 	q := &queue{a: a, tx: a.tx}
-	for i := range b.steps {
+	for i := 0; i < len(b.steps); i++ {
 		s := &b.steps[i]
+		if j := upsertRun(b.steps, i); j > i {
+			t, _, err := a.prepare(ctx, a.tx, s, false)
+			if err != nil {
+				return 0, err
+			}
+			if err := q.flush(ctx); err != nil {
+				return 0, err
+			}
+			done, err := a.upsertRows(ctx, a.tx, t, b.steps[i:j])
+			if err != nil {
+				return 0, err
+			}
+			if done {
+				rows += j - i
+				i = j - 1
+				continue
+			}
+		}
 		if s.kind == stepJoin {
 			if err := q.flush(ctx); err != nil {
 				return 0, err
@@ -168,7 +192,7 @@ func (a *applier) abort(ctx context.Context) {
 		_ = a.ltx.Rollback(ctx)
 		a.ltx = nil
 	}
-	a.tables, a.loads, a.joined = nil, nil, nil
+	a.tables, a.loads, a.joined, a.stages = nil, nil, nil, nil
 }
 
 // close aborts what is open and closes the loads' connection.

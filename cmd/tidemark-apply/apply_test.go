@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -293,5 +294,60 @@ func TestProgressTableConcurrently(t *testing.T) {
 				t.Fatalf("round %d: %v", round, err)
 			}
 		}
+	}
+}
+
+// TestUpsertRuns: a cut's runs of full rows with distinct keys go in with COPY and one INSERT
+// ... ON CONFLICT; a repeated key ends a run, a run repeated in one transaction reuses its
+// staging table, and the rows are what applying them one by one gives.
+func TestUpsertRuns(t *testing.T) {
+	url := testenv.NewDB(t)
+	ctx := t.Context()
+	testenv.Exec(t, url, `CREATE TABLE r (id int PRIMARY KEY, n int NOT NULL, s text)`, `INSERT INTO r VALUES (5, 0, 'old')`)
+	conn := testenv.Conn(t, url)
+	progress := pgx.Identifier{"public", "tidemark_apply_progress"}
+	if err := ensureProgress(ctx, conn, progress); err != nil {
+		t.Fatal(err)
+	}
+	a := &applier{conn: conn, progress: progress, name: "test", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		tables: map[change.ExportID]*target{}, chunk: 64}
+	e := change.ExportID{Schema: "public", Table: "r"}
+	var steps []step
+	row := func(op byte, id, n int) step {
+		return step{kind: stepRecord, export: e, op: op, key: json.RawMessage(fmt.Sprintf(`{"id":%d}`, id)),
+			after: json.RawMessage(fmt.Sprintf(`{"id":%d,"n":%d,"s":"tab\there \\ and\nnewline"}`, id, n))}
+	}
+	for i := range 100 {
+		steps = append(steps, row('c', i, i))
+	}
+	steps = append(steps, row('u', 7, 70)) // repeats a key: a new run begins
+	for i := range 40 {
+		steps = append(steps, row('u', i, -i))
+	}
+	for _, final := range []bool{false, true} {
+		part := 0
+		if final {
+			part = 1
+		}
+		if _, err := a.apply(ctx, &batch{lsn: 10, part: part, final: final, position: "{}", steps: steps}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var n, sum int
+	var s string
+	if err := conn.QueryRow(ctx, `SELECT count(*), sum(n), min(s) FROM r`).Scan(&n, &sum, &s); err != nil {
+		t.Fatal(err)
+	}
+	// ids 0..39 end at -id, 40..99 at id (7 was 70, then -7).
+	want := 0
+	for i := range 100 {
+		if i < 40 {
+			want -= i
+		} else {
+			want += i
+		}
+	}
+	if n != 100 || sum != want || s != "tab\there \\ and\nnewline" {
+		t.Fatalf("%d rows, sum %d (want 100, %d), s %q", n, sum, want, s)
 	}
 }

@@ -306,49 +306,9 @@ func (a *applier) endLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, l *
 // row's chunk was read); the caller applies them one by one then.
 func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step) (ok bool, err error) {
 	t := l.t
-	var names []string
-	var buf []byte
-	for i := range steps {
-		r, err := decodeRecord(&steps[i])
-		if err != nil {
-			return false, fmt.Errorf("record: %w", err)
-		}
-		if !t.checked {
-			if err := t.checkRecord(steps[i].export, r); err != nil {
-				return false, err
-			}
-		}
-		row := r.env.After
-		if row == nil {
-			return false, fmt.Errorf("op r without after")
-		}
-		if names == nil {
-			names = sortedNames(t, row)
-		} else if len(sortedNames(t, row)) != len(names) {
-			return false, nil // columns changed within the run: row by row
-		}
-		for j, n := range names {
-			if j > 0 {
-				buf = append(buf, '\t')
-			}
-			raw, present := row[n]
-			if !present {
-				return false, nil
-			}
-			v, err := t.text(n, raw, r)
-			if err != nil {
-				return false, err
-			}
-			if v == nil {
-				buf = append(buf, `\N`...)
-				continue
-			}
-			buf = appendCopyText(buf, *v)
-		}
-		buf = append(buf, '\n')
-	}
-	if len(names) == 0 {
-		return false, nil
+	names, buf, ok, err := copyText(t, steps)
+	if err != nil || !ok {
+		return false, err
 	}
 	cols := make([]string, len(names))
 	for i, n := range names {
@@ -374,6 +334,51 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step
 		delete(l.unresolved, string(steps[i].key))
 	}
 	return true, nil
+}
+
+// copyText renders full rows (every column in after) as COPY text, in the target's column
+// order. ok is false when a row lacks a column the first has, or has more.
+func copyText(t *target, steps []step) (names []string, buf []byte, ok bool, err error) {
+	for i := range steps {
+		r, err := decodeRecord(&steps[i])
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("record: %w", err)
+		}
+		if !t.checked {
+			if err := t.checkRecord(steps[i].export, r); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		row := r.env.After
+		if row == nil {
+			return nil, nil, false, fmt.Errorf("op %c without after", steps[i].op)
+		}
+		if names == nil {
+			names = sortedNames(t, row)
+		} else if len(sortedNames(t, row)) != len(names) {
+			return nil, nil, false, nil
+		}
+		for j, n := range names {
+			if j > 0 {
+				buf = append(buf, '\t')
+			}
+			raw, present := row[n]
+			if !present {
+				return nil, nil, false, nil
+			}
+			v, err := t.text(n, raw, r)
+			if err != nil {
+				return nil, nil, false, fmt.Errorf("%s: %w", steps[i].export, err)
+			}
+			if v == nil {
+				buf = append(buf, `\N`...)
+				continue
+			}
+			buf = appendCopyText(buf, *v)
+		}
+		buf = append(buf, '\n')
+	}
+	return names, buf, len(names) > 0, nil
 }
 
 // appendCopyText appends s escaped for COPY's text format.
