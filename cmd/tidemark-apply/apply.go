@@ -45,6 +45,8 @@ type applier struct {
 	// stageTx is the transaction staged names the staging tables already used in.
 	stageTx pgx.Tx
 	staged  map[string]bool
+	// fields are decoded json-with-schema value schemas, by the schema's text (a few).
+	fields map[string]map[string]*connectField
 }
 
 // errReload: a table left while its load was under way, in the loads' transaction with the
@@ -465,6 +467,11 @@ func (t *target) checkRecord(e change.ExportID, r *record) error {
 // text converts one column's JSON value to the text PostgreSQL's input function reads for the
 // target column (nil for SQL NULL).
 func (t *target) text(name string, raw json.RawMessage, r *record) (*string, error) {
+	return t.textField(name, raw, r.fields)
+}
+
+// textField is text with json-with-schema's field schemas by column (nil for json).
+func (t *target) textField(name string, raw json.RawMessage, fields map[string]*connectField) (*string, error) {
 	col := t.cols[name]
 	if col == nil {
 		return nil, fmt.Errorf("target %s has no column %s: %w", t.name.Sanitize(), name, errPermanent)
@@ -472,7 +479,7 @@ func (t *target) text(name string, raw json.RawMessage, r *record) (*string, err
 	var s string
 	var ok bool
 	var err error
-	if f := r.fields[name]; f != nil {
+	if f := fields[name]; f != nil {
 		s, ok, err = connectText(raw, f)
 	} else {
 		s, ok, err = textOf(raw, col)

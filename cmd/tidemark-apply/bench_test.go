@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // BenchmarkApplyVsUpsert applies the same rows (json envelopes' after images, as cdc publishes
@@ -105,5 +108,79 @@ ON CONFLICT (id) DO UPDATE SET n = EXCLUDED.n, s = EXCLUDED.s, amount = EXCLUDED
 	var same bool
 	if err := conn.QueryRow(ctx, `SELECT NOT EXISTS (SELECT * FROM bench EXCEPT SELECT * FROM plain) AND (SELECT count(*) FROM bench) = (SELECT count(*) FROM plain)`).Scan(&same); err != nil || !same {
 		b.Errorf("the applier and the plain loop wrote different rows (%v)", err)
+	}
+}
+
+// BenchmarkLoadVsCopy loads the same rows (copy rows as cdc publishes them: json envelopes'
+// after images, op r) into a real PostgreSQL (CDC_TEST_PG_URL): through the applier's load
+// (parts of 10,000 rows in the loads' transaction, committed by a joining cut) and through a
+// plain COPY FROM of the same rows as text. It reports both rates and their ratio (load /
+// COPY). Skipped under -short.
+func BenchmarkLoadVsCopy(b *testing.B) {
+	url := testenv.NewDB(b)
+	ctx := context.Background()
+	testenv.Exec(b, url, `CREATE TABLE big (id bigint PRIMARY KEY, n int NOT NULL, pad text NOT NULL)`, `CREATE TABLE plain (LIKE big INCLUDING ALL)`)
+	const rows, per = 100_000, 10_000
+	e := change.ExportID{Schema: "public", Table: "big"}
+	steps := make([]step, rows)
+	var text []byte
+	for i := range rows {
+		pad := fmt.Sprintf("%x", i*7919) + strings.Repeat("p", 90)
+		steps[i] = step{kind: stepRecord, export: e, op: 'r',
+			key:   json.RawMessage(fmt.Sprintf(`{"id":%d}`, i)),
+			after: json.RawMessage(fmt.Sprintf(`{"id":%d,"n":%d,"pad":%q}`, i, i%1000, pad))}
+		text = fmt.Appendf(text, "%d\t%d\t%s\n", i, i%1000, pad)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	progress := pgx.Identifier{"public", "tidemark_apply_progress"}
+	if err := ensureProgress(ctx, conn, progress); err != nil {
+		b.Fatal(err)
+	}
+	a := &applier{conn: conn, progress: progress, name: "bench", log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		tables: map[change.ExportID]*target{}, chunk: 512, dial: func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, url) }}
+	defer a.close(ctx)
+	var loadTime, copyTime time.Duration
+	for b.Loop() {
+		start := time.Now()
+		for lo := 0; lo < rows; lo += per {
+			bt := &batch{load: &consumer.Load{Export: e, Done: lo+per >= rows}, part: lo / per, final: lo+per >= rows, steps: steps[lo : lo+per]}
+			if _, err := a.apply(ctx, bt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := a.apply(ctx, &batch{lsn: 1, final: true, position: "{}", steps: []step{{kind: stepJoin, export: e}}}); err != nil {
+			b.Fatal(err)
+		}
+		loadTime += time.Since(start)
+
+		start = time.Now()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM plain`); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(text), `COPY plain FROM STDIN`); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		copyTime += time.Since(start)
+	}
+	n := float64(b.N * rows)
+	loadRate, copyRate := n/loadTime.Seconds(), n/copyTime.Seconds()
+	b.ReportMetric(loadRate, "load-rows/s")
+	b.ReportMetric(copyRate, "copy-rows/s")
+	b.ReportMetric(loadRate/copyRate, "ratio")
+	b.Logf("load %.0f rows/s, plain COPY %.0f rows/s: ratio %.2f", loadRate, copyRate, loadRate/copyRate)
+	var same bool
+	if err := conn.QueryRow(ctx, `SELECT NOT EXISTS (SELECT * FROM big EXCEPT SELECT * FROM plain) AND (SELECT count(*) FROM big) = (SELECT count(*) FROM plain)`).Scan(&same); err != nil || !same {
+		b.Errorf("the load and the plain COPY wrote different rows (%v)", err)
 	}
 }

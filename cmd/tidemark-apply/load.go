@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // A table that joins (its first copy, or a new one after a re-copy) is loaded into the target
@@ -306,7 +308,7 @@ func (a *applier) endLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, l *
 // row's chunk was read); the caller applies them one by one then.
 func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step) (ok bool, err error) {
 	t := l.t
-	names, buf, ok, err := copyText(t, steps)
+	names, buf, ok, err := a.copyText(t, steps)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -317,7 +319,7 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step
 	if _, err := tx.Exec(ctx, "SAVEPOINT tidemark_copy"); err != nil {
 		return false, err
 	}
-	_, err = tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(string(buf)), "COPY "+t.name.Sanitize()+" ("+strings.Join(cols, ", ")+") FROM STDIN")
+	_, err = tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(buf), "COPY "+t.name.Sanitize()+" ("+strings.Join(cols, ", ")+") FROM STDIN")
 	if pgErr, isPg := errors.AsType[*pgconn.PgError](err); isPg && pgErr.Code == "23505" {
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT tidemark_copy"); err != nil {
 			return false, err
@@ -337,52 +339,112 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step
 }
 
 // copyText renders full rows (every column in after) as COPY text, in the target's column
-// order. ok is false when a row lacks a column the first has, or has more.
-func copyText(t *target, steps []step) (names []string, buf []byte, ok bool, err error) {
-	for i := range steps {
-		r, err := decodeRecord(&steps[i])
+// order. ok is false when a row does not carry the same columns as the first. The first row is
+// checked against the target as a record; the others are scanned in place (no map per row),
+// with json-with-schema's field schemas decoded once per schema (a.fieldsOf).
+func (a *applier) copyText(t *target, steps []step) (names []string, buf []byte, ok bool, err error) {
+	if !t.checked {
+		r, err := decodeRecord(&steps[0])
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("record: %w", err)
 		}
-		if !t.checked {
-			if err := t.checkRecord(steps[i].export, r); err != nil {
-				return nil, nil, false, err
+		if err := t.checkRecord(steps[0].export, r); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if t.pos == nil {
+		t.pos = make(map[string]int, len(t.order))
+		for i, c := range t.order {
+			t.pos[c] = i
+		}
+	}
+	vals := make([]json.RawMessage, len(t.order))
+	var present []int // the first row's columns, by position
+	var scratch []byte
+	for i := range steps {
+		s := &steps[i]
+		clear(vals)
+		n, unknown := 0, false
+		if !consumer.Fields(s.after, func(name string, v []byte) {
+			j, known := t.pos[name]
+			if !known {
+				unknown = true
+				return
 			}
+			if vals[j] == nil {
+				n++
+			}
+			vals[j] = v
+		}) {
+			return nil, nil, false, fmt.Errorf("record%s: after is not a JSON object", s.where())
 		}
-		row := r.env.After
-		if row == nil {
-			return nil, nil, false, fmt.Errorf("op %c without after", steps[i].op)
-		}
-		if names == nil {
-			names = sortedNames(t, row)
-		} else if len(sortedNames(t, row)) != len(names) {
+		if unknown {
+			// A column the target lacks: the row-by-row path names it.
 			return nil, nil, false, nil
 		}
-		for j, n := range names {
-			if j > 0 {
+		if present == nil {
+			for j, v := range vals {
+				if v != nil {
+					present = append(present, j)
+				}
+			}
+		}
+		if n != len(present) {
+			return nil, nil, false, nil
+		}
+		fields, err := a.fieldsOf(s.schema)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("record%s: %w", s.where(), err)
+		}
+		for k, j := range present {
+			if k > 0 {
 				buf = append(buf, '\t')
 			}
-			raw, present := row[n]
-			if !present {
+			if vals[j] == nil {
 				return nil, nil, false, nil
 			}
-			v, err := t.text(n, raw, r)
-			if err != nil {
-				return nil, nil, false, fmt.Errorf("%s: %w", steps[i].export, err)
+			name := t.order[j]
+			var ok bool
+			if scratch, ok, err = appendText(scratch[:0], vals[j], t.cols[name], fields[name]); err != nil {
+				return nil, nil, false, fmt.Errorf("record%s: column %s: %w", s.where(), name, err)
 			}
-			if v == nil {
+			if !ok {
 				buf = append(buf, `\N`...)
 				continue
 			}
-			buf = appendCopyText(buf, *v)
+			buf = appendCopyText(buf, scratch)
 		}
 		buf = append(buf, '\n')
+	}
+	for _, j := range present {
+		names = append(names, t.order[j])
 	}
 	return names, buf, len(names) > 0, nil
 }
 
+// fieldsOf returns the value fields of a json-with-schema record's Connect schema by column
+// name (nil for plain json), decoded once per schema.
+func (a *applier) fieldsOf(schema json.RawMessage) (map[string]*connectField, error) {
+	if len(schema) == 0 {
+		return nil, nil
+	}
+	k := string(schema)
+	if f, ok := a.fields[k]; ok {
+		return f, nil
+	}
+	r, err := decodeRecord(&step{schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	if a.fields == nil || len(a.fields) >= 64 {
+		a.fields = map[string]map[string]*connectField{}
+	}
+	a.fields[k] = r.fields
+	return r.fields, nil
+}
+
 // appendCopyText appends s escaped for COPY's text format.
-func appendCopyText(dst []byte, s string) []byte {
+func appendCopyText[S string | []byte](dst []byte, s S) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case '\\':

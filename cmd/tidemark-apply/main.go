@@ -74,6 +74,56 @@ type cutSource interface {
 	Close()
 }
 
+// prefetcher reads the next part while the last one is applied: the reader's decoding and the
+// target's writing overlap. It holds at most one part besides the one being applied.
+type prefetcher struct {
+	src    cutSource
+	parts  chan prefetched
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type prefetched struct {
+	b   *batch
+	err error
+}
+
+func prefetch(ctx context.Context, src cutSource) *prefetcher {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &prefetcher{src: src, parts: make(chan prefetched, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			b, err := src.Next(ctx)
+			select {
+			case p.parts <- prefetched{b, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+func (p *prefetcher) next(ctx context.Context) (*batch, error) {
+	select {
+	case r := <-p.parts:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// close stops the reading goroutine and closes the source.
+func (p *prefetcher) close() {
+	p.cancel()
+	<-p.done
+	p.src.Close()
+}
+
 // openSource opens the reader at a position saved in the progress table ("" for the start).
 type openSource func(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error)
 
@@ -168,7 +218,8 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	if err != nil {
 		return err
 	}
-	defer src.Close()
+	parts := prefetch(ctx, src)
+	defer parts.close()
 	dial := func(ctx context.Context) (*pgx.Conn, error) {
 		c, err := pgx.Connect(ctx, cfg.targetURL)
 		if err != nil {
@@ -183,7 +234,7 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	var cutRows, cutTxns int
 	var cutCommit time.Time
 	for {
-		b, err := src.Next(ctx)
+		b, err := parts.next(ctx)
 		if err != nil {
 			return fmt.Errorf("read cut: %w", err)
 		}

@@ -34,6 +34,7 @@ type target struct {
 	key     []string // primary key columns, in index order
 	checked bool     // key and columns compared with the records once
 	sql     map[string]string
+	pos     map[string]int // column name -> index in order (copyText)
 }
 
 // loadTarget reads table's columns and primary key; ok is false when the table does not exist.

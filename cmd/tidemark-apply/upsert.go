@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -42,7 +43,7 @@ func upsertRun(steps []step, i int) int {
 // with nothing written, when the rows do not all carry the same columns; the caller applies
 // them one by one then.
 func (a *applier) upsertRows(ctx context.Context, tx pgx.Tx, t *target, steps []step) (ok bool, err error) {
-	names, buf, ok, err := copyText(t, steps)
+	names, buf, ok, err := a.copyText(t, steps)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -77,7 +78,7 @@ func (a *applier) upsertRows(ctx context.Context, tx pgx.Tx, t *target, steps []
 		}
 	}
 	a.staged[stage[1]] = true
-	if _, err := tx.Conn().PgConn().CopyFrom(ctx, strings.NewReader(string(buf)), "COPY "+stage.Sanitize()+" ("+list+") FROM STDIN"); err != nil {
+	if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(buf), "COPY "+stage.Sanitize()+" ("+list+") FROM STDIN"); err != nil {
 		return false, fmt.Errorf("upsert %s: copy: %w", t.name.Sanitize(), err)
 	}
 	sql := "INSERT INTO " + t.name.Sanitize() + " (" + list + ") SELECT " + list + " FROM " + stage.Sanitize() + " ON CONFLICT (" + strings.Join(keys, ", ") + ") DO " + action

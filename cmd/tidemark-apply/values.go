@@ -49,6 +49,32 @@ func textOf(raw json.RawMessage, col *column) (s string, ok bool, err error) {
 	return string(b), true, err
 }
 
+// appendText appends the text PostgreSQL reads for col from a column's JSON value: under its
+// Connect field schema when f is set (json-with-schema), else as textOf. ok is false for SQL
+// NULL (nothing appended).
+func appendText(dst []byte, raw json.RawMessage, col *column, f *connectField) (_ []byte, ok bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return dst, false, nil
+	}
+	switch {
+	case f != nil:
+		dst, err = appendConnect(dst, raw, f)
+	case col.isJSON:
+		dst = append(dst, raw...)
+	case col.elem != nil && raw[0] == '[':
+		dst, err = appendArray(dst, raw, col.elem)
+	case col.elem != nil:
+		var s string
+		if s, _, err = unquoted(raw); err == nil {
+			dst = append(dst, s...)
+		}
+	default:
+		dst, err = appendScalar(dst, raw, col)
+	}
+	return dst, err == nil, err
+}
+
 func unquoted(raw json.RawMessage) (string, bool, error) {
 	if raw[0] != '"' {
 		return string(raw), true, nil

@@ -196,6 +196,12 @@ func jsonString(b []byte) string {
 	return s
 }
 
+// Fields calls fn with the name and the raw JSON value of each field of the JSON object obj (a
+// Change's Key, Before or After), in order, without copying: the name is valid only during the
+// call, the value as long as obj. It reports whether obj is one well-formed object; fields
+// whose names carry escapes are skipped.
+func Fields(obj []byte, fn func(name string, value []byte)) bool { return eachField(obj, fn) }
+
 // eachField calls fn with each field of the JSON object b (names with escapes are skipped; the
 // name string is only valid during the call). ok is false when b is not one well-formed object.
 func eachField(b []byte, fn func(name string, v []byte)) bool {
