@@ -325,7 +325,20 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 }
 
 // appendDecimal appends the decimal of a base64 big-endian two's complement unscaled value.
+// PostgreSQL's numeric holds up to 131,072 digits before the decimal point and 16,383 after:
+// a decimal past those is refused before any work that grows with it.
+const (
+	numericMaxScale  = 16383
+	numericMaxDigits = 131072 + numericMaxScale
+	// numericMaxB64 bounds the base64 of the unscaled value: 2.408 digits a byte.
+	numericMaxB64 = 4 * (numericMaxDigits/2 + 3) / 3
+)
+
 func appendDecimal(dst []byte, b64 string, scale int) ([]byte, error) {
+	if scale > numericMaxScale || scale < -131072 || len(b64) > numericMaxB64 {
+		return dst, fmt.Errorf("decimal with scale %d and %d bytes of base64 is beyond PostgreSQL's numeric (at most %d digits after the point, %d in all): %w",
+			scale, len(b64), numericMaxScale, numericMaxDigits, errPermanent)
+	}
 	b, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
 		return dst, fmt.Errorf("read decimal: %w", err)
@@ -344,8 +357,8 @@ func appendDecimal(dst []byte, b64 string, scale int) ([]byte, error) {
 	}
 	neg := strings.HasPrefix(s, "-")
 	s = strings.TrimPrefix(s, "-")
-	for len(s) <= scale {
-		s = "0" + s
+	if len(s) <= scale {
+		s = strings.Repeat("0", scale-len(s)+1) + s
 	}
 	if neg {
 		dst = append(dst, '-')

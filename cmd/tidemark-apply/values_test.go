@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -102,4 +105,33 @@ func FuzzPlainString(f *testing.F) {
 			t.Errorf("unquoted(%q) = %q, encoding/json reads %q", raw, got, want)
 		}
 	})
+}
+
+// TestHostileDecimals: a decimal whose scale or size is beyond PostgreSQL's numeric is refused
+// at once, as a permanent error (on c9cb695 a scale of -3e9 ran out of memory and one of 3e6
+// pinned a core for ten minutes).
+func TestHostileDecimals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  string
+		f    *connectField
+	}{
+		{"scale -3e9", `"AQ=="`, &connectField{Type: "bytes", Name: "org.apache.kafka.connect.data.Decimal", Parameters: map[string]string{"scale": "-3000000000"}}},
+		{"scale 3e6", `"AQ=="`, &connectField{Type: "bytes", Name: "org.apache.kafka.connect.data.Decimal", Parameters: map[string]string{"scale": "3000000"}}},
+		{"variable scale 3e6", `{"scale":3000000,"value":"AQ=="}`, &connectField{Type: "struct", Name: "io.debezium.data.VariableScaleDecimal"}},
+		{"too many digits", `"` + strings.Repeat("A", 200_000) + `"`, &connectField{Type: "bytes", Name: "org.apache.kafka.connect.data.Decimal", Parameters: map[string]string{"scale": "0"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, _, err := connectText(json.RawMessage(tc.raw), tc.f)
+			if !errors.Is(err, errPermanent) || time.Since(start) > 5*time.Second {
+				t.Fatalf("%v after %s, want a permanent error at once", err, time.Since(start))
+			}
+		})
+	}
+	// The largest scale PostgreSQL takes still works.
+	got, _, err := connectText(json.RawMessage(`"AQ=="`), &connectField{Type: "bytes", Name: "org.apache.kafka.connect.data.Decimal", Parameters: map[string]string{"scale": "16383"}})
+	if err != nil || len(got) != 16385 || !strings.HasSuffix(got, "1") {
+		t.Fatalf("scale 16383: %d chars, %v", len(got), err)
+	}
 }
