@@ -18,7 +18,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build static image test test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium bench-instructions lint fmt up down demo docker clean
+.PHONY: build static image test test-tools test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium bench-instructions lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -33,7 +33,13 @@ static:
 image: static
 	IMAGE='$(IMAGE)' IMAGE_FORMAT='$(IMAGE_FORMAT)' scripts/image.sh bin/static/cdc
 
-test: test-unit test-integration bench-smoke
+# `make test` installs what every suite needs first: test-unit's deploy/ tests run promtool, which
+# fail under CI=true without it (scripts/services.sh install-tools puts it there).
+test: test-tools test-unit test-integration bench-smoke
+
+test-tools:
+	scripts/services.sh install
+	scripts/services.sh install-tools
 
 test-unit:
 	python3 scripts/check-doc-links.py
