@@ -260,6 +260,16 @@ func TestLoadAndJoin(t *testing.T) {
 	if got := dump(); got != "2|22|two ; 7|7|seven ; 10|11|one" {
 		t.Fatalf("the target after the second join: %s", got)
 	}
+	// A new attempt while one loads starts the load again, the rows from before the first
+	// attempt still set aside: 10 is completed from its original row.
+	ld(e, 0, false, rec('r', `{"id":2}`, `{"id":2,"n":2,"note":"two again"}`))
+	ld(e, 0, true, toast(rec('u', `{"id":10}`, `{"id":10,"n":100}`)))
+	if err := part(&batch{lsn: 30, part: 0, final: true, position: "{}", steps: []step{{kind: stepJoin, export: e}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := dump(); got != "10|100|one" {
+		t.Fatalf("the target after a load begun again: %s", got)
+	}
 	// Into an empty table, an update that left a value out and found no row, with no full row
 	// of its key later in the copy, cannot be completed: the load stops and says why.
 	testenv.Exec(t, url, `DELETE FROM t`)

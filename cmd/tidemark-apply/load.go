@@ -255,6 +255,16 @@ func (a *applier) beginLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, b
 	if len(t.key) == 0 {
 		return fmt.Errorf("target %s has no primary key: give it the key of %s: %w", name.Sanitize(), e, errPermanent)
 	}
+	if prev := a.loads[e]; prev != nil {
+		// A new copy attempt while this one loaded: start again, with the rows from before
+		// the first attempt still set aside (the table now holds part of that attempt).
+		prev.unresolved = map[string]bool{}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+name.Sanitize()); err != nil {
+			return fmt.Errorf("begin the load of %s again: %w", e, err)
+		}
+		a.log.Info("loading a table's copy again (a new attempt began)", "export", e.String(), "attempt", b.load.Attempt)
+		return nil
+	}
 	l := &load{t: t, unresolved: map[string]bool{}}
 	var rows bool
 	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+name.Sanitize()+")").Scan(&rows); err != nil {
