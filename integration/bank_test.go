@@ -366,6 +366,35 @@ type bankSampler struct {
 	lags                []bankLag
 }
 
+// ledgerBook notes when ledger rows are first seen in a replica: every id <= low was seen, and
+// seen holds the ones above it.
+type ledgerBook struct {
+	low  int64
+	seen map[int64]bool
+}
+
+// note adds to lags, for each id not seen before, how long after its COMMIT returned
+// (commitTimes) it was seen at at.
+func (b *ledgerBook) note(lags []bankLag, ids []int64, at time.Time, commitTimes *sync.Map) []bankLag {
+	if b.seen == nil {
+		b.seen = map[int64]bool{}
+	}
+	for _, id := range ids {
+		if id <= b.low || b.seen[id] {
+			continue
+		}
+		b.seen[id] = true
+		if c, ok := commitTimes.Load(id); ok {
+			lags = append(lags, bankLag{commit: c.(time.Time), lag: at.Sub(c.(time.Time))})
+		}
+	}
+	for b.seen[b.low+1] {
+		delete(b.seen, b.low+1)
+		b.low++
+	}
+	return lags
+}
+
 type bankLag struct {
 	commit time.Time
 	lag    time.Duration
@@ -384,8 +413,7 @@ func (s *bankSampler) run(ctx context.Context, t *testing.T) {
 		return
 	}
 	defer conn.Close(context.Background())
-	var low int64 // every ledger id <= low was seen
-	seen := map[int64]bool{}
+	var book ledgerBook
 	for ctx.Err() == nil {
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 		if err != nil {
@@ -396,7 +424,7 @@ func (s *bankSampler) run(ctx context.Context, t *testing.T) {
 		at := time.Now() // after the snapshot was taken: the lag is over- rather than underestimated
 		var ids []int64
 		if err == nil && s.commitTimes != nil {
-			rows, qerr := tx.Query(ctx, `SELECT id FROM ledger WHERE id > $1`, low)
+			rows, qerr := tx.Query(ctx, `SELECT id FROM ledger WHERE id > $1`, book.low)
 			if qerr == nil {
 				ids, qerr = pgx.CollectRows(rows, pgx.RowTo[int64])
 			}
@@ -420,19 +448,7 @@ func (s *bankSampler) run(ctx context.Context, t *testing.T) {
 				}
 			}
 		}
-		for _, id := range ids {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			if c, ok := s.commitTimes.Load(id); ok {
-				s.lags = append(s.lags, bankLag{commit: c.(time.Time), lag: at.Sub(c.(time.Time))})
-			}
-		}
-		for seen[low+1] {
-			delete(seen, low+1)
-			low++
-		}
+		s.lags = book.note(s.lags, ids, at, s.commitTimes)
 		s.mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -528,10 +528,9 @@ func (s *lagSampler) run(ctx context.Context, t *testing.T) {
 		return
 	}
 	defer conn.Close(context.Background())
-	var low int64 // every ledger id <= low was seen
-	seen := map[int64]bool{}
+	var book ledgerBook
 	for ctx.Err() == nil {
-		rows, err := conn.Query(ctx, `SELECT id FROM ledger WHERE id > $1`, low)
+		rows, err := conn.Query(ctx, `SELECT id FROM ledger WHERE id > $1`, book.low)
 		var ids []int64
 		if err == nil {
 			ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -544,19 +543,7 @@ func (s *lagSampler) run(ctx context.Context, t *testing.T) {
 			break
 		}
 		s.mu.Lock()
-		for _, id := range ids {
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			if c, ok := s.commitTimes.Load(id); ok {
-				s.lags = append(s.lags, bankLag{commit: c.(time.Time), lag: at.Sub(c.(time.Time))})
-			}
-		}
-		for seen[low+1] {
-			delete(seen, low+1)
-			low++
-		}
+		s.lags = book.note(s.lags, ids, at, s.commitTimes)
 		s.mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 	}
