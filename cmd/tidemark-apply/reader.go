@@ -69,6 +69,9 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 
 func (r *reader) Close() { r.rd.Close() }
 
+// Watermark is the highest watermark read and when (consumer.Reader.Watermark).
+func (r *reader) Watermark() (change.LSN, time.Time) { return r.rd.Watermark() }
+
 // Next returns the next part as a batch.
 func (r *reader) Next(ctx context.Context) (*batch, error) {
 	part, err := r.rd.Read(ctx)

@@ -97,6 +97,10 @@ type Change struct {
 	// (tidemark.old_key, tidemark.new_key headers), as the key columns' JSON object, like Key
 	// (in json-with-schema, the payload without the schema). The delete comes first.
 	OldKey, NewKey json.RawMessage
+	// Schema is json-with-schema's Connect schema of the value (nil for json), a slice of the
+	// record like After: what a consumer that creates or checks tables reads the columns'
+	// types from, without fetching the record again.
+	Schema json.RawMessage
 }
 
 // Source is the envelope's source block, the part a consumer orders and groups by.

@@ -35,6 +35,7 @@ func decodeChange(ch *Change, e change.ExportID, topic string, partition int32, 
 	withSchema := false
 	if env.payload != nil && env.schema != nil {
 		payload := env.payload
+		ch.Schema = env.schema
 		env = envelopeFields{}
 		if !env.scan(payload) {
 			return fail("payload is not a JSON object")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -52,6 +53,8 @@ type Reader struct {
 	// heldBytes, partChanges and partBytes are the Config's bounds resolved.
 	heldBytes, partChanges, partBytes int
 	whole                             assembler // Next's
+	// watermark and movedAt (unix nanoseconds) are what Watermark reports.
+	watermark, movedAt atomic.Int64
 }
 
 // New returns a reader that starts at the beginning of every chosen table's current copy (or
@@ -348,5 +351,20 @@ func (r *Reader) poll(ctx context.Context) error {
 			return err
 		}
 	}
+	if w := int64(r.st.maxW); w > r.watermark.Load() {
+		r.watermark.Store(w)
+		r.movedAt.Store(time.Now().UnixNano())
+	}
 	return nil
+}
+
+// Watermark returns the highest watermark the chosen tables' records have said so far, and
+// when the reader read it (zero before any): what a health check compares with the cuts
+// delivered. Safe to call from any goroutine.
+func (r *Reader) Watermark() (change.LSN, time.Time) {
+	at := r.movedAt.Load()
+	if at == 0 {
+		return 0, time.Time{}
+	}
+	return change.LSN(r.watermark.Load()), time.Unix(0, at)
 }

@@ -37,6 +37,8 @@ type state struct {
 	loadTurn bool
 	// deferred are watermark values read while a cut was being delivered.
 	deferred []deferredValue
+	// maxW is the highest watermark a chosen table's record has said (Reader.Watermark).
+	maxW change.LSN
 
 	// assign and unassign are the partitions to start and stop fetching (the Reader applies
 	// them): start offset per partition, -1 for the earliest.
@@ -134,7 +136,9 @@ func keyOf(ch *Change) orderKey {
 
 // changeBytes estimates the memory a held change keeps: its images, key and source (slices of
 // the record) and the struct.
-func changeBytes(ch *Change) int { return len(ch.Before) + len(ch.After) + len(ch.Key) + 384 }
+func changeBytes(ch *Change) int {
+	return len(ch.Before) + len(ch.After) + len(ch.Key) + len(ch.Schema) + 384
+}
 
 func newState(tables []change.ExportID, waitAll bool) *state {
 	s := &state{
@@ -209,6 +213,9 @@ func (s *state) applyWatermark(value []byte, where string) error {
 			continue
 		}
 		rec, _ := s.view.Get(e)
+		if rec.Watermark != nil && *rec.Watermark > s.maxW {
+			s.maxW = *rec.Watermark
+		}
 		s.update(rec)
 	}
 	return nil
