@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -104,7 +105,9 @@ func fuzzReader(t *testing.T, in []byte) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := st.addWatermark(b, ""); err != nil {
+				// A record no cdc writes (an attempt going back, a range going
+				// backwards) is refused, and the state goes on without it.
+				if err := st.addWatermark(b, ""); err != nil && !errors.Is(err, ErrContract) {
 					t.Fatal(err)
 				}
 			case 3: // a quiet record

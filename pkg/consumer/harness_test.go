@@ -266,7 +266,7 @@ func (f *fakeCDC) flushTracked() {
 // reader returns a reader of the fake's topics.
 func (f *fakeCDC) reader(tables []change.ExportID, waitAll bool) *Reader {
 	f.t.Helper()
-	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, Tables: tables, WaitAll: waitAll})
+	rd, err := New(Config{Brokers: f.brokers, WatermarkTopic: f.wmTopic, Tables: tables, WaitAll: waitAll, TopicPrefix: f.prefix})
 	if err != nil {
 		f.t.Fatal(err)
 	}

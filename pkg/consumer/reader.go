@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -21,8 +22,13 @@ type Config struct {
 	Brokers []string
 	// WatermarkTopic is cdc's watermark topic, <prefix>.__watermarks.
 	WatermarkTopic string
-	// Tables are the chosen tables; empty means every export the watermark topic names.
+	// Tables are the chosen tables; empty means every export the watermark topic names, that
+	// Accept accepts when set.
 	Tables []change.ExportID
+	Accept func(change.ExportID) bool
+	// TopicPrefix, when set, is cdc's topic prefix: a watermark record whose export's topic is
+	// not the one cdc derives from it (change.TopicName) is refused.
+	TopicPrefix string
 	// WaitAll delays the first cut until every table in Tables has joined (is hydrated), so that
 	// no cut shows one chosen table without another. Later re-copies still let the others go
 	// on.
@@ -55,7 +61,19 @@ type Reader struct {
 	whole                             assembler // Next's
 	// watermark and movedAt (unix nanoseconds) are what Watermark reports.
 	watermark, movedAt atomic.Int64
+	// partitions are the data topics' partition counts, as read when first assigned.
+	partitions map[string]int
+	// wmEnd is the watermark topic's end offset when the reader started (-1 until read), and
+	// wmNext the offset after the last watermark record read: at wmEnd the reader has read
+	// what cdc wrote before it, and says which chosen tables it did not find (reported again
+	// every missingEvery while they are missing).
+	wmEnd, wmNext int64
+	missingAt     time.Time
 }
+
+// missingEvery is how often the reader repeats that chosen tables are not in the watermark
+// topic.
+const missingEvery = 5 * time.Minute
 
 // New returns a reader that starts at the beginning of every chosen table's current copy (or
 // at Resume's position, when called before the first Next).
@@ -89,6 +107,10 @@ func New(cfg Config) (*Reader, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	r := &Reader{cfg: cfg, log: log.With("stage", "consumer"), client: cl, st: newState(cfg.Tables, cfg.WaitAll), paused: map[string]map[int32]bool{}}
+	r.st.accept = cfg.Accept
+	if cfg.TopicPrefix != "" {
+		r.st.topicOf = func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }
+	}
 	switch {
 	case cfg.HeldBytes == 0:
 		r.heldBytes = 4 << 20
@@ -97,6 +119,7 @@ func New(cfg Config) (*Reader, error) {
 	default:
 		r.heldBytes = 1
 	}
+	r.wmEnd = -1
 	r.partChanges, r.partBytes = cfg.PartChanges, cfg.PartBytes
 	if r.partChanges <= 0 {
 		r.partChanges = 10_000
@@ -236,10 +259,14 @@ func (r *Reader) Read(ctx context.Context) (*Cut, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := r.checkPartitions(ctx); err != nil {
+			return nil, err
+		}
 		r.sync()
 		if part != nil {
 			return part, nil
 		}
+		r.reportMissing(ctx)
 		if err := r.poll(ctx); err != nil {
 			return nil, err
 		}
@@ -344,6 +371,7 @@ func (r *Reader) poll(ctx context.Context) error {
 		return rerr
 	}
 	for _, rec := range wm {
+		r.wmNext = max(r.wmNext, rec.Offset+1)
 		if rec.Attrs.IsControl() {
 			continue
 		}
@@ -367,4 +395,90 @@ func (r *Reader) Watermark() (change.LSN, time.Time) {
 		return 0, time.Time{}
 	}
 	return change.LSN(r.watermark.Load()), time.Unix(0, at)
+}
+
+// checkPartitions refuses a watermark record that makes the reader read a partition its topic
+// lacks (or a topic that does not exist): no cdc writes one, and waiting for it would wait for
+// ever. The error names the record.
+func (r *Reader) checkPartitions(ctx context.Context) error {
+	for topic, ps := range r.st.assign {
+		n, known := r.partitions[topic]
+		missing := func() (int32, bool) {
+			for p := range ps {
+				if int(p) >= n {
+					return p, true
+				}
+			}
+			return 0, false
+		}
+		if _, any := missing(); known && !any {
+			continue
+		}
+		// Read the topic's metadata: the first time, and again when a partition is not in
+		// what was read (partitions may have been added since).
+		td, err := kadm.NewClient(r.client).ListTopics(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("read the partitions of %s: %w", topic, err)
+		}
+		d, ok := td[topic]
+		switch {
+		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			n = 0
+		case d.Err != nil:
+			return fmt.Errorf("read the partitions of %s: %w", topic, d.Err)
+		default:
+			n = len(d.Partitions)
+		}
+		if r.partitions == nil {
+			r.partitions = map[string]int{}
+		}
+		r.partitions[topic] = n
+		if p, bad := missing(); bad {
+			where := "a watermark record"
+			if pt := r.st.parts[topic][p]; pt != nil && pt.t.where != "" {
+				where = pt.t.where
+			}
+			if n == 0 {
+				return fmt.Errorf("%s: export's topic %s does not exist: %w", where, topic, ErrContract)
+			}
+			return fmt.Errorf("%s: names partition %d of topic %s, which has %d partition(s): %w", where, p, topic, n, ErrContract)
+		}
+	}
+	return nil
+}
+
+// reportMissing says, once the reader has read the watermark topic up to where it ended when
+// the reader started, which chosen tables it holds no record of (a misspelt name, or a table
+// cdc does not publish yet): the cuts wait for them. It says it again every missingEvery.
+func (r *Reader) reportMissing(ctx context.Context) {
+	if len(r.cfg.Tables) == 0 || r.missingAt.After(time.Now().Add(-missingEvery)) {
+		return
+	}
+	if r.wmEnd < 0 {
+		ends, err := kadm.NewClient(r.client).ListEndOffsets(ctx, r.cfg.WatermarkTopic)
+		if err != nil {
+			return
+		}
+		o, _ := ends.Lookup(r.cfg.WatermarkTopic, 0)
+		if o.Err != nil {
+			return
+		}
+		r.wmEnd = o.Offset
+	}
+	if r.wmNext < r.wmEnd {
+		return
+	}
+	var missing []string
+	for _, e := range r.cfg.Tables {
+		if r.st.tables[e] == nil {
+			missing = append(missing, e.String())
+		}
+	}
+	r.missingAt = time.Now()
+	if len(missing) == 0 {
+		r.missingAt = time.Now().Add(100 * 365 * 24 * time.Hour) // found: no more reports
+		return
+	}
+	r.log.Warn("chosen tables are not in the watermark topic: cdc does not publish them (yet), or the names are misspelt; the cuts wait for them",
+		"tables", missing, "watermark_topic", r.cfg.WatermarkTopic)
 }

@@ -39,6 +39,13 @@ type state struct {
 	deferred []deferredValue
 	// maxW is the highest watermark a chosen table's record has said (Reader.Watermark).
 	maxW change.LSN
+	// accept narrows the exports (Config.Accept); topicOf is the topic cdc derives for one
+	// (nil: not checked); seen is what checkValue knows of each export.
+	accept  func(change.ExportID) bool
+	topicOf func(change.ExportID) string
+	seen    map[change.ExportID]seenExport
+	// where names the watermark record being applied; a table keeps its latest record's.
+	where string
 
 	// assign and unassign are the partitions to start and stop fetching (the Reader applies
 	// them): start offset per partition, -1 for the earliest.
@@ -62,6 +69,7 @@ type table struct {
 	phase   phase
 	attempt int
 	rec     watermark.Record // latest effective record
+	where   string           // where the latest record is, for errors
 	// steps are the (watermark, offsets) of the records since the last cut, watermark
 	// increasing: a target C is read up to the offsets of the first step reaching it.
 	steps []step
@@ -201,6 +209,10 @@ func (s *state) applyDeferred() error {
 }
 
 func (s *state) applyWatermark(value []byte, where string) error {
+	if err := s.checkValue(value, where); err != nil {
+		return err
+	}
+	s.where = where
 	changed, err := s.view.Add(value)
 	if err != nil {
 		if where != "" {
@@ -209,7 +221,7 @@ func (s *state) applyWatermark(value []byte, where string) error {
 		return err
 	}
 	for _, e := range changed {
-		if s.chosen != nil && !s.chosen[e] {
+		if s.chosen != nil && !s.chosen[e] || s.accept != nil && !s.accept(e) {
 			continue
 		}
 		rec, _ := s.view.Get(e)
@@ -276,7 +288,7 @@ func (s *state) update(rec watermark.Record) {
 	if t.held && a < t.heldAt {
 		return // an attempt before the re-copy the cuts wait for
 	}
-	t.rec = rec
+	t.rec, t.where = rec, s.where
 	if t.phase == phaseJoined && (a != t.attempt || rec.State == watermark.StateHydrating) {
 		// A new copy (attempt): the rows so far are stale. The cuts wait for the new copy.
 		s.leave(t)
