@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // applier applies batches to the target: a cut's parts in one transaction, with its progress
@@ -47,6 +49,8 @@ type applier struct {
 	staged  map[string]bool
 	// fields are decoded json-with-schema value schemas, by the schema's text (a few).
 	fields map[string]map[string]*connectField
+	// skip are the records APPLY_SKIP_RECORDS passes over.
+	skip map[recordRef]bool
 }
 
 // errReload: a table left while its load was under way, in the loads' transaction with the
@@ -58,7 +62,8 @@ type pending struct {
 	want   int64 // rows it must affect; -1 for any
 	export change.ExportID
 	what   string
-	at     string // the record it applies: topic[partition]@offset and key
+	at     string    // the record it applies: topic[partition]@offset and key
+	ref    recordRef // the record, for a data error (topic "" for none)
 	// then, when set, is told how many rows the statement affected.
 	then func(rows int64)
 }
@@ -76,6 +81,9 @@ func (a *applier) targetName(e change.ExportID) pgx.Identifier {
 // returns the row changes applied. On error the cut's transaction is rolled back: nothing of
 // the cut is applied.
 func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
+	if len(a.skip) > 0 {
+		b.steps = a.skipped(b.steps)
+	}
 	if b.load != nil {
 		return a.loadPart(ctx, b)
 	}
@@ -102,9 +110,12 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 		}
 	}()
 	q := &queue{a: a, tx: a.tx}
+	// runsFrom: a run that went back to row by row (its columns differ, or the target
+	// refused a value) is not tried again from inside it.
+	runsFrom := 0
 	for i := 0; i < len(b.steps); i++ {
 		s := &b.steps[i]
-		if j := upsertRun(b.steps, i); j > i {
+		if j := upsertRun(b.steps, i); j > i && i >= runsFrom {
 			t, _, err := a.prepare(ctx, a.tx, s, false)
 			if err != nil {
 				return 0, err
@@ -121,6 +132,7 @@ func (a *applier) apply(ctx context.Context, b *batch) (rows int, err error) {
 				i = j - 1
 				continue
 			}
+			runsFrom = j
 		}
 		if s.kind == stepJoin {
 			if err := q.flush(ctx); err != nil {
@@ -263,6 +275,9 @@ func (q *queue) flush(ctx context.Context) error {
 		tag, err := res.Exec()
 		if err != nil {
 			res.Close()
+			if derr := dataError(err, p.ref); derr != nil {
+				return fmt.Errorf("%s %s%s: %w", p.what, p.export, p.at, derr)
+			}
 			return fmt.Errorf("%s %s%s: %w", p.what, p.export, p.at, err)
 		}
 		if p.want >= 0 && tag.RowsAffected() != p.want {
@@ -290,8 +305,9 @@ func (q *queue) step(ctx context.Context, t *target, s *step, r *record, loading
 	}
 	n, err := q.a.queue(&q.pb, &q.want, t, s, r, loading)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", s.export, err)
+		return 0, fmt.Errorf("%s%s: %w", s.export, s.where(), err)
 	}
+	q.want[len(q.want)-1].ref = s.ref()
 	if loading {
 		q.a.loads[s.export].track(s, r, &q.want[len(q.want)-1])
 	}
@@ -310,6 +326,9 @@ func (a *applier) resolve(ctx context.Context, tx pgx.Tx, e change.ExportID, r *
 		return t, nil
 	}
 	name := a.targetName(e)
+	if err := a.refused(e, name); err != nil {
+		return nil, err
+	}
 	t, ok, err := loadTarget(ctx, tx, name)
 	if err != nil {
 		return nil, err
@@ -349,10 +368,8 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 	if r.env.Op == "d" {
 		row = r.env.Before
 	}
-	if !t.checked {
-		if err := t.checkRecord(s.export, r); err != nil {
-			return 0, err
-		}
+	if err := t.checkRecord(s.export, r); err != nil {
+		return 0, err
 	}
 	conv := func(name string, raw json.RawMessage) (any, error) {
 		v, err := t.text(name, raw, r)
@@ -440,15 +457,27 @@ func keyColumns(r *record) []string {
 	return ordered
 }
 
-// checkRecord compares the target with the columns and key of its first record (a truncate
-// has none to compare).
+// checkRecord compares the target with a record's columns and key, for every record: a
+// column the target lacks, or a key that is not the target's primary key, is an error (a
+// truncate carries none, but its target must have a key too).
 func (t *target) checkRecord(e change.ExportID, r *record) error {
-	if r.env.Op == "t" {
-		return nil
-	}
 	row := r.env.After
 	if r.env.Op == "d" {
 		row = r.env.Before
+	}
+	fits := len(t.key) > 0 && (r.env.Op == "t" || len(r.key) == len(t.key))
+	for c := range row {
+		fits = fits && t.cols[c] != nil
+	}
+	if fits && r.env.Op != "t" {
+		for _, k := range t.key {
+			if _, ok := r.key[k]; !ok {
+				fits = false
+			}
+		}
+	}
+	if fits {
+		return nil
 	}
 	var cols, key []string
 	for c := range row {
@@ -457,11 +486,13 @@ func (t *target) checkRecord(e change.ExportID, r *record) error {
 	for k := range r.key {
 		key = append(key, k)
 	}
+	if r.env.Op == "t" {
+		key = t.key
+	}
 	if err := t.check(e, cols, key); err != nil {
 		return err
 	}
-	t.checked = true
-	return nil
+	return fmt.Errorf("target %s does not match the record: %w", t.name.Sanitize(), errPermanent)
 }
 
 // text converts one column's JSON value to the text PostgreSQL's input function reads for the
@@ -509,6 +540,11 @@ func (t *target) upsertSQL(names []string) string {
 	k := "u\x00" + strings.Join(names, "\x00")
 	if s, ok := t.sql[k]; ok {
 		return s
+	}
+	if len(t.sql) >= maxStatements {
+		// A table whose records come with ever new column sets (updates that leave
+		// different TOAST columns out) must not grow this without bound.
+		clear(t.sql)
 	}
 	var b strings.Builder
 	b.WriteString("INSERT INTO " + t.name.Sanitize() + " (")
@@ -613,4 +649,49 @@ func lagOf(b *batch, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return now.Sub(b.commitTime), true
+}
+
+// maxStatements bounds the statements cached per table (one per set of columns).
+const maxStatements = 64
+
+// skipped returns steps without the records APPLY_SKIP_RECORDS lists, saying so for each.
+func (a *applier) skipped(steps []step) []step {
+	out := steps[:0]
+	for i := range steps {
+		if s := &steps[i]; s.kind == stepRecord && a.skip[s.ref()] {
+			a.log.Warn("record passed over, as APPLY_SKIP_RECORDS asks: its change is not applied", "record", s.ref().String(), "export", s.export.String(), "op", string(s.op))
+			continue
+		}
+		out = append(out, steps[i])
+	}
+	return out
+}
+
+// refused returns an error when e's target is a table the applier never writes: one in a
+// system schema, or its own progress table (a watermark record naming one was not written by
+// cdc, or the configuration maps a table onto it).
+func (a *applier) refused(e change.ExportID, name pgx.Identifier) error {
+	switch {
+	case consumer.SystemSchema(name[0]):
+		return fmt.Errorf("export %s maps to %s, in a system schema: refused: %w", e, name.Sanitize(), errPermanent)
+	case name[0] == a.progress[0] && name[1] == a.progress[1]:
+		return fmt.Errorf("export %s maps to %s, the applier's progress table: refused: %w", e, name.Sanitize(), errPermanent)
+	}
+	return nil
+}
+
+// dataClass reports whether a SQLSTATE is a data exception (class 22: a value that does not
+// fit its column) or an integrity constraint violation (class 23): the record's data, not the
+// connection, is at fault, and no retry helps.
+func dataClass(code string) bool { return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") }
+
+// dataError turns PostgreSQL's refusal of one record's data into a permanent error naming the
+// record and what to do; nil when err is not that.
+func dataError(err error, ref recordRef) error {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	if !ok || !dataClass(pgErr.Code) || ref.topic == "" {
+		return nil
+	}
+	return fmt.Errorf("PostgreSQL refused the data of record %s: %s (SQLSTATE %s); the applier stops here, with nothing of its cut (or load) applied: make the target accept it (a wider column, a constraint), or set APPLY_SKIP_RECORDS=%s to pass over this record (its change will be missing from the target): %w",
+		ref, pgErr.Message, pgErr.Code, ref, errPermanent)
 }

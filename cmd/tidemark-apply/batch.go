@@ -43,6 +43,9 @@ func (s *step) where() string {
 	return fmt.Sprintf(" (record %s[%d]@%d, key %s)", s.topic, s.partition, s.offset, s.key)
 }
 
+// ref names the step's record.
+func (s *step) ref() recordRef { return recordRef{s.topic, s.partition, s.offset} }
+
 // joins reports whether the batch joins a table (a cut's first part).
 func (b *batch) joins() bool {
 	for i := range b.steps {

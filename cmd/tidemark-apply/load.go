@@ -223,6 +223,9 @@ func (a *applier) loadStep(ctx context.Context, q *queue, tx pgx.Tx, s *step) (i
 // and tables may be created, and sets its rows aside (see above) and deletes them.
 func (a *applier) beginLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, b *batch) error {
 	name := a.targetName(e)
+	if err := a.refused(e, name); err != nil {
+		return err
+	}
 	t, ok, err := loadTarget(ctx, tx, name)
 	if err != nil {
 		return err
@@ -254,6 +257,20 @@ func (a *applier) beginLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, b
 	}
 	if len(t.key) == 0 {
 		return fmt.Errorf("target %s has no primary key: give it the key of %s: %w", name.Sanitize(), e, errPermanent)
+	}
+	// Nothing is deleted before the target is known to fit the copy: its key and columns are
+	// those of the first record (each record is checked again as it is applied).
+	for i := range b.steps {
+		if s := &b.steps[i]; s.kind == stepRecord && s.op != 't' {
+			r, err := decodeRecord(s)
+			if err != nil {
+				return fmt.Errorf("record of %s%s: %w", e, s.where(), err)
+			}
+			if err := t.checkRecord(e, r); err != nil {
+				return fmt.Errorf("load of %s%s: %w", e, s.where(), err)
+			}
+			break
+		}
 	}
 	if prev := a.loads[e]; prev != nil {
 		// A new copy attempt while this one loaded: start again, with the rows from before
@@ -330,7 +347,9 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step
 		return false, err
 	}
 	_, err = tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(buf), "COPY "+t.name.Sanitize()+" ("+strings.Join(cols, ", ")+") FROM STDIN")
-	if pgErr, isPg := errors.AsType[*pgconn.PgError](err); isPg && pgErr.Code == "23505" {
+	if pgErr, isPg := errors.AsType[*pgconn.PgError](err); isPg && dataClass(pgErr.Code) {
+		// A row already there (23505), or a value the target refuses: the rows go one by
+		// one, which names the record a refusal is about.
 		if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT tidemark_copy"); err != nil {
 			return false, err
 		}
@@ -353,14 +372,12 @@ func (a *applier) copyRows(ctx context.Context, tx pgx.Tx, l *load, steps []step
 // checked against the target as a record; the others are scanned in place (no map per row),
 // with json-with-schema's field schemas decoded once per schema (a.fieldsOf).
 func (a *applier) copyText(t *target, steps []step) (names []string, buf []byte, ok bool, err error) {
-	if !t.checked {
-		r, err := decodeRecord(&steps[0])
-		if err != nil {
-			return nil, nil, false, fmt.Errorf("record: %w", err)
-		}
-		if err := t.checkRecord(steps[0].export, r); err != nil {
-			return nil, nil, false, err
-		}
+	r, err := decodeRecord(&steps[0])
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("record%s: %w", steps[0].where(), err)
+	}
+	if err := t.checkRecord(steps[0].export, r); err != nil {
+		return nil, nil, false, fmt.Errorf("record%s: %w", steps[0].where(), err)
 	}
 	if t.pos == nil {
 		t.pos = make(map[string]int, len(t.order))
@@ -438,10 +455,10 @@ func (a *applier) fieldsOf(schema json.RawMessage) (map[string]*connectField, er
 	if len(schema) == 0 {
 		return nil, nil
 	}
-	k := string(schema)
-	if f, ok := a.fields[k]; ok {
+	if f, ok := a.fields[string(schema)]; ok {
 		return f, nil
 	}
+	k := string(schema)
 	r, err := decodeRecord(&step{schema: schema})
 	if err != nil {
 		return nil, err

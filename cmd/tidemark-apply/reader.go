@@ -7,17 +7,14 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
 )
 
 // reader adapts pkg/consumer's Reader to the applier: each part becomes a batch.
 type reader struct {
-	rd      *consumer.Reader
-	schemas *schemas
-	log     *slog.Logger
+	rd  *consumer.Reader
+	log *slog.Logger
 	// last is the last source transaction counted, so that one spread over parts counts once.
 	last txnID
 	// loaded are the source transactions in the loads of tables not joined yet (a few bytes
@@ -45,6 +42,7 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 		Brokers:        cfg.brokers,
 		WatermarkTopic: cfg.watermarkTopic,
 		Tables:         cfg.tables,
+		TopicPrefix:    cfg.topicPrefix,
 		WaitAll:        len(cfg.tables) > 0,
 		Opts:           opts,
 		Logger:         log,
@@ -63,8 +61,7 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 			return nil, fmt.Errorf("resume at %s: %w", pos.LSN, err)
 		}
 	}
-	sch := &schemas{opts: append([]kgo.Opt{kgo.SeedBrokers(cfg.brokers...)}, opts...), byName: map[change.ExportID]*tableSchema{}}
-	return &reader{rd: rd, schemas: sch, log: log}, nil
+	return &reader{rd: rd, log: log}, nil
 }
 
 func (r *reader) Close() { r.rd.Close() }
@@ -150,11 +147,8 @@ func (r *reader) batchOf(ctx context.Context, part *consumer.Cut) (*batch, error
 				latest = ch.Source.TsMs
 			}
 			var schema json.RawMessage
-			var err error
 			if ch.Op != change.OpTruncate {
-				if schema, err = r.schemas.of(ctx, ch); err != nil {
-					return nil, err
-				}
+				schema = ch.Schema // nil for json
 			}
 			b.steps = append(b.steps, step{
 				kind: stepRecord, export: ch.Export, op: byte(ch.Op), key: ch.Key,

@@ -20,7 +20,12 @@ var errPermanent = errors.New("permanent")
 // column is one column of a target table.
 type column struct {
 	name    string
-	typ     string  // format_type: the cast of its values, e.g. numeric(12,2)
+	// typ is the column's type without its modifier (format_type with typemod -1: numeric,
+	// character varying, "bit"): the cast of its values. The modifier is left to the
+	// assignment to the column, which refuses what does not fit (a string too long for
+	// varchar(3), a bit string of another length), where an explicit cast to varchar(3) would
+	// cut 'Ada Lovelace' to 'Ada' in silence.
+	typ     string
 	isBytea bool    // bytea (or a domain over it)
 	isJSON  bool    // json or jsonb
 	elem    *column // the element type of an array column
@@ -32,7 +37,6 @@ type target struct {
 	cols    map[string]*column
 	order   []string // column names in table order
 	key     []string // primary key columns, in index order
-	checked bool     // key and columns compared with the records once
 	sql     map[string]string
 	pos     map[string]int // column name -> index in order (copyText)
 }
@@ -40,7 +44,7 @@ type target struct {
 // loadTarget reads table's columns and primary key; ok is false when the table does not exist.
 func loadTarget(ctx context.Context, q querier, name pgx.Identifier) (*target, bool, error) {
 	rows, err := q.Query(ctx, `
-SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+SELECT a.attname, format_type(a.atttypid, -1),
        coalesce(bt.typname, t.typname) IN ('bytea'), coalesce(bt.typname, t.typname) IN ('json', 'jsonb'),
        et.oid IS NOT NULL, coalesce(et.typname, '') = 'bytea', coalesce(et.typname, '') IN ('json', 'jsonb'),
        format_type(et.oid, NULL),

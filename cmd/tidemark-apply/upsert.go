@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A cut's changes are mostly full rows (inserts, and updates that carry every column) of
@@ -78,12 +80,35 @@ func (a *applier) upsertRows(ctx context.Context, tx pgx.Tx, t *target, steps []
 		}
 	}
 	a.staged[stage[1]] = true
+	// In a savepoint: a value the target refuses (too long, out of range, a constraint) is
+	// rolled back and the rows go one by one, which names the record.
+	if _, err := tx.Exec(ctx, "SAVEPOINT tidemark_upsert"); err != nil {
+		return false, err
+	}
+	refused := func(err error) (bool, error) {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && dataClass(pgErr.Code) {
+			if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT tidemark_upsert"); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+		return false, nil
+	}
 	if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(buf), "COPY "+stage.Sanitize()+" ("+list+") FROM STDIN"); err != nil {
+		if back, rerr := refused(err); back || rerr != nil {
+			return false, rerr
+		}
 		return false, fmt.Errorf("upsert %s: copy: %w", t.name.Sanitize(), err)
 	}
 	sql := "INSERT INTO " + t.name.Sanitize() + " (" + list + ") SELECT " + list + " FROM " + stage.Sanitize() + " ON CONFLICT (" + strings.Join(keys, ", ") + ") DO " + action
 	if _, err := tx.Exec(ctx, sql); err != nil {
+		if back, rerr := refused(err); back || rerr != nil {
+			return false, rerr
+		}
 		return false, fmt.Errorf("upsert %s (records%s ..%s): %w", t.name.Sanitize(), steps[0].where(), steps[len(steps)-1].where(), err)
+	}
+	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT tidemark_upsert"); err != nil {
+		return false, err
 	}
 	return true, nil
 }
