@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -72,6 +73,10 @@ func (r *reader) Watermark() (change.LSN, time.Time) { return r.rd.Watermark() }
 // Next returns the next part as a batch.
 func (r *reader) Next(ctx context.Context) (*batch, error) {
 	part, err := r.rd.Read(ctx)
+	if errors.Is(err, consumer.ErrContract) {
+		// A record no cdc writes: reading it again will not change it.
+		return nil, fmt.Errorf("%w: %w", err, errPermanent)
+	}
 	if err != nil {
 		return nil, err
 	}

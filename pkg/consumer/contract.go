@@ -59,7 +59,10 @@ func (s *state) checkValue(value []byte, where string) error {
 		if err != nil {
 			return nil
 		}
-		return errors.Join(lsn("quiet record's watermark", q.Watermark), lsn("quiet record's position", &q.Position))
+		if err := lsn("quiet record's watermark", q.Watermark); err != nil {
+			return err
+		}
+		return lsn("quiet record's position", &q.Position)
 	}
 	r, err := watermark.Decode(value)
 	if err != nil {
@@ -77,7 +80,10 @@ func (s *state) checkValue(value []byte, where string) error {
 			return fail("export %s names topic %q, not %q, the topic cdc derives from the prefix", e, r.Topic, want)
 		}
 	}
-	if err := errors.Join(lsn("watermark of "+e.String(), r.Watermark), lsn("position of "+e.String(), &r.Position)); err != nil {
+	if err := lsn("watermark of "+e.String(), r.Watermark); err != nil {
+		return err
+	}
+	if err := lsn("position of "+e.String(), &r.Position); err != nil {
 		return err
 	}
 	for p, o := range r.Offsets {
