@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"strconv"
 	"strings"
@@ -136,6 +137,17 @@ func appendHexBytea(dst, b []byte) []byte {
 // appendArray appends a PostgreSQL array literal of a JSON array (nested arrays are the inner
 // dimensions, except for json elements, which are values).
 func appendArray(dst []byte, raw json.RawMessage, elem *column) ([]byte, error) {
+	return appendArrayAt(dst, raw, elem, 1)
+}
+
+// maxArrayDims is PostgreSQL's MAXDIM: an array nested deeper is refused before it is read
+// further (each level would read what it holds again).
+const maxArrayDims = 6
+
+func appendArrayAt(dst []byte, raw json.RawMessage, elem *column, depth int) ([]byte, error) {
+	if depth > maxArrayDims {
+		return dst, fmt.Errorf("an array of more than %d dimensions, PostgreSQL's limit: %w", maxArrayDims, errPermanent)
+	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return dst, fmt.Errorf("read array: %w", err)
@@ -151,7 +163,7 @@ func appendArray(dst []byte, raw json.RawMessage, elem *column) ([]byte, error) 
 			dst = append(dst, "NULL"...)
 		case it[0] == '[' && !elem.isJSON:
 			var err error
-			if dst, err = appendArray(dst, it, elem); err != nil {
+			if dst, err = appendArrayAt(dst, it, elem, depth+1); err != nil {
 				return dst, err
 			}
 		default:
@@ -255,6 +267,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 		case codec.TimestampNegInfinity / unit:
 			return append(dst, "-infinity"...), nil
 		}
+		if v > math.MaxInt64/unit || v < math.MinInt64/unit {
+			return dst, fmt.Errorf("timestamp %d ms is beyond any timestamp: %w", v, errPermanent)
+		}
 		micros := v * unit
 		days, rem := micros/microsPerDay, micros%microsPerDay
 		if rem < 0 {
@@ -267,6 +282,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 			return dst, fmt.Errorf("read time: %w", err)
 		}
 		if f.Name == "io.debezium.time.Time" {
+			if v > math.MaxInt64/1000 || v < math.MinInt64/1000 {
+				return dst, fmt.Errorf("time %d ms is beyond any time: %w", v, errPermanent)
+			}
 			v *= 1000
 		}
 		return append(dst, appendClock(nil, v)...), nil
@@ -298,6 +316,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 		}
 		return append(dst, s...), nil
 	case "array":
+		if f.depth() > maxArrayDims {
+			return dst, fmt.Errorf("an array of more than %d dimensions, PostgreSQL's limit: %w", maxArrayDims, errPermanent)
+		}
 		var items []json.RawMessage
 		if err := json.Unmarshal(raw, &items); err != nil || f.Items == nil {
 			return dst, fmt.Errorf("read array: %v", err)
@@ -441,8 +462,20 @@ func pgTypeOf(f *connectField) (string, error) {
 		if f.Items == nil {
 			return "", fmt.Errorf("array without items")
 		}
+		if f.depth() > maxArrayDims {
+			return "", fmt.Errorf("an array of more than %d dimensions, PostgreSQL's limit", maxArrayDims)
+		}
 		t, err := pgTypeOf(f.Items)
 		return t + "[]", err
 	}
 	return "", fmt.Errorf("no PostgreSQL type for Connect %s %s: create the table yourself", f.Type, f.Name)
+}
+
+// depth is how many arrays are nested in f, counting f (stopping past maxArrayDims).
+func (f *connectField) depth() int {
+	n := 0
+	for g := f; g != nil && g.Type == "array" && n <= maxArrayDims; g = g.Items {
+		n++
+	}
+	return n
 }

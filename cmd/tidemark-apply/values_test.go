@@ -135,3 +135,34 @@ func TestHostileDecimals(t *testing.T) {
 		t.Fatalf("scale 16383: %d chars, %v", len(got), err)
 	}
 }
+
+// TestHostileShapes: arrays nested past PostgreSQL's 6 dimensions (json and Connect schemas)
+// and timestamps whose milliseconds overflow microseconds are refused as permanent errors,
+// not read level by level or wrapped around into another date.
+func TestHostileShapes(t *testing.T) {
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	intArray := &column{typ: "integer[]", elem: &column{typ: "integer"}}
+	if _, _, err := textOf(json.RawMessage(deep), intArray); !errors.Is(err, errPermanent) || !strings.Contains(err.Error(), "more than 6 dimensions") {
+		t.Errorf("a json array 10,000 deep: %v", err)
+	}
+	if got, _, err := textOf(json.RawMessage(`[[[[[[1]]]]]]`), intArray); err != nil || got != `{{{{{{"1"}}}}}}` {
+		t.Errorf("6 dimensions: %q %v", got, err)
+	}
+	f := &connectField{Type: "int32"}
+	for range 7 {
+		f = &connectField{Type: "array", Items: f}
+	}
+	if _, _, err := connectText(json.RawMessage(`[]`), f); !errors.Is(err, errPermanent) {
+		t.Errorf("a Connect array of 7 dimensions: %v", err)
+	}
+	if _, err := pgTypeOf(f); err == nil {
+		t.Errorf("pgTypeOf of 7 dimensions: no error")
+	}
+	ts := &connectField{Type: "int64", Name: "io.debezium.time.Timestamp"}
+	if _, _, err := connectText(json.RawMessage(`9223372036854775`), ts); err != nil {
+		t.Errorf("the largest milliseconds: %v", err)
+	}
+	if got, _, err := connectText(json.RawMessage(`9223372036854776`), ts); !errors.Is(err, errPermanent) {
+		t.Errorf("milliseconds past int64 microseconds: %q %v, want a permanent error", got, err)
+	}
+}
