@@ -55,6 +55,8 @@ type plan struct {
 	resume     map[change.ExportID]change.LSN
 	codec      codec.Config
 	markerTag  string
+	// types loads type descriptions for the codec's catalog, on a connection of its own.
+	types *typeLoader
 }
 
 func (pl *plan) close() {
@@ -64,6 +66,9 @@ func (pl *plan) close() {
 	}
 	if pl.conn != nil {
 		pl.conn.Close(context.Background())
+	}
+	if pl.types != nil {
+		pl.types.close()
 	}
 }
 
@@ -77,6 +82,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 			pl.close()
 		}
 	}()
+	pl.types = newTypeLoader(cfg.PGURL, cfg.timeouts())
 	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
 	if err != nil {
 		return nil, err
@@ -208,14 +214,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		MaxRecordBytes: sink.MaxRecordBytes - 64<<10,
 		Format:         cfg.ValueFormat,
 		// One catalog for every stage, so the snapshot and the stream build identical encoders.
-		Types: codec.NewTypes(func(ctx context.Context, oids []uint32) ([]codec.TypeInfo, error) {
-			conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
-			if err != nil {
-				return nil, err
-			}
-			pl.conn = conn
-			return pgcat.QueryTypes(ctx, conn, oids)
-		}),
+		Types:       codec.NewTypes(pl.types.load),
 		Unchanged:   cfg.UnchangedToast,
 		Placeholder: cfg.UnchangedPlaceholder,
 	}
