@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,8 +161,13 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 	return wants, errors.Join(errs...)
 }
 
-// createTopics creates the missing topics, one request per kind, and returns those it created. A
-// topic that appeared in the meantime (TOPIC_ALREADY_EXISTS) is fine.
+// createTopics creates the missing topics in batches the controller accepts, and returns those
+// it created. A topic that appeared in the meantime (TOPIC_ALREADY_EXISTS) is fine.
+//
+// KRaft refuses a request whose topics make more metadata records than it takes in one
+// operation (POLICY_VIOLATION, "excessively large batch operation": 10,000 records, each topic
+// one plus one per partition plus one per config). Batches are sized to a quarter of that; a
+// batch refused as too large anyway (a lower limit) is split in two and tried again.
 func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant) (map[string]bool, error) {
 	created := make(map[string]bool)
 	groups := make(map[topicWant][]string)
@@ -173,7 +179,8 @@ func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[str
 		rf = -1
 	}
 	var errs []error
-	for w, topics := range groups {
+	for _, w := range slices.SortedFunc(maps.Keys(groups), func(a, b topicWant) int { return cmp.Compare(len(groups[a]), len(groups[b])) }) {
+		topics := groups[w]
 		configs := map[string]*string{"max.message.bytes": new(strconv.Itoa(MaxRecordBytes))}
 		if w.compact {
 			configs["cleanup.policy"] = new("compact")
@@ -183,29 +190,83 @@ func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[str
 				configs[k] = new(strconv.FormatInt(v, 10))
 			}
 		}
-		resps, err := s.admin.CreateTopics(ctx, w.partitions, rf, configs, topics...)
-		if err != nil {
-			return nil, fmt.Errorf("create topics %s: %w", strings.Join(topics, ", "), err)
+		parts := int(w.partitions)
+		if parts <= 0 {
+			parts = 12 // the broker's default, unknown here: assume a generous one
 		}
-		for _, name := range topics {
-			r, ok := resps[name]
+		size := max(1, min(createBatchTopics, createBatchRecords/(1+parts+len(configs))))
+		for len(topics) > 0 {
+			batch := topics[:min(size, len(topics))]
+			done, err := s.createBatch(ctx, w, rf, configs, batch, created)
 			switch {
-			case !ok:
-				errs = append(errs, fmt.Errorf("create topic %s: no answer from the broker", name))
-			case r.Err == nil:
-				created[name] = true
-				s.log.Info("created topic", "topic", name, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor, "compacted", w.compact)
-			case errors.Is(r.Err, kerr.TopicAlreadyExists):
-			default:
-				msg := ""
-				if r.ErrMessage != "" {
-					msg = " (" + r.ErrMessage + ")"
-				}
-				errs = append(errs, fmt.Errorf("create topic %s: %w%s", name, r.Err, msg))
+			case errors.Is(err, errBatchTooLarge) && len(batch) > 1:
+				size = max(1, len(batch)/2)
+				s.log.Info("the controller refused a batch of topics as too large: creating them in smaller ones", "topics", len(batch), "now", size)
+				continue
+			case err != nil:
+				errs = append(errs, err)
+			}
+			topics = topics[len(batch):]
+			if len(missing) > size {
+				s.log.Info("creating topics in batches", "done", len(created), "of", len(missing), "batch", len(batch), "created_in_batch", done)
 			}
 		}
 	}
 	return created, errors.Join(errs...)
+}
+
+// createBatchRecords and createBatchTopics bound one CreateTopics request: the metadata records
+// its topics make (KRaft's limit for one operation is 10,000), and the topics.
+const (
+	createBatchRecords = 2500
+	createBatchTopics  = 500
+)
+
+// errBatchTooLarge: the controller refused a request for the records its topics make.
+var errBatchTooLarge = errors.New("batch too large for the controller")
+
+// createBatch creates topics in one request and adds those it created to created; it returns
+// how many. It returns errBatchTooLarge when the controller refused the request for its size.
+func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs map[string]*string, topics []string, created map[string]bool) (int, error) {
+	resps, err := s.admin.CreateTopics(ctx, w.partitions, rf, configs, topics...)
+	if err != nil {
+		return 0, fmt.Errorf("create %d topics (%s...): %w", len(topics), topics[0], err)
+	}
+	var errs []error
+	n, tooLarge := 0, 0
+	for _, name := range topics {
+		r, ok := resps[name]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("create topic %s: no answer from the broker", name))
+		case r.Err == nil:
+			created[name] = true
+			n++
+			s.log.Debug("created topic", "topic", name, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor, "compacted", w.compact)
+		case errors.Is(r.Err, kerr.TopicAlreadyExists):
+		case errors.Is(r.Err, kerr.PolicyViolation) && strings.Contains(r.ErrMessage, "large batch"):
+			tooLarge++
+		default:
+			msg := ""
+			if r.ErrMessage != "" {
+				msg = " (" + r.ErrMessage + ")"
+			}
+			errs = append(errs, fmt.Errorf("create topic %s: %w%s", name, r.Err, msg))
+		}
+	}
+	if tooLarge == len(topics) {
+		return 0, errBatchTooLarge
+	}
+	if n > 0 {
+		var first []string
+		for _, name := range topics {
+			if created[name] && len(first) < 3 {
+				first = append(first, name)
+			}
+		}
+		s.log.Info("created topics", "count", n, "first", first, "partitions", w.partitions, "compacted", w.compact)
+	}
+	return n, errors.Join(errs...)
 }
 
 // checkExisting compares existing topics' cleanup policy with what is wanted.
