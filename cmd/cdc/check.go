@@ -418,12 +418,18 @@ func (p *preflight) kafka(ctx context.Context) {
 		p.pass("Kafka: at-least-once delivery: no transactions needed")
 		return
 	}
-	// Transactions: finding the transaction coordinator reads metadata only (no producer id is
-	// taken, so a running instance is not fenced).
+	// Transactions: finding the transaction coordinator of the transactional id that cdc run
+	// uses reads metadata only (no producer id is taken, so a running instance is not fenced),
+	// and needs the DESCRIBE that the id's ACLs grant. The id names the database: without it
+	// (PostgreSQL unreachable, already a failure) any id tells whether transactions work.
+	txnID := "tidemark-check"
+	if p.database != "" {
+		txnID = pipeline.TransactionalID(p.database, cfg.Slot)
+	}
 	fc := kmsg.NewPtrFindCoordinatorRequest()
 	fc.CoordinatorType = 1 // transaction
-	fc.CoordinatorKey = "tidemark-check"
-	fc.CoordinatorKeys = []string{"tidemark-check"}
+	fc.CoordinatorKey = txnID
+	fc.CoordinatorKeys = []string{txnID}
 	// A cluster that never ran a transaction creates its transaction-state topic now: the
 	// coordinator is "not available" until it has.
 	var fr *kmsg.FindCoordinatorResponse
@@ -445,7 +451,7 @@ func (p *preflight) kafka(ctx context.Context) {
 	case err != nil:
 		p.fail("", "Kafka: cannot find a transaction coordinator: %v", err)
 	case len(fr.Coordinators) > 0 && fr.Coordinators[0].ErrorCode != 0:
-		p.fail("exactly-once needs transactions: grant WRITE and DESCRIBE on transactional ids tidemark-* (ACLs), make sure the __transaction_state topic can be created (transaction.state.log.replication.factor <= brokers), or set CDC_DELIVERY=at-least-once",
+		p.fail("exactly-once needs transactions: grant WRITE and DESCRIBE on transactional id "+txnID+" (ACLs), make sure the __transaction_state topic can be created (transaction.state.log.replication.factor <= brokers), or set CDC_DELIVERY=at-least-once",
 			"Kafka: transactions unavailable: %s", errName(fr.Coordinators[0].ErrorCode))
 	case len(fr.Coordinators) == 0 && fr.ErrorCode != 0:
 		p.fail("exactly-once needs transactions, or set CDC_DELIVERY=at-least-once", "Kafka: transactions unavailable: %s", errName(fr.ErrorCode))

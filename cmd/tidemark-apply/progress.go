@@ -29,8 +29,16 @@ func ensureProgress(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) e
 		return fmt.Errorf("lock for the progress table: %w", err)
 	}
 	if len(table) == 2 {
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{table[0]}.Sanitize()); err != nil {
-			return fmt.Errorf("create schema of the progress table: %w", err)
+		// CREATE SCHEMA checks CREATE on the database before it looks for the schema, even
+		// with IF NOT EXISTS: ask first, so that a role without it can use an existing schema.
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", table[0]).Scan(&exists); err != nil {
+			return fmt.Errorf("look for the schema of the progress table: %w", err)
+		}
+		if !exists {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{table[0]}.Sanitize()); err != nil {
+				return fmt.Errorf("create schema of the progress table: %w", err)
+			}
 		}
 	}
 	_, err = tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+table.Sanitize()+` (

@@ -90,6 +90,18 @@ func StartSecureKafka(t testing.TB) *SecureKafka {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
+	runKafka(t, lib, dir, props, "dGlkZW1hcmstc2VjdXJlMQ",
+		fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
+		fmt.Sprintf("SCRAM-SHA-256=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
+		fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.RestrictedUser, k.RestrictedPassword))
+	return k
+}
+
+// runKafka formats a single-node KRaft broker with server.properties props in dir (cluster id
+// clusterID, each of scram a StorageTool --add-scram user), starts it from the jars in lib, waits
+// until it has started and stops it at cleanup. The broker logs to dir/kafka.log.
+func runKafka(t testing.TB, lib, dir, props, clusterID string, scram ...string) {
+	t.Helper()
 	cfgPath := filepath.Join(dir, "server.properties")
 	if err := os.WriteFile(cfgPath, []byte(props), 0o600); err != nil {
 		t.Fatal(err)
@@ -109,13 +121,13 @@ rootLogger.appenderRef.file.ref = file
 	}
 	cp := filepath.Join(lib, "*")
 	heap := []string{"-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"}
-	format := exec.Command("java", append(heap, "-Dlog4j2.configurationFile="+log4j, "-cp", cp,
-		"kafka.tools.StorageTool", "format", "-t", "dGlkZW1hcmstc2VjdXJlMQ", "-c", cfgPath,
-		"--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
-		"--add-scram", fmt.Sprintf("SCRAM-SHA-256=[name=%s,password=%s]", k.ScramUser, k.ScramPassword),
-		"--add-scram", fmt.Sprintf("SCRAM-SHA-512=[name=%s,password=%s]", k.RestrictedUser, k.RestrictedPassword))...)
-	if out, err := format.CombinedOutput(); err != nil {
-		t.Fatalf("testenv: format secure Kafka: %v\n%s", err, out)
+	args := append(heap, "-Dlog4j2.configurationFile="+log4j, "-cp", cp,
+		"kafka.tools.StorageTool", "format", "-t", clusterID, "-c", cfgPath)
+	for _, s := range scram {
+		args = append(args, "--add-scram", s)
+	}
+	if out, err := exec.Command("java", args...).CombinedOutput(); err != nil {
+		t.Fatalf("testenv: format Kafka: %v\n%s", err, out)
 	}
 	cmd := exec.Command("java", append(heap, "-Dlog4j2.configurationFile="+log4j, "-cp", cp, "kafka.Kafka", cfgPath)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -125,7 +137,7 @@ rootLogger.appenderRef.file.ref = file
 	}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("testenv: start secure Kafka: %v", err)
+		t.Fatalf("testenv: start Kafka: %v", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); out.Close(); close(done) }()
@@ -139,7 +151,6 @@ rootLogger.appenderRef.file.ref = file
 		}
 	})
 	waitKafkaStarted(t, dir, logFile, done)
-	return k
 }
 
 // serverProperties is the broker's server.properties: its listeners on ports (SASL_SSL,
@@ -166,11 +177,11 @@ authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 allow.everyone.if.no.acl.found=false
 super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidemark-scram;User:tidemark-plain;User:tidemark
 `, ports[0], ports[1], ports[2], ports[3], filepath.Join(k.Dir, "keystore.pem"), k.CAFile, filepath.Join(k.Dir, "data"))
-	singleNode, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	singleNode, err := readSingleNode(root)
 	if err != nil {
 		return "", err
 	}
-	props += string(singleNode)
+	props += singleNode
 	for _, l := range []string{"sasl_ssl", "sasl_plaintext"} {
 		props += fmt.Sprintf("listener.name.%s.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_%s=\"%s\";\n", l, k.PlainUser, k.PlainPassword)
 		props += fmt.Sprintf("listener.name.%s.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n", l)
@@ -178,6 +189,13 @@ super.users=User:ANONYMOUS;User:CN=localhost;User:CN=tidemark-client;User:tidema
 		props += fmt.Sprintf("listener.name.%s.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub=\"broker\";\n", l)
 	}
 	return props, nil
+}
+
+// readSingleNode returns scripts/kafka/single-node.properties, the single-node settings that
+// scripts/services.sh writes too.
+func readSingleNode(root string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "scripts", "kafka", "single-node.properties"))
+	return string(b), err
 }
 
 // waitKafkaStarted waits until the broker's log (logFile, in dir) says it started; it fails the
@@ -193,11 +211,11 @@ func waitKafkaStarted(t testing.TB, dir, logFile string, done <-chan struct{}) {
 		select {
 		case <-done:
 			o, _ := os.ReadFile(filepath.Join(dir, "kafka.out"))
-			t.Fatalf("testenv: secure Kafka exited during start-up:\n%s\n%s", testsvc.Tail(string(b), 3000), testsvc.Tail(string(o), 2000))
+			t.Fatalf("testenv: Kafka exited during start-up:\n%s\n%s", testsvc.Tail(string(b), 3000), testsvc.Tail(string(o), 2000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testenv: secure Kafka did not start within 90s:\n%s", testsvc.Tail(string(b), 3000))
+			t.Fatalf("testenv: Kafka did not start within 90s:\n%s", testsvc.Tail(string(b), 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

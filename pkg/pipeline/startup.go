@@ -72,6 +72,11 @@ func (pl *plan) close() {
 	}
 }
 
+// TransactionalID is cdc's Kafka transactional id in exactly-once mode: one per source database
+// and slot, so that a second instance on the same slot fences the first. Kafka ACLs grant it
+// (docs/production.md, "Kafka ACLs: least privilege").
+func TransactionalID(database, slot string) string { return "tidemark-" + database + "-" + slot }
+
 // startUp checks everything PostgreSQL and Kafka must say yes to, restores the tracker from the
 // watermark topic and makes sure the slot exists and lost nothing.
 func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int) (_ *plan, err error) {
@@ -105,7 +110,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	}
 
 	skCfg := cfg.Sink
-	skCfg.TransactionalID = "tidemark-" + database + "-" + cfg.Slot
+	skCfg.TransactionalID = TransactionalID(database, cfg.Slot)
 	skCfg.DialTimeout, skCfg.MaxBatchBytes, skCfg.MaxBulkBatchBytes = cfg.ConnectTimeout, sinkBatchBytes, sinkBulkBatchBytes
 	// Process-wide: the sink's counters survive the restart that its errors cause.
 	skCfg.Logger, skCfg.Registerer = log, life.base
