@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -41,6 +43,9 @@ func runLives(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) error
 			log.Warn("kafka transaction fenced, but no other instance holds the slot (a transaction aborted by its timeout); restarting", "err", err)
 		}
 		if exitNow(err, attempt, p.Ran(), time.Since(started), p.StartupWindow()) {
+			if refusedByACL(err) {
+				return fmt.Errorf("%w: the broker's authorizer refuses cdc's principal; grant the ACLs in docs/production.md#kafka-acls-least-privilege", err)
+			}
 			return err
 		}
 		if errors.Is(err, replication.ErrServerChanged) {
@@ -72,11 +77,19 @@ func runLives(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) error
 // transaction the broker aborted at its timeout): a new life recovers from those, as it does
 // when a running pipeline loses Kafka a second later.
 func exitNow(err error, attempt int, ran bool, elapsed, window time.Duration) bool {
-	if errors.Is(err, pipeline.ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) {
+	if errors.Is(err, pipeline.ErrFatal) || errors.Is(err, replication.ErrSetup) || errors.Is(err, replication.ErrSlotLost) || refusedByACL(err) {
 		return true
 	}
 	fencedAlone := errors.Is(err, sink.ErrFenced)
 	return attempt == 1 && !ran && elapsed < window && !fencedAlone && !connectionLost(err)
+}
+
+// refusedByACL reports whether the broker's authorizer refused cdc's principal: a retry gets
+// the same answer until someone grants the ACL, so the service stops and says so (at any
+// moment, not only at start: an ACL removed later is the same misconfiguration).
+func refusedByACL(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
+		errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed)
 }
 
 // connectionLost reports whether err is a connection that a server (or the network between)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -233,6 +234,8 @@ func TestExitNow(t *testing.T) {
 		{"fatal lost connection", fmt.Errorf("%w: %w", pipeline.ErrFatal, lost), 1, false, time.Second, true},
 		{"slot lost", fmt.Errorf("x: %w", replication.ErrSlotLost), 5, true, time.Hour, true},
 		{"setup", fmt.Errorf("x: %w", replication.ErrSetup), 2, false, time.Second, true},
+		{"refused by an ACL while running", fmt.Errorf("produce: %w", kerr.TopicAuthorizationFailed), 4, true, time.Hour, true},
+		{"transactional id refused", fmt.Errorf("init producer id: %w", kerr.TransactionalIDAuthorizationFailed), 2, false, time.Second, true},
 	} {
 		if got := exitNow(tc.err, tc.attempt, tc.ran, tc.elapsed, 15*time.Second); got != tc.exit {
 			t.Errorf("%s: exitNow = %v, want %v (err %v)", tc.name, got, tc.exit, tc.err)
