@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -28,14 +30,14 @@ func (w *toastWarnings) check(ctx context.Context, conn pgcat.Querier, cfg Confi
 	if w.warned == nil {
 		w.warned = make(map[change.ExportID]bool)
 	}
-	fresh := false
+	news := false
 	for e := range published {
 		if !w.warned[e] {
-			fresh = true
+			news = true
 			break
 		}
 	}
-	if !fresh {
+	if !news {
 		return
 	}
 	tables, err := pgcat.OutOfLineColumns(ctx, conn, cfg.Publication)
@@ -43,16 +45,29 @@ func (w *toastWarnings) check(ctx context.Context, conn pgcat.Querier, cfg Confi
 		log.Debug("could not look for out-of-line columns", "err", err)
 		return
 	}
+	var fresh []change.ExportID
 	for e, cols := range tables {
 		if w.warned[e] {
 			continue
 		}
+		fresh = append(fresh, e)
+		log.Debug("table has columns PostgreSQL may store out of line (TOAST)", "export", e.String(), "columns", cols)
+	}
+	if len(fresh) > 0 {
 		got := "the record leaves the column out of \"after\" and names it in the tidemark.unchanged header (CDC_UNCHANGED_TOAST=omit), so a consumer must merge the update into the row it has"
 		if cfg.UnchangedToast == codec.UnchangedPlaceholder {
 			got = fmt.Sprintf("the record carries the placeholder %q as the column's value and names the column in the tidemark.unchanged header (CDC_UNCHANGED_TOAST=placeholder)", cfg.UnchangedPlaceholder)
 		}
-		log.Warn(fmt.Sprintf("table %s has columns PostgreSQL may store out of line (TOAST); an update that leaves such a value unchanged does not send it, and %s. For complete rows in every update run ALTER TABLE %s REPLICA IDENTITY FULL (more WAL per update)",
-			e, got, pgcat.Table(e)), "export", e.String(), "columns", cols)
+		// One line for every table that shares the advice (a publication of thousands would
+		// otherwise open the log with thousands of lines); the columns of each are at DEBUG.
+		slices.SortFunc(fresh, func(a, b change.ExportID) int { return strings.Compare(a.String(), b.String()) })
+		names := make([]string, 0, 5)
+		for _, e := range fresh[:min(5, len(fresh))] {
+			names = append(names, e.String())
+		}
+		example := pgcat.Table(fresh[0])
+		log.Warn(fmt.Sprintf("%d published table(s) have columns PostgreSQL may store out of line (TOAST); an update that leaves such a value unchanged does not send it, and %s. For complete rows in every update run ALTER TABLE ... REPLICA IDENTITY FULL on them (more WAL per update), e.g. ALTER TABLE %s REPLICA IDENTITY FULL",
+			len(fresh), got, example), "tables", len(fresh), "first", names)
 	}
 	for e := range published {
 		w.warned[e] = true
