@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
@@ -66,6 +67,9 @@ type owner struct {
 	stopped chan struct{}
 	// view is the exports' states as of the last event that could change them.
 	view atomic.Pointer[[]ExportState]
+	// stuck is why the last poll's tables could not be taken in (their catalog, their
+	// topics), and since when; nil once a poll went through (Pipeline.Ready).
+	stuck atomic.Pointer[admission]
 
 	// Queues of commands whose receivers may be busy: the owner never waits for them.
 	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
@@ -306,6 +310,13 @@ func (o *owner) handle(ctx context.Context, ev event) {
 	switch ev := ev.(type) {
 	case evPolled:
 		err := o.published(ctx, ev.cat, ev.published)
+		waiting := 0
+		for e := range ev.published {
+			if !o.phases[e].known() {
+				waiting++
+			}
+		}
+		o.admitted(err, waiting)
 		o.recopiesPolled(err)
 		if err == nil {
 			o.partitions(ev.leaves)
@@ -313,7 +324,9 @@ func (o *owner) handle(ctx context.Context, ev event) {
 		}
 		ev.done <- err
 	case evBegin:
-		if err := o.begin(ctx, ev); err != nil {
+		err := o.begin(ctx, ev)
+		o.admitted(err, len(ev.tables))
+		if err != nil {
 			ev.reply <- beginReply{nil, err}
 		}
 	case evRestart:
@@ -449,3 +462,25 @@ func (w chunkWiring) OpenWindow(id uint64, e change.ExportID, seq int) { w.repl.
 func (w chunkWiring) ChunkRead(id uint64, u *change.Unit)              { w.repl.ChunkRead(id, u) }
 func (w chunkWiring) AbandonWindow(id uint64)                          { w.repl.AbandonWindow(id) }
 func (w chunkWiring) CopyComplete(e change.ExportID, total int)        { w.repl.CopyComplete(e, total) }
+
+// admission is a poll of the publication that could not be taken in.
+type admission struct {
+	err     error
+	tables  int // published tables not exported yet
+	since   time.Time
+	retries int
+}
+
+// admitted records how taking tables in went (a poll's, or a snapshot's topics): an error keeps
+// the pipeline from being ready (waiting tables wait), until one goes through.
+func (o *owner) admitted(err error, waiting int) {
+	if err == nil {
+		o.stuck.Store(nil)
+		return
+	}
+	a := &admission{err: err, tables: waiting, since: time.Now()}
+	if prev := o.stuck.Load(); prev != nil {
+		a.since, a.retries = prev.since, prev.retries+1
+	}
+	o.stuck.Store(a)
+}

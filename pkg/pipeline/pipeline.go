@@ -35,9 +35,10 @@ const (
 // Pipeline is Tidemark's pipeline: New, then Run. Metrics and Resnapshot may be used from any
 // goroutine, before, during and after Run.
 type Pipeline struct {
-	cfg  Config
-	life *lifeRegistry
-	mon  *monitor
+	cfg   Config
+	life  *lifeRegistry
+	mon   *monitor
+	lives prometheus.Counter
 }
 
 // New returns a pipeline for cfg; nothing is connected until Run.
@@ -46,7 +47,11 @@ func New(cfg Config) *Pipeline {
 	life.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p := &Pipeline{cfg: cfg.withDefaults(), life: life}
 	p.mon = newMonitor(p)
-	life.base.MustRegister(p.mon)
+	p.lives = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tidemark_pipeline_lives_total",
+		Help: "Lives of the pipeline started: 1, plus one per restart after an error (start-up included).",
+	})
+	life.base.MustRegister(p.mon, p.lives)
 	return p
 }
 
@@ -143,6 +148,10 @@ func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) 
 	if !r.streaming() {
 		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")
 	}
+	if a := r.owner.stuck.Load(); a != nil {
+		reasons = append(reasons, fmt.Sprintf("%d published tables cannot be taken in (their catalog or their Kafka topics) for %s, %d retries: %v",
+			a.tables, time.Since(a.since).Round(time.Second), a.retries, a.err))
+	}
 	for _, s := range r.states() {
 		if s.State == watermark.StateFailed {
 			failed = append(failed, s)
@@ -156,6 +165,7 @@ func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) 
 // error that ended the life; the caller decides whether another life starts (cmd/cdc retries
 // transient errors). attempt numbers the lives from 1.
 func (p *Pipeline) Life(ctx context.Context, attempt int) error {
+	p.lives.Inc()
 	return runOnce(ctx, p.cfg, p.life, attempt)
 }
 
