@@ -195,6 +195,6 @@ func refuseRestore(cfg Config, bad *sink.RecordError, past *pastWALError, tl rep
 	}
 	return fatal(fmt.Errorf("watermark topic %s partition %d offset %d: %v: %s. "+
 		"cdc restores nothing from the topic and stops: find out who wrote the record; then delete the watermark topic %s "+
-		"(every table is copied again) or use a new CDC_TOPIC_PREFIX, and let only cdc's principal write the topic (Kafka ACLs; docs/operations.md#restart)",
+		"(every table is copied again) or use a new CDC_TOPIC_PREFIX, and let only cdc's principal write the topic (Kafka ACLs; docs/operations.md#restore-check)",
 		bad.Topic, bad.Partition, bad.Offset, past, why, cfg.Sink.WatermarkTopic))
 }
