@@ -39,11 +39,13 @@ import (
 // failover with synchronized_standby_slots the promoted server received everything cdc was sent,
 // and promotion replays all of it before its new timeline begins, so its WAL end is at or past
 // what Kafka holds; without it, or after a restore from a backup, Kafka may hold WAL this server
-// never had, and refusing is right (checkPromotion would refuse it too). A standby reports what
-// it received or replayed: a standby that just restarted, or that is behind the server cdc
-// streamed from before, can be legitimately behind Kafka for a while. With CDC_PG_PRIMARY_URL the
-// primary's insert position is the bound; without it cdc waits up to restoreCatchUp for the
-// standby to reach the value before it refuses.
+// never had, and refusing is right: checkPromotion refuses what is past the switch point, and
+// refuseRestore names the failover the same way when the value is past the WAL's end too (the
+// restore check comes first). A standby reports what it received or replayed: a standby that
+// just restarted, or that is behind the server cdc streamed from before, can be legitimately
+// behind Kafka for a while. With CDC_PG_PRIMARY_URL the primary's insert position is the bound;
+// without it cdc waits up to restoreCatchUp for the standby to reach the value before it
+// refuses.
 
 // restoreCatchUp is how long a restored value past a standby's WAL waits for the standby to
 // reach it (CDC_PG_URL names a standby and CDC_PG_PRIMARY_URL is not set).
@@ -179,22 +181,28 @@ func (e *pastWALError) Error() string {
 
 // refuseRestore is the start-up error for a value of the watermark topic past the end of the
 // server's WAL: it names the record (topic, partition, offset), the value and the bound, says
-// what can have written it and what to do. tl adds the promotion when the server is on a later
-// timeline and the value is past its switch point.
+// what can have written it and what to do. On a promoted server (tl) a value past the switch
+// point most likely holds WAL of the former primary that this server never received, the case
+// checkPromotion refuses (it runs later, and would not see a value past the end of the WAL
+// first): the message leads with the failover, as checkPromotion's does.
 func refuseRestore(cfg Config, bad *sink.RecordError, past *pastWALError, tl replication.Timeline) error {
-	why := "no change at that position exists on this server yet, so cdc cannot have published it: " +
-		"the record was not written by cdc for this database (someone else wrote to the watermark topic, " +
-		"or the topic belongs to another database: two deployments with one CDC_TOPIC_PREFIX), " +
-		"or this database lost WAL that cdc had already published (restored from a backup)"
+	record := fmt.Sprintf("watermark topic %s partition %d offset %d: %v", bad.Topic, bad.Partition, bad.Offset, past)
+	forged := "the record was not written by cdc for this database (someone else wrote to the watermark topic, " +
+		"or the topic belongs to another database: two deployments with one CDC_TOPIC_PREFIX)"
+	remedy := fmt.Sprintf("delete the watermark topic %s (every table is copied again) or use a new CDC_TOPIC_PREFIX", cfg.Sink.WatermarkTopic)
+	const acl = "let only cdc's principal write the topic (Kafka ACLs; docs/operations.md#restore-check)"
 	if tl.ID > 1 && past.lsn > tl.SwitchPoint {
-		why += fmt.Sprintf(", or it came from the WAL of a former primary that this server, promoted at %s (timeline %d), never received (no synchronized_standby_slots; docs/production.md#failover)",
-			tl.SwitchPoint, tl.ID)
+		return fatal(fmt.Errorf("failover: this server was promoted at %s (timeline %d), and %s: "+
+			"the record holds WAL of the former primary that this server never received (no synchronized_standby_slots, or a standby that fell behind), "+
+			"or %s. cdc does not guess, restores nothing from the topic and stops: %s, set synchronized_standby_slots on the primary "+
+			"so that the stream never runs ahead of the standby (docs/production.md#failover), and %s",
+			tl.SwitchPoint, tl.ID, record, forged, remedy, acl))
 	}
+	why := "no change at that position exists on this server yet, so cdc cannot have published it: " + forged +
+		", or this database lost WAL that cdc had already published (restored from a backup)"
 	if past.end.catchUp {
 		why += ", or CDC_PG_URL names a standby that is behind the server cdc published from (wait until it caught up, or set CDC_PG_PRIMARY_URL)"
 	}
-	return fatal(fmt.Errorf("watermark topic %s partition %d offset %d: %v: %s. "+
-		"cdc restores nothing from the topic and stops: find out who wrote the record; then delete the watermark topic %s "+
-		"(every table is copied again) or use a new CDC_TOPIC_PREFIX, and let only cdc's principal write the topic (Kafka ACLs; docs/operations.md#restore-check)",
-		bad.Topic, bad.Partition, bad.Offset, past, why, cfg.Sink.WatermarkTopic))
+	return fatal(fmt.Errorf("%s: %s. cdc restores nothing from the topic and stops: find out who wrote the record; then %s, and %s",
+		record, why, remedy, acl))
 }

@@ -106,7 +106,11 @@ func TestRefuseRestore(t *testing.T) {
 				"not written by cdc for this database", "another database", "delete the watermark topic p.__watermarks", "CDC_TOPIC_PREFIX"},
 			not: []string{"promoted"}},
 		{name: "promoted server", tl: replication.Timeline{ID: 2, SwitchPoint: 0x1000000},
-			want: []string{"promoted at 0/1000000 (timeline 2)", "synchronized_standby_slots"}},
+			want: []string{"failover: this server was promoted at 0/1000000 (timeline 2), and watermark topic p.__watermarks partition 0 offset 41: the quiet record's watermark FFFFFFFF/FFFFFF00 is past",
+				"never received", "not written by cdc for this database", "synchronized_standby_slots", "delete the watermark topic p.__watermarks"}},
+		{name: "promoted server, value before the promotion", tl: replication.Timeline{ID: 2, SwitchPoint: 0xFFFFFFFFFFFFFF00},
+			want: []string{"watermark topic p.__watermarks partition 0 offset 41", "not written by cdc for this database"},
+			not:  []string{"promoted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := refuseRestore(cfg, bad, past, tc.tl)
