@@ -44,6 +44,11 @@ func TestConnect(t *testing.T) {
 	if lsn, err := CurrentWAL(t.Context(), conn); err != nil || lsn == 0 {
 		t.Errorf("CurrentWAL = %s, %v", lsn, err)
 	}
+	if lsn, err := CurrentWAL(t.Context(), conn); err == nil {
+		if end, standby, err := WALEnd(t.Context(), conn); err != nil || standby || end < lsn {
+			t.Errorf("WALEnd = %s, standby %v, %v; want a primary's, at or past CurrentWAL's %s", end, standby, err, lsn)
+		}
+	}
 	if ServerMajor(conn.PgConn().ParameterStatus("server_version")) < 10 {
 		t.Errorf("ServerMajor of %q", conn.PgConn().ParameterStatus("server_version"))
 	}

@@ -17,6 +17,27 @@ const StandbyMajor = 16
 // recovery). Everything a standby's slot can stream lies below it.
 const WALPositionSQL = `CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END`
 
+// WALEndSQL is the end of the WAL the server has written, as an expression: on a primary the
+// insert position (pg_current_wal_insert_lsn(), at or past the write and flush positions, so
+// past everything a walsender sent or a function returned); on a standby the greater of what it
+// received and what it replayed (a walsender there sends no further). No LSN that the server
+// ever handed out, to a slot's stream or otherwise, is past it: the hard bound on positions.
+const WALEndSQL = `CASE WHEN pg_catalog.pg_is_in_recovery() THEN GREATEST(pg_catalog.pg_last_wal_receive_lsn(), pg_catalog.pg_last_wal_replay_lsn()) ELSE pg_catalog.pg_current_wal_insert_lsn() END`
+
+// WALEnd returns the server's WALEndSQL and whether it is a standby (in recovery).
+func WALEnd(ctx context.Context, q Querier) (change.LSN, bool, error) {
+	var at string
+	var standby bool
+	if err := q.QueryRow(ctx, `SELECT (`+WALEndSQL+`)::text, pg_catalog.pg_is_in_recovery()`).Scan(&at, &standby); err != nil {
+		return 0, false, fmt.Errorf("read the end of the WAL: %w", err)
+	}
+	lsn, err := change.ParseLSN(at)
+	if err != nil {
+		return 0, false, fmt.Errorf("read the end of the WAL: %w", err)
+	}
+	return lsn, standby, nil
+}
+
 // InRecovery reports whether q is connected to a standby (a server in recovery).
 func InRecovery(ctx context.Context, q Querier) (bool, error) {
 	var standby bool

@@ -47,11 +47,12 @@
 // so also across a restart) the table is copied again the same way (publication.go).
 //
 // What else is here is wiring. Pipeline.Life runs one life: start-up (startup.go) checks
-// PostgreSQL and Kafka, restores the tracker from the watermark topic and checks the slot (a
-// plan); wire (wire.go) connects the stages with channels, runs them under one errgroup and
-// stops them in order. Nothing is lost when a life ends: the slot is confirmed only up to what
-// Kafka holds, hydrated exports and chunked copies resume from their own position, and copies of
-// the copy strategy start over. Whether another life starts is cmd/cdc's decision (errors that
+// PostgreSQL and Kafka, restores the tracker from the watermark topic, none of whose LSNs may
+// pass the end of the server's WAL (restorecheck.go), and checks the slot (a plan); wire
+// (wire.go) connects the stages with channels, runs them under one errgroup and stops them in
+// order. Nothing is lost when a life ends: the slot is confirmed only up to what Kafka holds,
+// hydrated exports and chunked copies resume from their own position, and copies of the copy
+// strategy start over. Whether another life starts is cmd/cdc's decision (errors that
 // need a person end the service: bad settings on the server, a lost slot, a fenced producer).
 // Slot and publication administration belongs to the replication stage (replication.CreateSlot,
 // ...); the HTTP endpoints and `cdc watermarks` live in cmd/cdc.

@@ -154,12 +154,31 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.Sink.WatermarkTopic, Compact: true}}); err != nil {
 		return nil, err
 	}
+	timeline, err := replication.ReadTimeline(ctx, cfg.PGURL, cfg.timeouts())
+	if err != nil {
+		return nil, err
+	}
 	tracker := watermark.NewTracker(cfg.Watermark)
 	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
+	// Every value is checked against the end of the server's WAL (restorecheck.go).
 	wmRead := watermark.NewTopicReader()
-	if err := sk.ReadWatermarks(ctx, wmRead.Add); err != nil {
+	var primary pgcat.Querier
+	if pl.src.primary != nil {
+		primary = pl.src.primary
+	}
+	guard := newRestoreGuard(conn, primary)
+	if err := guard.start(ctx, wmRead); err != nil {
+		return nil, err
+	}
+	if err := sk.ReadWatermarks(ctx, guard.add(ctx, wmRead)); err != nil {
+		if guard.err != nil {
+			return nil, guard.err
+		}
 		var bad *sink.RecordError
 		if errors.As(err, &bad) {
+			if past, ok := errors.AsType[*pastWALError](err); ok {
+				return nil, refuseRestore(cfg, bad, past, timeline)
+			}
 			// A record this build cannot read (too large, not a watermark record, a newer
 			// version): retrying reads the same record again.
 			return nil, fatal(fmt.Errorf("watermark topic: %w", err))
@@ -177,10 +196,6 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		return nil, err
 	}
 	slot, err := replication.ReadSlot(ctx, conn, cfg.Slot)
-	if err != nil {
-		return nil, err
-	}
-	timeline, err := replication.ReadTimeline(ctx, cfg.PGURL, cfg.timeouts())
 	if err != nil {
 		return nil, err
 	}

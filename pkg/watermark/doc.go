@@ -75,10 +75,12 @@
 // At start-up the pipeline reads the watermark topic to its end through a TopicReader, which
 // keeps only each export's latest record, the latest quiet record and the latest checkpoint as
 // it reads (memory follows the number of exports, not the topic's age), and passes the records
-// to Restore. Hydrated exports resume with their recorded position, which Resume returns as the
-// replication stage's replay filter. Every other export is remembered only for its attempt
-// number and last watermark: it gets no records until StartHydration (or Removed, or Failed) is
-// called for it, so the pipeline must do that for each one still published before the first Due.
+// to Restore. Before that, Bound makes the reader refuse a value carrying an LSN past the end of
+// the server's WAL (a *PastBoundError; the pipeline's restore check). Hydrated exports resume
+// with their recorded position, which Resume returns as the replication stage's replay filter.
+// Every other export is remembered only for its attempt number and last watermark: it gets no
+// records until StartHydration (or Removed, or Failed) is called for it, so the pipeline must do
+// that for each one still published before the first Due.
 //
 // # Checkpoint
 //

@@ -21,6 +21,9 @@ import (
 // value that does not decode is an error even when a later one supersedes it, as before.
 type TopicReader struct {
 	parts map[int32]*partFold
+	// bound, when bounded, is the highest LSN a value may carry (Bound).
+	bound   change.LSN
+	bounded bool
 }
 
 // partFold is what one partition's values left: the latest of each kind, with its position in
@@ -45,7 +48,8 @@ type seqRecord struct {
 func NewTopicReader() *TopicReader { return &TopicReader{parts: make(map[int32]*partFold)} }
 
 // Add folds the next value of partition in (tombstones, nil values, are skipped). An error means
-// the value is not a watermark record, a quiet record or a checkpoint this build reads.
+// the value is not a watermark record, a quiet record or a checkpoint this build reads, or (a
+// *PastBoundError) that it carries an LSN past the bound; such a value is not folded.
 func (t *TopicReader) Add(partition int32, value []byte) error {
 	if value == nil {
 		return nil
@@ -61,11 +65,17 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 		if err != nil {
 			return err
 		}
+		if err := t.check(checkpointLSNs(cp)...); err != nil {
+			return err
+		}
 		p.cp = &cp
 		return nil
 	case quietKind:
 		q, err := decodeQuiet(value)
 		if err != nil {
+			return err
+		}
+		if err := t.check(quietLSNs(q)...); err != nil {
 			return err
 		}
 		p.seq++
@@ -81,11 +91,14 @@ func (t *TopicReader) Add(partition int32, value []byte) error {
 		}
 		return nil
 	}
-	p.seq++
 	r, err := Decode(value)
 	if err != nil {
 		return err
 	}
+	if err := t.check(recordLSNs(r)...); err != nil {
+		return err
+	}
+	p.seq++
 	p.own[r.Export] = seqRecord{rec: r, seq: p.seq}
 	p.peaks.raise(r.Export, attemptOf(r), r.Watermark)
 	return nil
