@@ -1,0 +1,100 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestManyTables: a publication FOR ALL TABLES of many small tables (CDC_MANY_TABLES, 300 in
+// make test; issue 32 asks about 10,000) starts, hydrates every table, logs no line per table at
+// WARN, and answers /readyz. It reports (not asserts) the time from start to all hydrated, cdc's
+// peak RSS, the watermark records per second once idle, and the size and time of /status. On
+// c9cb695, 3,000 tables never started (one CreateTopics request for every topic, refused).
+func TestManyTables(t *testing.T) {
+	n := 300
+	if v := bankEnv(t, "CDC_MANY_TABLES", ""); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			t.Fatalf("CDC_MANY_TABLES=%q", v)
+		}
+	}
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(fmt.Sprintf(`DO $$ BEGIN FOR i IN 1..%d LOOP
+  EXECUTE format('CREATE TABLE t%%s (id int PRIMARY KEY, v text)', i);
+  EXECUTE format('INSERT INTO t%%s SELECT g, md5(g::text) FROM generate_series(1, 10) g', i);
+END LOOP; END $$`, n), `CREATE PUBLICATION it_pub FOR ALL TABLES`)
+	tables := make([]string, n)
+	for i := range tables {
+		tables[i] = fmt.Sprintf("public.t%d", i+1)
+	}
+	vars := e.baseVars()
+	vars["CDC_HTTP_ADDR"] = freeAddr(t)
+	vars["CDC_WATERMARK_INTERVAL"] = "1s"
+	start := time.Now()
+	p := e.startCDC(vars)
+	w := &rssWatch{peak: map[string]int64{}, pids: map[string]int{}}
+	w.watch("cdc", p.cmd.Process.Pid)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go w.run(wctx)
+	e.waitFor(p, time.Duration(n/10+120)*time.Second, e.currentLSN(ctx), tables...)
+	hydrated := time.Since(start)
+	// Watermark records per second once idle.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	end := func() int64 {
+		ends, err := adm.ListEndOffsets(ctx, e.watermarkTopic())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _ := ends.Lookup(e.watermarkTopic(), 0)
+		return o.Offset
+	}
+	time.Sleep(3 * time.Second)
+	before := end()
+	time.Sleep(10 * time.Second)
+	idle := float64(end()-before) / 10
+	// /status and /readyz.
+	get := func(path string) (int, int, time.Duration) {
+		t0 := time.Now()
+		resp, err := http.Get("http://" + vars["CDC_HTTP_ADDR"] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, len(b), time.Since(t0)
+	}
+	code, size, took := get("/status")
+	if code != http.StatusOK {
+		t.Errorf("/status: %d", code)
+	}
+	if code, _, _ := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz: %d once every table is hydrated", code)
+	}
+	warns := 0
+	for line := range strings.SplitSeq(p.log.String(), "\n") {
+		if strings.Contains(line, "level=WARN") {
+			warns++
+		}
+	}
+	if warns > 20 {
+		t.Errorf("%d WARN lines for %d tables: per-table notices must be summarised", warns, n)
+	}
+	t.Logf("REPORT tables=%d hydrated_in=%s cdc_peak_rss=%s idle_watermark_records_per_s=%.1f status_bytes=%d status_time=%s warn_lines=%d",
+		n, hydrated.Round(100*time.Millisecond), mib(w.peakOf("cdc")), idle, size, took.Round(time.Millisecond), warns)
+}
