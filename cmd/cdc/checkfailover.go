@@ -162,8 +162,10 @@ const waitFailoverReadyFix = "promote only once it is: cdc check --wait-failover
 // standbyCopy reports the standby's copy s of the slot, which exists on the primary or not.
 func (p *preflight) standbyCopy(host string, exists bool, s replication.StandbySlot) {
 	slot := p.cfg.Slot
+	// inactive_since is the last synchronisation of a synced copy; of a temporary one, only the
+	// last attempt.
 	synced := ""
-	if !s.LastSync.IsZero() {
+	if !s.LastSync.IsZero() && s.FailoverReady() {
 		synced = fmt.Sprintf(", last synchronised %s ago", time.Since(s.LastSync).Round(time.Second))
 	}
 	switch {
@@ -177,10 +179,10 @@ func (p *preflight) standbyCopy(host string, exists bool, s replication.StandbyS
 			"standby %s: replication slot %s is not failover-ready: %s", host, slot, s.NotReady())
 	case s.HeldBack():
 		p.fail(waitFailoverReadyFix+"; the primary's slot moves as cdc confirms what Kafka holds, and on an idle database SELECT pg_log_standby_snapshot() on the primary helps; the standby's log says why (\"could not synchronize replication slot\")",
-			"standby %s: replication slot %s is not failover-ready: %s%s; a promotion now would drop it", host, slot, s.NotReady(), synced)
+			"standby %s: replication slot %s is not failover-ready: %s; a promotion now would drop it", host, slot, s.NotReady())
 	default:
 		p.fail(waitFailoverReadyFix+"; a new idle slot syncs once it has moved (SELECT pg_log_standby_snapshot() on the primary)",
-			"standby %s: replication slot %s is not failover-ready: %s%s; a promotion now would lose it", host, slot, s.NotReady(), synced)
+			"standby %s: replication slot %s is not failover-ready: %s; a promotion now would lose it", host, slot, s.NotReady())
 	}
 }
 

@@ -28,7 +28,7 @@ type StandbySlot struct {
 	// Confirmed is confirmed_flush_lsn (0 when unknown: a temporary copy has none yet).
 	Confirmed change.LSN
 	// LastSync is inactive_since, which for a synchronised slot is the time of its last
-	// synchronisation (zero when unknown).
+	// synchronisation (of a temporary copy: the last attempt; zero when unknown).
 	LastSync time.Time
 }
 
