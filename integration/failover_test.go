@@ -673,7 +673,6 @@ func setSyncWorker(t *testing.T, standbyURL string, on bool) {
 	}
 }
 
-
 // syncByHand syncs the standby's copy of the slot with pg_sync_replication_slots() (syncSlots
 // runs; the sync worker is off) and checks what cdc check says of the pair, as configured: with
 // a failover slot it sees the copy failover-ready (sync_replication_slots is off there: the
@@ -733,6 +732,7 @@ func syncByHand(t *testing.T, e *env, pp *pgPair, vars map[string]string, failov
 		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
 	}
 }
+
 // failoverKills are the moments after its failover warning at which TestFailoverSlot kills cdc
 // on the promoted server, one process after the other.
 var failoverKills = []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond,
