@@ -133,8 +133,12 @@ func (w *failoverWatch) record(now time.Time, host string, s replication.Standby
 			"slot", w.cfg.Slot, "standby", host, "after", now.Sub(prev.Since).Round(time.Second).String())
 	case !next.Ready && !w.warned && (next.Condition != "temporary" || now.Sub(next.Since) >= failoverHeldBackWarn):
 		w.warned = true
-		w.log.Warn("the standby's copy of the failover slot is not failover-ready: a promotion now would lose it",
-			"slot", w.cfg.Slot, "standby", host, "condition", next.Condition, "reason", next.Reason,
+		msg := "the standby's copy of the failover slot is not failover-ready: a promotion now would lose it"
+		if next.Condition == "no_standby" {
+			// After a promotion, until a new standby is set up: nothing to promote.
+			msg = "no standby among CDC_PG_URL's hosts can be read: the failover slot has no copy that a promotion would keep"
+		}
+		w.log.Warn(msg, "slot", w.cfg.Slot, "standby", host, "condition", next.Condition, "reason", next.Reason,
 			"for", now.Sub(next.Since).Round(time.Second).String(), "doc", "docs/production.md#failover")
 	}
 }
