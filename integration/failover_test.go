@@ -343,66 +343,49 @@ func runFailover(t *testing.T, c failoverCase) {
 	vars["CDC_SNAPSHOT_STRATEGY"] = "chunked"
 	vars["CDC_SNAPSHOT_CHUNK_ROWS"] = strconv.Itoa(failoverChunkRows)
 	vars["CDC_SNAPSHOT_MAX_ROWS_PER_SECOND"] = strconv.Itoa(failoverCopyRate)
+	if c == failoverSlot {
+		// Set up as production would be: the standby's sync worker on from the start. cdc check
+		// before the first start passes on this correct pair: the slot's absence is expected,
+		// and it says what to wait for after the first start.
+		setSyncWorker(t, pp.standbyURL, true)
+		pre := runCDC(t, vars, time.Minute, "check")
+		t.Logf("cdc check before the first start (exit %d):\n%s", pre.code, pre.out)
+		if pre.code != 0 {
+			t.Errorf("cdc check before the first start on a correctly set up pair: exit %d, want 0", pre.code)
+		}
+		assertContains(t, pre.out, "as expected before cdc's first start", "--wait-failover-ready")
+	}
 	rec := e.recordWatermarks()
 	p := e.startCDC(vars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(t.Context()), failoverTables...)
 
-	// The standby's copy of the slot is created once the slot has moved past what the standby
-	// holds back; under a steady load each pg_sync_replication_slots() call starts over with a
-	// newer horizon, so the first sync happens before the workload (the notes' pitfall).
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); pp.syncSlots(ctx) }()
-	hydrated := e.currentLSN(t.Context())
-	deadline := time.Now().Add(time.Minute)
-	nudge := testenv.Conn(t, pp.primaryURL)
-	nudges := 0
-	for failover {
-		synced, confirmed := pp.syncedSlot(t.Context(), e.slot)
-		if at, err := change.ParseLSN(confirmed); synced && err == nil && at >= hydrated {
-			t.Logf("standby's slot synced at %s", confirmed)
-			break
+	var committed atomic.Int64
+	startWorkload := sync.OnceFunc(func() {
+		wg.Add(1)
+		go func() { defer wg.Done(); committed.Store(failoverWorkload(ctx, pp.primaryURL)) }()
+	})
+	if c == failoverSlot {
+		// Under the workload the standby's copy starts temporary (its synchronisation held
+		// back): cdc check must not pass it then. The promotion below is decided by cdc check
+		// alone (--wait-failover-ready).
+		startWorkload()
+		checkWhileHeldBack(t, pp, e.slot, vars, time.Minute)
+		w := runCDC(t, vars, 3*time.Minute, "check", "--wait-failover-ready=2m")
+		t.Logf("cdc check --wait-failover-ready (exit %d):\n%s", w.code, w.out)
+		if w.code != 0 {
+			t.Fatalf("cdc check --wait-failover-ready: exit %d, want 0", w.code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the standby's copy of slot %s is not synced past %s after 1m (synced=%v, confirmed %q)", e.slot, hydrated, synced, confirmed)
+		assertContains(t, w.out, fmt.Sprintf("replication slot %s is failover-ready", e.slot))
+		if cp := pp.standbyCopy(t.Context(), e.slot); !cp.ready() {
+			t.Errorf("cdc check said failover-ready, and the standby's copy is %+v", cp)
 		}
-		// A change moves the slot forward once cdc confirms it; then no new transaction ids, so
-		// that the slot's catalog xmin can reach the standby's (every write moves the latter).
-		if nudges < 3 {
-			if _, err := nudge.Exec(t.Context(), `UPDATE fa SET v = v + 1 WHERE id = 1`); err != nil {
-				t.Fatal(err)
-			}
-			nudges++
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	nudge.Close(context.Background())
-	// cdc check on the pair, as configured: with a failover slot it sees the slot synced on
-	// the standby (sync_replication_slots is off there: the test syncs by hand, and check says
-	// so); without, it warns that a promotion loses the slot.
-	chk := runCDC(t, vars, time.Minute, "check")
-	t.Logf("cdc check (exit %d):\n%s", chk.code, chk.out)
-	if failover {
-		assertContains(t, chk.out, fmt.Sprintf("replication slot %s is a failover slot", e.slot),
-			"synchronized_standby_slots names standby1: a standby", fmt.Sprintf("replication slot %s is synced", e.slot),
-			"hot_standby_feedback = on", "sync_replication_slots = off")
-		if chk.code == 0 {
-			t.Errorf("cdc check exit code 0 with sync_replication_slots off on the standby, want a failure")
-		}
-		// Set up as production would be: the standby's sync worker on. Check passes; then the
-		// worker goes off again for the test's deterministic syncs (refused while it runs).
-		setSyncWorker(t, pp.standbyURL, true)
-		ok := runCDC(t, vars, time.Minute, "check")
-		t.Logf("cdc check, sync_replication_slots = on on the standby (exit %d):\n%s", ok.code, ok.out)
-		if ok.code != 0 {
-			t.Errorf("cdc check exit code %d on a correctly set up pair, want 0", ok.code)
-		}
-		assertContains(t, ok.out, "sync_replication_slots = on", fmt.Sprintf("replication slot %s is synced", e.slot))
-		setSyncWorker(t, pp.standbyURL, false)
 	} else {
-		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
+		wg.Add(1)
+		go func() { defer wg.Done(); pp.syncSlots(ctx) }()
+		syncByHand(t, e, pp, vars, failover)
 	}
 	if c == kafkaPastPromotion {
 		cancel()
@@ -410,9 +393,7 @@ func runFailover(t *testing.T, c failoverCase) {
 		kafkaPast(t, e, pp, p)
 		return
 	}
-	var committed atomic.Int64
-	wg.Add(1)
-	go func() { defer wg.Done(); committed.Store(failoverWorkload(ctx, pp.primaryURL)) }()
+	startWorkload()
 	// The large table joins the publication (CDC_TABLES only ever adds to it): cdc copies it
 	// in chunks while the workload runs.
 	bigID, _ := change.ParseExportID(failoverBig)
@@ -441,6 +422,8 @@ func runFailover(t *testing.T, c failoverCase) {
 	promoted := time.Now()
 	t.Logf("standby promoted in %s", promoted.Sub(killed).Round(time.Millisecond))
 	e.pgURL = pp.standbyURL
+	// cdc's log from here on: its lives after the promotion.
+	logFrom := len(p.log.String())
 	testenv.Exec(t, pp.standbyURL, fmt.Sprintf(`INSERT INTO fa VALUES (%d, 0)`, failoverMarkerID))
 
 	if !failover {
@@ -460,6 +443,11 @@ func runFailover(t *testing.T, c failoverCase) {
 		t.Fatalf("the new primary's first change is not in Kafka 3m after the promotion:\n%s", tail(p.log.String(), 3000))
 	}
 
+	// cdc is killed at moments after the failover warning of its life on the promoted server,
+	// while the new primary takes changes: every restart goes on without a copy.
+	var logs []string
+	p, logs = killAfterFailover(t, e, pp, vars, p, logFrom)
+
 	// More changes on the new primary; cdc must publish them.
 	post := testenv.Conn(t, pp.standbyURL)
 	for _, tbl := range []string{"fa", "fb", "fc"} {
@@ -473,9 +461,12 @@ func runFailover(t *testing.T, c failoverCase) {
 	all := append([]string{failoverBig}, failoverTables...)
 	e.waitFor(p, 3*time.Minute, e.currentLSN(t.Context()), all...)
 	t.Logf("cdc published the new primary's changes, and big's copy, %s after the primary died", time.Since(killed).Round(time.Millisecond))
-	// What cdc said about the failover (warnings and errors since the primary died).
+	// What cdc said about the failover (warnings and errors since the primary died), in all
+	// its processes.
+	logs = append(logs, p.log.String())
+	allLogs := strings.Join(logs, "")
 	var said []string
-	for line := range strings.Lines(p.log.String()) {
+	for line := range strings.Lines(allLogs) {
 		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
 		if ts, err := time.Parse(time.RFC3339Nano, stamp); err == nil && ts.After(killed) &&
 			(strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") || strings.Contains(line, "resumes")) {
@@ -522,11 +513,11 @@ func runFailover(t *testing.T, c failoverCase) {
 		}
 	})
 	t.Logf("big: %d rows; snapshot records committed %d, produced %d", failoverBigRows, committedRows, produced)
-	if slack := 4 * failoverChunkRows; produced > failoverBigRows+slack {
+	if slack := 4 * failoverChunkRows * len(logs); produced > failoverBigRows+slack {
 		t.Errorf("big: %d snapshot records produced for %d rows (more than the %d of the chunks in flight): chunks were read again", produced, failoverBigRows, slack)
 	}
-	if n := strings.Count(p.log.String(), "chunked copy resumes"); n != 1 {
-		t.Errorf("cdc logged %d resumes of the chunked copy, want 1:\n%s", n, tail(p.log.String(), 3000))
+	if n := strings.Count(allLogs, "chunked copy resumes"); n < 1 || n > len(logs) {
+		t.Errorf("cdc logged %d resumes of the chunked copy in %d processes, want 1 to %d:\n%s", n, len(logs), len(logs), tail(allLogs, 3000))
 	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("exit code after SIGTERM = %d, want 0", code)
@@ -647,7 +638,8 @@ func kafkaPast(t *testing.T, e *env, pp *pgPair, p *proc) {
 	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.primaryData, "-m", "immediate", "-w", "stop")
 	pp.startStandby()
 	asPostgres(t, filepath.Join(pp.bin, "pg_ctl"), "-D", pp.standbyData, "-w", "-t", "60", "promote")
-	stoppedWith(t, p, killed, "promotion of a standby behind what Kafka holds", "failover: this server was promoted at")
+	stoppedWith(t, p, killed, "promotion of a standby behind what Kafka holds",
+		"failover: this server was promoted at", "Kafka's latest checkpoint was written on timeline 1: what Kafka holds past")
 }
 
 // setSyncWorker turns the standby's slot sync worker (sync_replication_slots) on or off.
@@ -679,4 +671,193 @@ func setSyncWorker(t *testing.T, standbyURL string, on bool) {
 			t.Fatalf("sync_replication_slots on the standby is %s 30s after the reload, want %s", got, want)
 		}
 	}
+}
+
+// syncByHand syncs the standby's copy of the slot with pg_sync_replication_slots() (syncSlots
+// runs; the sync worker is off) and checks what cdc check says of the pair, as configured: with
+// a failover slot it sees the copy failover-ready (sync_replication_slots is off there: the
+// test syncs by hand, and check says so); without, it warns that a promotion loses the slot.
+// The copy is created once the slot has moved past what the standby holds back; under a steady
+// load each pg_sync_replication_slots() call starts over with a newer horizon, so the first
+// sync happens before the workload (the notes' pitfall).
+func syncByHand(t *testing.T, e *env, pp *pgPair, vars map[string]string, failover bool) {
+	t.Helper()
+	hydrated := e.currentLSN(t.Context())
+	deadline := time.Now().Add(time.Minute)
+	nudge := testenv.Conn(t, pp.primaryURL)
+	nudges := 0
+	for failover {
+		synced, confirmed := pp.syncedSlot(t.Context(), e.slot)
+		if at, err := change.ParseLSN(confirmed); synced && err == nil && at >= hydrated {
+			t.Logf("standby's slot synced at %s", confirmed)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby's copy of slot %s is not synced past %s after 1m (synced=%v, confirmed %q)", e.slot, hydrated, synced, confirmed)
+		}
+		// A change moves the slot forward once cdc confirms it; then no new transaction ids, so
+		// that the slot's catalog xmin can reach the standby's (every write moves the latter).
+		if nudges < 3 {
+			if _, err := nudge.Exec(t.Context(), `UPDATE fa SET v = v + 1 WHERE id = 1`); err != nil {
+				t.Fatal(err)
+			}
+			nudges++
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	nudge.Close(context.Background())
+	// cdc check on the pair, as configured: with a failover slot it sees the slot synced on
+	// the standby (sync_replication_slots is off there: the test syncs by hand, and check says
+	// so); without, it warns that a promotion loses the slot.
+	chk := runCDC(t, vars, time.Minute, "check")
+	t.Logf("cdc check (exit %d):\n%s", chk.code, chk.out)
+	if failover {
+		assertContains(t, chk.out, fmt.Sprintf("replication slot %s is a failover slot", e.slot),
+			"synchronized_standby_slots names standby1: a standby", fmt.Sprintf("replication slot %s is failover-ready", e.slot),
+			"hot_standby_feedback = on", "sync_replication_slots = off")
+		if chk.code == 0 {
+			t.Errorf("cdc check exit code 0 with sync_replication_slots off on the standby, want a failure")
+		}
+		// Set up as production would be: the standby's sync worker on. Check passes; then the
+		// worker goes off again for the test's deterministic syncs (refused while it runs).
+		setSyncWorker(t, pp.standbyURL, true)
+		ok := runCDC(t, vars, time.Minute, "check")
+		t.Logf("cdc check, sync_replication_slots = on on the standby (exit %d):\n%s", ok.code, ok.out)
+		if ok.code != 0 {
+			t.Errorf("cdc check exit code %d on a correctly set up pair, want 0", ok.code)
+		}
+		assertContains(t, ok.out, "sync_replication_slots = on", fmt.Sprintf("replication slot %s is failover-ready", e.slot))
+		setSyncWorker(t, pp.standbyURL, false)
+	} else {
+		assertContains(t, chk.out, "1 physical standby(s) stream from this server, but the replication slot is not a failover slot")
+	}
+}
+
+// failoverKills are the moments after its failover warning at which TestFailoverSlot kills cdc
+// on the promoted server, one process after the other.
+var failoverKills = []time.Duration{200 * time.Millisecond, 500 * time.Millisecond, 700 * time.Millisecond,
+	time.Second, 1500 * time.Millisecond, 2 * time.Second, 4 * time.Second}
+
+// killAfterFailover SIGKILLs cdc at each of failoverKills after its life on the promoted
+// server logs the failover warning (read in p's log from offset from), and starts it again each
+// time; a life that logs none (its slot was confirmed past the promotion by then) is killed
+// that long after "pipeline running". The workload goes on on the new primary meanwhile. A
+// process that stops by itself fails the test: a restart must go on without a copy. It
+// returns the last process, running, and the logs of the killed ones.
+func killAfterFailover(t *testing.T, e *env, pp *pgPair, vars map[string]string, p *proc, from int) (*proc, []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	wg.Add(1)
+	go func() { defer wg.Done(); n.Store(failoverWorkload(ctx, pp.standbyURL)) }()
+	defer func() { cancel(); wg.Wait() }()
+	var logs []string
+	warned := 0
+	for i, d := range failoverKills {
+		at, line := lifeStarted(t, p, from)
+		if strings.Contains(line, "failover:") {
+			warned++
+		}
+		time.Sleep(time.Until(at.Add(d)))
+		if done, _ := p.exited(); done {
+			t.Fatalf("cdc stopped by itself before kill %d (%s after %q):\n%s", i+1, d, line, tail(p.log.String(), 4000))
+		}
+		p.stop(syscall.SIGKILL)
+		t.Logf("kill %d: SIGKILL %s after %.80q", i+1, d, line)
+		logs = append(logs, p.log.String())
+		p = e.startCDC(vars)
+		from = 0
+	}
+	at, line := lifeStarted(t, p, 0)
+	t.Logf("cdc restarted after %d kills (%d of them keyed on a failover warning); the last start: %.80q at %s",
+		len(failoverKills), warned, line, at.Format(time.TimeOnly))
+	return p, logs
+}
+
+// lifeStarted waits until p's log (from offset from) shows the failover warning of a life, or
+// "pipeline running" without one, and returns when it saw it and the line. A process that
+// stops first fails the test with its log.
+func lifeStarted(t *testing.T, p *proc, from int) (time.Time, string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		log := p.log.String()
+		if from > len(log) {
+			from = len(log)
+		}
+		log = log[from:]
+		for _, want := range []string{"failover: this server was promoted", "pipeline running"} {
+			if i := strings.Index(log, want); i >= 0 {
+				line, _, _ := strings.Cut(log[i:], "\n")
+				return time.Now(), line
+			}
+		}
+		if done, _ := p.exited(); done {
+			t.Fatalf("cdc stopped after a kill instead of going on (exit %d):\n%s", p.cmd.ProcessState.ExitCode(), tail(p.log.String(), 4000))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("cdc logged neither a failover warning nor \"pipeline running\" in 2m:\n%s", tail(p.log.String(), 3000))
+	return time.Time{}, ""
+}
+
+// standbyCopyState is the standby's copy of a slot, as its pg_replication_slots says.
+type standbyCopyState struct {
+	Exists, Synced, Temporary bool
+	Invalidation              *string
+}
+
+func (s standbyCopyState) ready() bool {
+	return s.Exists && s.Synced && !s.Temporary && s.Invalidation == nil
+}
+
+// standbyCopy reads the standby's copy of slot.
+func (pp *pgPair) standbyCopy(ctx context.Context, slot string) standbyCopyState {
+	c, err := pgx.Connect(ctx, pp.standbyURL)
+	if err != nil {
+		pp.t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	var s standbyCopyState
+	err = c.QueryRow(ctx, `SELECT synced, temporary, invalidation_reason FROM pg_replication_slots WHERE slot_name = $1`, slot).
+		Scan(&s.Synced, &s.Temporary, &s.Invalidation)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s
+	}
+	if err != nil {
+		pp.t.Fatal(err)
+	}
+	s.Exists = true
+	return s
+}
+
+// checkWhileHeldBack runs cdc check while the standby's copy of slot is temporary (its
+// synchronisation held back, as under a workload after the first start) and asserts that check
+// fails and says so: a promotion then would drop the slot. It gives up, logging it, when the
+// copy becomes failover-ready before check ran on a temporary one.
+func checkWhileHeldBack(t *testing.T, pp *pgPair, slot string, vars map[string]string, within time.Duration) {
+	t.Helper()
+	begin := time.Now()
+	for time.Since(begin) < within {
+		before := pp.standbyCopy(t.Context(), slot)
+		switch {
+		case before.ready():
+			t.Logf("the standby's copy of slot %s was failover-ready %s after the first hydration, before cdc check saw it temporary", slot, time.Since(begin).Round(time.Millisecond))
+			return
+		case before.Exists && before.Temporary:
+			chk := runCDC(t, vars, time.Minute, "check")
+			if after := pp.standbyCopy(t.Context(), slot); !after.Temporary {
+				continue // it changed while check ran: try again
+			}
+			t.Logf("cdc check while the standby's copy is temporary, %s after the first hydration (exit %d):\n%s", time.Since(begin).Round(time.Millisecond), chk.code, chk.out)
+			if chk.code == 0 {
+				t.Errorf("cdc check passed while the standby's copy of slot %s is temporary (a promotion would drop it)", slot)
+			}
+			assertContains(t, chk.out, fmt.Sprintf("replication slot %s is not failover-ready: temporary (synchronisation held back", slot))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("the standby's copy of slot %s was never seen temporary within %s", slot, within)
 }

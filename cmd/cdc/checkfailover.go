@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/replication"
@@ -19,7 +18,7 @@ const failoverDoc = "docs/production.md, Failover"
 
 // failover reports what a failover to a standby needs (PostgreSQL 17+): the slot is a failover
 // slot, synchronized_standby_slots names the standby's physical slot, that slot is streaming,
-// and on the standby (when CDC_PG_URL names it as another host) the slot is synced and
+// and on the standby (when CDC_PG_URL names it as another host) the slot's copy is failover-ready and
 // sync_replication_slots and hot_standby_feedback are on. Without CDC_SLOT_FAILOVER and without
 // a failover slot it says nothing, unless the server has streaming standbys.
 func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
@@ -74,7 +73,7 @@ func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
 	for _, name := range names {
 		p.standbySlot(ctx, conn, name)
 	}
-	p.standby(ctx)
+	p.standby(ctx, exists)
 }
 
 // standbySlot reports the physical slot name of synchronized_standby_slots on the primary.
@@ -110,33 +109,29 @@ func (p *preflight) standbySlot(ctx context.Context, conn *pgcat.Conn, name stri
 	}
 }
 
-// standby connects to a standby among CDC_PG_URL's hosts and reports whether the slot is synced
-// there; without one it says what to verify on the standby.
-func (p *preflight) standby(ctx context.Context) {
+// standby connects to a standby among CDC_PG_URL's hosts and reports whether the slot's copy
+// there is failover-ready, in PostgreSQL's own terms (synced, not temporary, not invalidated);
+// without one it says what to verify on the standby. exists says whether the slot exists on
+// the primary: before cdc's first start it does not, and the standby cannot have a copy yet.
+func (p *preflight) standby(ctx context.Context, exists bool) {
 	slot := p.cfg.Slot
-	verify := fmt.Sprintf("on the standby: sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name set, primary_conninfo with dbname, and SELECT synced FROM pg_replication_slots WHERE slot_name = '%s' is true", slot)
-	cfg, err := pgcat.ParseConfig(p.cfg.PGURL, pgcat.Timeouts{Connect: p.cfg.ConnectTimeout})
-	if err != nil || len(cfg.Fallbacks) == 0 {
-		p.pass("standby: CDC_PG_URL names one host, so cdc check cannot see it; verify %s", verify)
-		return
-	}
-	cfg.ValidateConnect = pgconn.ValidateConnectTargetSessionAttrsStandby
+	verify := fmt.Sprintf("on the standby: sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name set, primary_conninfo with dbname, and SELECT synced AND NOT temporary AND invalidation_reason IS NULL FROM pg_replication_slots WHERE slot_name = '%s' is true before a promotion", slot)
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgcat.Dial(cctx, cfg)
-	if err != nil {
+	conn, err := pgcat.ConnectStandby(cctx, p.cfg.PGURL, pgcat.Timeouts{Connect: p.cfg.ConnectTimeout})
+	switch {
+	case errors.Is(err, pgcat.ErrOneHost):
+		p.pass("standby: CDC_PG_URL names one host, so cdc check cannot see it; verify %s", verify)
+		return
+	case err != nil:
 		p.warn(verify, "standby: none of CDC_PG_URL's other hosts is a reachable standby (%v)", err)
 		return
 	}
 	defer conn.Close(context.Background())
 	host := conn.PgConn().Conn().RemoteAddr().String()
 	var syncSlots, feedback string
-	var found, synced, failover bool
-	err = conn.QueryRow(ctx, `SELECT current_setting('sync_replication_slots'), current_setting('hot_standby_feedback'),
-			EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1),
-			coalesce((SELECT synced FROM pg_replication_slots WHERE slot_name = $1), false),
-			coalesce((SELECT failover FROM pg_replication_slots WHERE slot_name = $1), false)`, slot).
-		Scan(&syncSlots, &feedback, &found, &synced, &failover)
+	err = conn.QueryRow(ctx, `SELECT current_setting('sync_replication_slots'), current_setting('hot_standby_feedback')`).
+		Scan(&syncSlots, &feedback)
 	if err != nil {
 		p.fail("", "standby %s: cannot read its settings: %v", host, err)
 		return
@@ -153,15 +148,41 @@ func (p *preflight) standby(ctx context.Context) {
 		p.fail("on the standby: ALTER SYSTEM SET hot_standby_feedback = on; SELECT pg_reload_conf();",
 			"standby %s: hot_standby_feedback = %s: the synchronised slot cannot hold back the catalog rows it needs", host, feedback)
 	}
+	s, err := replication.ReadStandbySlot(ctx, conn, slot)
+	if err != nil {
+		p.fail("", "standby %s: %v", host, err)
+		return
+	}
+	p.standbyCopy(host, exists, s)
+}
+
+// waitFailoverReadyFix is what to do while the standby's copy is not failover-ready.
+const waitFailoverReadyFix = "promote only once it is: cdc check --wait-failover-ready waits for it (" + failoverDoc + ")"
+
+// standbyCopy reports the standby's copy s of the slot, which exists on the primary or not.
+func (p *preflight) standbyCopy(host string, exists bool, s replication.StandbySlot) {
+	slot := p.cfg.Slot
+	// inactive_since is the last synchronisation of a synced copy; of a temporary one, only the
+	// last attempt.
+	synced := ""
+	if !s.LastSync.IsZero() && s.FailoverReady() {
+		synced = fmt.Sprintf(", last synchronised %s ago", time.Since(s.LastSync).Round(time.Second))
+	}
 	switch {
-	case found && synced && failover:
-		p.pass("standby %s: replication slot %s is synced (a promotion keeps it)", host, slot)
-	case found:
+	case s.FailoverReady():
+		p.pass("standby %s: replication slot %s is failover-ready (synced, not temporary, not invalidated%s): a promotion keeps it", host, slot, synced)
+	case !exists && !s.Exists:
+		// Before the first start: expected. A promotion now loses nothing, there is no slot.
+		p.pass("standby %s: no copy of replication slot %s yet, as expected before cdc's first start; after it, a promotion is safe only once the standby's copy is failover-ready (synced, not temporary, not invalidated): cdc check --wait-failover-ready waits for that", host, slot)
+	case s.Exists && !s.Synced:
 		p.fail("drop the standby's own slot of that name; only a slot synchronised from the primary survives a promotion",
-			"standby %s: replication slot %s exists but is not synced from the primary", host, slot)
+			"standby %s: replication slot %s is not failover-ready: %s", host, slot, s.NotReady())
+	case s.HeldBack():
+		p.fail(waitFailoverReadyFix+"; the primary's slot moves as cdc confirms what Kafka holds, and on an idle database SELECT pg_log_standby_snapshot() on the primary helps; the standby's log says why (\"could not synchronize replication slot\")",
+			"standby %s: replication slot %s is not failover-ready: %s; a promotion now would drop it", host, slot, s.NotReady())
 	default:
-		p.fail("wait for the sync worker, or run SELECT pg_sync_replication_slots() on the standby; a new idle slot syncs once it has moved (SELECT pg_log_standby_snapshot() on the primary) ("+failoverDoc+")",
-			"standby %s: replication slot %s is not synced yet: a promotion now would lose it", host, slot)
+		p.fail(waitFailoverReadyFix+"; a new idle slot syncs once it has moved (SELECT pg_log_standby_snapshot() on the primary)",
+			"standby %s: replication slot %s is not failover-ready: %s; a promotion now would lose it", host, slot, s.NotReady())
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/tidemark/cdc/internal/envdoc"
 )
 
-const usage = `Usage: cdc [run|check|help|watermarks|resnapshot schema.table|health [ready]|version]
+const usage = `Usage: cdc [run|check [--wait-failover-ready[=10m]]|help|watermarks|resnapshot schema.table|health [ready]|version]
 
 Tidemark streams every row change of a PostgreSQL publication to Kafka, one topic per table,
 with per-table watermark records.
@@ -16,6 +16,9 @@ Commands:
   run         stream changes (the default)
   check       check PostgreSQL and Kafka for everything Tidemark needs, one line each with
               the fix for what is missing; exit 0 only when all holds; changes nothing
+              --wait-failover-ready[=DURATION]: first wait (10m by default) until the
+              standby's copy of a failover slot is failover-ready (synced, not temporary,
+              not invalidated), the moment a promotion keeps it
   watermarks  print the latest watermark record of every table
   resnapshot schema.table
               copy one table again while the service runs, e.g. after a consumer lost its

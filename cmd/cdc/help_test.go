@@ -76,7 +76,7 @@ func TestHelpTableIsAligned(t *testing.T) {
 func TestHelpUsageAndPGNote(t *testing.T) {
 	var b strings.Builder
 	writeHelp(&b)
-	for _, want := range []string{"cdc [run|check|help|watermarks|resnapshot schema.table|health [ready]|version]", "PGHOST", "PGPASSWORD", "CDC_PG_URL"} {
+	for _, want := range []string{"cdc [run|check [--wait-failover-ready[=10m]]|help|watermarks|resnapshot schema.table|health [ready]|version]", "--wait-failover-ready[=DURATION]", "PGHOST", "PGPASSWORD", "CDC_PG_URL"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("help lacks %q", want)
 		}

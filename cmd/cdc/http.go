@@ -39,7 +39,8 @@ const (
 //
 //   - GET /healthz: 200 while the process serves (liveness);
 //   - GET /readyz: 200 when the pipeline streams and no live table failed, else 503, with the
-//     reasons as JSON (readiness);
+//     reasons as JSON (readiness), and with a failover slot whether the standby's copy is
+//     failover-ready (it does not change the status);
 //   - GET /exports: each table's state, phase, watermark and copy progress, as JSON;
 //   - GET /metrics: Prometheus metrics of the process and the pipeline;
 //   - GET /: the status page, with GET /status and /status/lag (addStatusRoutes).
@@ -102,6 +103,7 @@ type service interface {
 	resnapshotter
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
+	Failover() *pipeline.FailoverState
 }
 
 func httpHandler(cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) http.Handler {
@@ -142,10 +144,13 @@ func addServiceRoutes(mux *http.ServeMux, p service, token secret.Token, log *sl
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
+		// The standby's copy of a failover slot is reported, and does not make cdc unready:
+		// cdc streams either way; what it tells is whether a promotion now would keep the slot.
 		_ = json.NewEncoder(w).Encode(struct {
-			Ready   bool     `json:"ready"`
-			Reasons []string `json:"reasons,omitempty"`
-		}{ready, reasons})
+			Ready    bool                    `json:"ready"`
+			Reasons  []string                `json:"reasons,omitempty"`
+			Failover *pipeline.FailoverState `json:"failover,omitempty"`
+		}{ready, reasons, p.Failover()})
 	})
 	mux.HandleFunc("GET /exports", func(w http.ResponseWriter, r *http.Request) {
 		full, ok := readAccess(w, r, token, log)

@@ -149,7 +149,11 @@ type fakeService struct {
 	ready   bool
 	reasons []string
 	exports []pipeline.ExportState
+	// failover: the standby's copy of the slot, as the pipeline sampled it.
+	failover *pipeline.FailoverState
 }
+
+func (f fakeService) Failover() *pipeline.FailoverState { return f.failover }
 
 func (f fakeService) Ready() (bool, []string, []pipeline.ExportState) {
 	var failed []pipeline.ExportState
@@ -330,5 +334,20 @@ func TestSlowHeaderClosed(t *testing.T) {
 		if _, err := conn.Write([]byte{header[i%len(header)]}); err != nil {
 			t.Logf("write after %s: %v", time.Since(start), err)
 		}
+	}
+}
+
+// TestReadyzFailover: /readyz reports the standby's copy of a failover slot, and a copy that
+// is not failover-ready does not make cdc unready.
+func TestReadyzFailover(t *testing.T) {
+	since := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	svc := fakeService{ready: true, failover: &pipeline.FailoverState{Standby: "127.0.0.1:5433", Condition: "temporary",
+		Reason: "temporary (synchronisation held back)", Since: since, SampledAt: since.Add(12 * time.Second)}}
+	mux := http.NewServeMux()
+	addServiceRoutes(mux, svc, secret.NewToken(""), slog.New(slog.DiscardHandler))
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"failover":{"standby":"127.0.0.1:5433","ready":false,"condition":"temporary"`) {
+		t.Errorf("/readyz = %d %s", rec.Code, rec.Body)
 	}
 }

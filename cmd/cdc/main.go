@@ -91,6 +91,18 @@ func command(ctx context.Context, stop *stopper, args []string, getenv func(stri
 	stop.configured(log, cfg.ShutdownTimeout)
 
 	if cmd == "check" {
+		wait, err := parseCheckArgs(args[1:])
+		if err != nil {
+			fmt.Fprintf(stderr, "cdc check: %v\n", err)
+			return exitConfig
+		}
+		if wait > 0 && !waitFailoverReady(ctx, cfg, wait, stdout) {
+			if ctx.Err() == nil {
+				fmt.Fprintln(stdout)
+				runCheck(ctx, cfg, settings.TLS, stdout)
+			}
+			return exitFailed
+		}
 		return runCheck(ctx, cfg, settings.TLS, stdout)
 	}
 	if cmd == "watermarks" {

@@ -63,6 +63,9 @@ type statusReport struct {
 	Postgres connReport `json:"postgres"`
 	Kafka    connReport `json:"kafka"`
 	Slot     slotStatus `json:"slot"`
+	// Failover is the standby's copy of a failover slot (CDC_SLOT_FAILOVER with a standby among
+	// CDC_PG_URL's hosts): failover-ready or the condition that fails, and since when.
+	Failover *pipeline.FailoverState `json:"failover,omitempty"`
 	// SampledAt is the last sample of lag, rates and connections, taken every SampleSeconds.
 	SampledAt     time.Time `json:"sampled_at,omitzero"`
 	SampleSeconds float64   `json:"sample_interval_seconds"`
@@ -81,7 +84,7 @@ func (b *statusBoard) report(now time.Time, version string, full bool, token sec
 	defer b.mu.Unlock()
 	r := statusReport{Version: version, StartedAt: b.started, UptimeSeconds: math.Round(now.Sub(b.started).Seconds()),
 		Ready: ready, Reasons: reasons, Postgres: connReport{connStatus: b.pg}, Kafka: connReport{connStatus: b.kafka},
-		Slot: b.slot, SampledAt: b.at, SampleSeconds: statusEvery.Seconds(), Admin: token.IsSet(), FullErrors: full,
+		Slot: b.slot, Failover: b.src.Failover(), SampledAt: b.at, SampleSeconds: statusEvery.Seconds(), Admin: token.IsSet(), FullErrors: full,
 		Exports: make([]exportStatus, 0, len(exports))}
 	if len(failed) > 0 {
 		r.Reasons = append(r.Reasons, "tables failed (see their rows)")

@@ -32,6 +32,7 @@ const (
 type exportSource interface {
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
+	Failover() *pipeline.FailoverState
 }
 
 // statusBoard samples, every statusEvery, what the status page shows beyond /exports: the

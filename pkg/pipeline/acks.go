@@ -143,7 +143,7 @@ func partialAfter(u *change.Unit) *change.Partial {
 }
 
 func (o *owner) appendCheckpoint(out []change.Record, lsn change.LSN, partial *change.Partial, now time.Time) []change.Record {
-	v, err := watermark.EncodeCheckpoint(lsn, partial, now)
+	v, err := watermark.EncodeCheckpointOn(o.origin, lsn, partial, now)
 	if err != nil {
 		o.log.Error("encode checkpoint", "lsn", lsn.String(), "err", err)
 		return out

@@ -80,6 +80,9 @@ type monitor struct {
 	log     *slog.Logger
 	now     func() time.Time
 
+	// failover samples the standby's copy of a failover slot (nil: not watched).
+	failover *failoverWatch
+
 	mu   sync.Mutex
 	wal  []walSample // WAL positions, strictly increasing, oldest first
 	last slotSample  // the latest sample (zero at: none yet)
@@ -88,11 +91,12 @@ type monitor struct {
 func newMonitor(p *Pipeline) *monitor {
 	cfg := p.cfg
 	return &monitor{
-		p:       p,
-		slot:    cfg.Slot,
-		connect: func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) },
-		log:     cfg.Logger.With("stage", "monitor"),
-		now:     time.Now,
+		p:        p,
+		slot:     cfg.Slot,
+		connect:  func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) },
+		log:      cfg.Logger.With("stage", "monitor"),
+		now:      time.Now,
+		failover: newFailoverWatch(cfg),
 	}
 }
 
@@ -102,7 +106,14 @@ func (m *monitor) start(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if m.failover == nil {
+			m.run(ctx)
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { m.failover.run(ctx) })
 		m.run(ctx)
+		wg.Wait()
 	}()
 	return func() {
 		cancel()
@@ -213,7 +224,7 @@ func lagSeconds(wal []walSample, w change.LSN, now time.Time) float64 {
 
 func (m *monitor) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{readyDesc, exportStateDesc, lagBytesDesc, lagSecondsDesc,
-		slotRetainedDesc, slotKeepDesc, slotSafeDesc, slotStatusDesc} {
+		slotRetainedDesc, slotKeepDesc, slotSafeDesc, slotStatusDesc, failoverReadyDesc, failoverUnreadyDesc} {
 		ch <- d
 	}
 }
@@ -224,6 +235,9 @@ func (m *monitor) Collect(ch chan<- prometheus.Metric) {
 	exports := m.p.Exports()
 
 	now := m.now()
+	if m.failover != nil {
+		m.failover.collect(ch, now)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	fresh := !m.last.at.IsZero() && now.Sub(m.last.at) < monitorStale

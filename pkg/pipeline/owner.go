@@ -52,6 +52,8 @@ type owner struct {
 	// startLSN is the slot's confirmed position at start-up: confirmable until the tracker
 	// knows better.
 	startLSN change.LSN
+	// origin is the timeline this life reads, named in every checkpoint (promotion.go).
+	origin watermark.Origin
 
 	cfg    Config
 	log    *slog.Logger

@@ -202,7 +202,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 	if err := checkSlot(cfg, slot, timeline, resume, published); err != nil {
 		return nil, err
 	}
-	if err := checkPromotion(cfg, slot, timeline, resume, published); err != nil {
+	if err := checkPromotion(cfg, slot, timeline, checkpoint, resume, published); err != nil {
 		return nil, err
 	}
 	if !slot.Exists {
@@ -282,11 +282,17 @@ func checkSlot(cfg Config, slot replication.SlotInfo, tl replication.Timeline, r
 // the old primary's slot was). The server's WAL is the old primary's up to the switch point
 // and its own after it. Kafka positions at or below the switch point are in this server's WAL:
 // the stream replays from the slot and skips what Kafka holds, and it is logged. A position
-// past the switch point came from WAL the old primary sent but the standby never received
-// (no synchronized_standby_slots): this server's own changes up to it would be skipped as
-// published. That is refused: cdc does not guess. A slot confirmed past the switch point was
-// confirmed on this server, by a life that made the same check.
-func checkPromotion(cfg Config, slot replication.SlotInfo, tl replication.Timeline, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+// past the switch point is this server's own change when Kafka's latest checkpoint names this
+// timeline (a life here published it and ended before it confirmed the slot); otherwise it came
+// from WAL the old primary sent but the standby never received (no synchronized_standby_slots),
+// and this server's own changes up to it would be skipped as published: that is refused
+// (promotion.go). A slot confirmed past the switch point was confirmed on this server, by a
+// life that made the same check. A server on none of the timelines Kafka's checkpoint allows
+// is refused whatever its slot (checkOrigin).
+func checkPromotion(cfg Config, slot replication.SlotInfo, tl replication.Timeline, cp *watermark.Checkpoint, resume map[change.ExportID]change.LSN, published map[change.ExportID]struct{}) error {
+	if err := checkOrigin(cfg, tl, cp); err != nil {
+		return err
+	}
 	if tl.ID <= 1 || !slot.Exists || slot.Confirmed >= tl.SwitchPoint {
 		return nil
 	}
@@ -298,12 +304,7 @@ func checkPromotion(cfg Config, slot replication.SlotInfo, tl replication.Timeli
 		}
 	}
 	if kafka > tl.SwitchPoint {
-		return fatal(fmt.Errorf("failover: this server was promoted at %s (timeline %d), but Kafka holds table %s up to %s, past the promotion, "+
-			"and replication slot %q here is confirmed at %s: what Kafka holds past %s came from the old primary's WAL, which this server never received, "+
-			"and this server's own changes up to %s would be skipped as published. cdc does not guess and stops: delete the watermark topic %s "+
-			"(or use a new CDC_TOPIC_PREFIX) so every table is copied again, and set synchronized_standby_slots on the primary "+
-			"so that the stream never runs ahead of the standby (docs/production.md#failover)",
-			tl.SwitchPoint, tl.ID, ahead, kafka, cfg.Slot, slot.Confirmed, tl.SwitchPoint, kafka, cfg.Sink.WatermarkTopic))
+		return pastPromotion(cfg, tl, cp, slot.Confirmed, ahead, kafka)
 	}
 	if kafka > slot.Confirmed {
 		cfg.Logger.Warn("failover: this server was promoted and its replication slot is behind what Kafka holds; the stream replays from the slot and skips what Kafka holds, nothing is copied again",

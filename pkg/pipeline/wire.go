@@ -31,6 +31,7 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	checkpoint, published, resume := pl.checkpoint, pl.published, pl.resume
 	o := newOwner(cfg, tracker, log.With("stage", "pipeline"))
 	o.startLSN = slot.Confirmed
+	o.origin = originOf(pl.timeline)
 	o.topics = sk
 	pgConnect := func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
 	replCfg := cfg.Replication

@@ -42,13 +42,59 @@ type Checkpoint struct {
 	// those changes when the server sends the transaction again. Position is below that
 	// transaction's commit.
 	Partial *change.Partial `json:"partial,omitempty"`
-	Time    time.Time       `json:"ts"`
+	// Timeline and PromotedAt name the PostgreSQL timeline the positions were read on, and
+	// where it branched off its parent (absent on timeline 1, and in checkpoints of builds
+	// that did not record it: Timeline 0). After a failover they tell the promoted server's own
+	// changes past the promotion from changes of the old primary's WAL past it (Origin).
+	Timeline   int32       `json:"timeline,omitempty"`
+	PromotedAt *change.LSN `json:"promoted_at,omitempty"`
+	Time       time.Time   `json:"ts"`
+}
+
+// Origin is the PostgreSQL timeline that a life of the pipeline reads: its ID and the switch
+// point where it branched off its parent (0/0 on timeline 1). The zero Origin is unknown.
+type Origin struct {
+	Timeline   int32
+	PromotedAt change.LSN
+}
+
+// Origin returns the timeline cp's positions were read on (zero: not recorded).
+func (cp Checkpoint) Origin() Origin {
+	o := Origin{Timeline: cp.Timeline}
+	if cp.PromotedAt != nil {
+		o.PromotedAt = *cp.PromotedAt
+	}
+	return o
+}
+
+// String renders o as "timeline N (promoted at X/Y)", or "timeline 1".
+func (o Origin) String() string {
+	switch {
+	case o.Timeline == 0:
+		return "an unrecorded timeline"
+	case o.PromotedAt == 0:
+		return fmt.Sprintf("timeline %d", o.Timeline)
+	}
+	return fmt.Sprintf("timeline %d (promoted at %s)", o.Timeline, o.PromotedAt)
 }
 
 // EncodeCheckpoint renders the checkpoint value for position at now, with the partly
 // published transaction partial (nil: none).
 func EncodeCheckpoint(position change.LSN, partial *change.Partial, now time.Time) ([]byte, error) {
+	return EncodeCheckpointOn(Origin{}, position, partial, now)
+}
+
+// EncodeCheckpointOn is EncodeCheckpoint for positions read on timeline origin (the zero
+// Origin records none). The fields are additions a reader of version 1 ignores.
+func EncodeCheckpointOn(origin Origin, position change.LSN, partial *change.Partial, now time.Time) ([]byte, error) {
 	cp := Checkpoint{Version: Version, Kind: checkpointKind, Position: position, PositionLSN: uint64(position), Partial: partial, Time: now.UTC()}
+	if origin.Timeline > 0 {
+		cp.Timeline = origin.Timeline
+		if origin.PromotedAt != 0 {
+			at := origin.PromotedAt
+			cp.PromotedAt = &at
+		}
+	}
 	if partial != nil {
 		cp.Version = CheckpointVersion
 	}

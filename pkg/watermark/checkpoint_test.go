@@ -230,3 +230,32 @@ func TestCheckpointPartial(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckpointOrigin: the timeline a checkpoint's positions were read on round-trips, stays
+// version 1 (an addition older readers ignore), and is absent when unknown.
+func TestCheckpointOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		origin Origin
+		json   string
+	}{
+		{name: "unknown", origin: Origin{}, json: ""},
+		{name: "timeline 1", origin: Origin{Timeline: 1}, json: `"timeline":1,`},
+		{name: "promoted", origin: Origin{Timeline: 3, PromotedAt: 0x7FAE060}, json: `"timeline":3,"promoted_at":"0/7FAE060",`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := EncodeCheckpointOn(tc.origin, 0x8000000, nil, trackerT0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(v, []byte(`"version":1`)) || (tc.json != "" && !bytes.Contains(v, []byte(tc.json))) ||
+				(tc.json == "" && bytes.Contains(v, []byte("timeline"))) {
+				t.Errorf("EncodeCheckpointOn = %s, want version 1 with %q", v, tc.json)
+			}
+			cp, ok, err := DecodeCheckpoint(v)
+			if err != nil || !ok || cp.Origin() != tc.origin {
+				t.Errorf("DecodeCheckpoint(%s) = %+v (origin %v), %v, %v; want origin %v", v, cp, cp.Origin(), ok, err, tc.origin)
+			}
+		})
+	}
+}

@@ -104,6 +104,14 @@
 //
 //	{"version": 2, "kind": "checkpoint", "position": "0/1A2B3C8", "position_lsn": 27439048, "partial": {"commit": "0/1A2C000", "changes": 1200000}, "ts": "2026-12-03T10:02:11Z"}
 //
+// A checkpoint also names the PostgreSQL timeline its positions were read on (Origin:
+// "timeline", and "promoted_at", the switch point, past timeline 1), an addition that keeps
+// version 1. After a failover, a start on the promoted server whose slot is still behind the
+// promotion tells by it whether what Kafka holds past the promotion is the server's own (this
+// timeline) or came from the old primary's WAL (an earlier one).
+//
+//	{"version": 1, "kind": "checkpoint", "position": "0/816A758", "position_lsn": 135702360, "timeline": 2, "promoted_at": "0/7FAE060", "ts": "2026-12-03T10:02:11Z"}
+//
 // # Record format (version 1)
 //
 // The watermark topic <prefix>.__watermarks is compacted and keyed by the export's name

@@ -101,6 +101,11 @@
     card.querySelector(".detail").textContent = detail;
     fill.style.width = pct + "%";
     fill.className = "fill" + (pct > 80 ? " high" : "");
+    var fo = d.failover, fp = card.querySelector(".failover");
+    fp.textContent = !fo ? "" : fo.ready ? "standby copy (" + fo.standby + "): failover-ready, a promotion keeps it" :
+      "standby copy" + (fo.standby ? " (" + fo.standby + ")" : "") + ": NOT failover-ready for " +
+      fmtDur((Date.parse(fo.sampled_at) - Date.parse(fo.since)) / 1000) + ": " + fo.reason;
+    fp.className = "failover" + (fo && !fo.ready ? " warn" : "");
     var counts = {};
     d.exports.forEach(function (x) { counts[x.state] = (counts[x.state] || 0) + 1; });
     var parts = [d.exports.length + " tables"];
