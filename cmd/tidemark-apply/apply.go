@@ -683,7 +683,9 @@ func (a *applier) refused(e change.ExportID, name pgx.Identifier) error {
 // dataClass reports whether a SQLSTATE is a data exception (class 22: a value that does not
 // fit its column) or an integrity constraint violation (class 23): the record's data, not the
 // connection, is at fault, and no retry helps.
-func dataClass(code string) bool { return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") }
+func dataClass(code string) bool {
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23")
+}
 
 // dataError turns PostgreSQL's refusal of one record's data into a permanent error naming the
 // record and what to do; nil when err is not that.

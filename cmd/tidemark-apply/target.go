@@ -19,7 +19,7 @@ var errPermanent = errors.New("permanent")
 
 // column is one column of a target table.
 type column struct {
-	name    string
+	name string
 	// typ is the column's type without its modifier (format_type with typemod -1: numeric,
 	// character varying, "bit"): the cast of its values. The modifier is left to the
 	// assignment to the column, which refuses what does not fit (a string too long for
@@ -33,12 +33,12 @@ type column struct {
 
 // target is a target table as the applier writes it.
 type target struct {
-	name    pgx.Identifier
-	cols    map[string]*column
-	order   []string // column names in table order
-	key     []string // primary key columns, in index order
-	sql     map[string]string
-	pos     map[string]int // column name -> index in order (copyText)
+	name  pgx.Identifier
+	cols  map[string]*column
+	order []string // column names in table order
+	key   []string // primary key columns, in index order
+	sql   map[string]string
+	pos   map[string]int // column name -> index in order (copyText)
 }
 
 // loadTarget reads table's columns and primary key; ok is false when the table does not exist.
