@@ -173,7 +173,7 @@ func stalled(now time.Time, s healthState, after time.Duration) string {
 	if !s.lastCutAt.IsZero() {
 		last = fmt.Sprintf("last cut %s applied %s ago", s.lastCut, now.Sub(s.lastCutAt).Round(time.Second))
 	}
-	return fmt.Sprintf("stalled: nothing applied for %s (APPLY_STALL_AFTER %s) while the watermarks moved to %s (read %s ago); %s; the log says why",
+	return fmt.Sprintf("stalled: nothing applied for %s (APPLY_STALL_AFTER %s) while the watermarks moved to %s (read %s ago); %s; see the log, and the target's pg_stat_activity for what the applier waits for",
 		held.Round(time.Second), after, s.watermark, now.Sub(s.watermarkAt).Round(time.Second), last)
 }
 
