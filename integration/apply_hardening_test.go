@@ -324,16 +324,16 @@ func TestApplyPosture(t *testing.T) {
 		least := *u
 		least.User = url.User(role)
 		for _, tc := range []struct {
-			target string
-			warned bool
-		}{{testenv.NewDB(t), true}, {least.String(), false}} {
+			role, target string
+			warned       bool
+		}{{"postgres", testenv.NewDB(t), true}, {role, least.String(), false}} {
 			p := e.startBinary(applyBinary, e.applyVars(tc.target, "public.t"))
 			// Past the role check: the progress row is read.
 			waitLogCount(t, p, "no progress recorded", 1, time.Now(), 30*time.Second)
 			p.stop(syscall.SIGTERM)
 			log := p.log.String()
 			if got := strings.Count(log, "the target role is a superuser"); got != map[bool]int{true: 1, false: 0}[tc.warned] {
-				t.Errorf("role %s: %d superuser warnings, want one: %v", least.User.Username(), got, tc.warned)
+				t.Errorf("role %s: %d superuser warnings, want one: %v", tc.role, got, tc.warned)
 			}
 			if !strings.Contains(log, `level=INFO msg="target PostgreSQL: not encrypted (sslmode=disable); loopback only, nothing crosses the network"`) {
 				t.Errorf("no posture line for the loopback target:\n%s", tail(log, 3000))

@@ -282,3 +282,17 @@ func TestLogPostures(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsListEveryVariable keeps docs/configuration.md's table of the applier in step with Env.
+func TestDocsListEveryVariable(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "## tidemark-apply")
+	for _, v := range envVars() {
+		if !strings.Contains(section, "| `"+v.Name+"` |") {
+			t.Errorf("docs/configuration.md's tidemark-apply table lacks %s", v.Name)
+		}
+	}
+}
