@@ -515,7 +515,7 @@ func TestApplyStallHealth(t *testing.T) {
 	}
 	waitRows(t, a, replica, map[string]int{"t": 101}, 30*time.Second)
 	t.Logf("REPORT /healthz: 503 %s after the target blocked the applier (APPLY_STALL_AFTER=10s): %q; 200 again %s after the lock was released",
-		unavailable.Round(time.Millisecond), strings.TrimSpace(reason), available.Round(time.Millisecond))
+		unavailable.Round(time.Millisecond), strings.TrimSpace(reason), available.Round(10*time.Microsecond))
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
