@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark/cdc/internal/shutdown"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 )
@@ -45,15 +46,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 }
 
 // runSignals is the whole program; main only supplies the process's environment and its
-// signals: the first SIGTERM or SIGINT stops it in order, a second exits at once (see stopper).
+// signals: the first SIGTERM or SIGINT stops it in order, a second exits at once (see newStopper).
 func runSignals(ctx context.Context, sigs <-chan os.Signal, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
 	ctx, stop := newStopper(ctx, sigs, stderr)
-	defer stop.close()
-	return stop.await(func() int { return command(ctx, stop, args, getenv, environ, stdout, stderr) })
+	defer stop.Close()
+	return stop.Await(func() int { return command(ctx, stop, args, getenv, environ, stdout, stderr) })
 }
 
 // command runs the command args name.
-func command(ctx context.Context, stop *stopper, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
+func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -88,7 +89,7 @@ func command(ctx context.Context, stop *stopper, args []string, getenv func(stri
 	log := newLogger(stderr, settings)
 	cfg := settings.Pipeline
 	cfg.Logger = log
-	stop.configured(log, cfg.ShutdownTimeout)
+	stop.Configured(log, cfg.ShutdownTimeout)
 
 	if cmd == "check" {
 		wait, err := parseCheckArgs(args[1:])

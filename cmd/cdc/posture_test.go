@@ -15,10 +15,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // testCAFile writes a self-signed CA certificate (PEM) and returns its path: pgx reads
@@ -41,80 +37,6 @@ func testCAFile(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return path
-}
-
-func TestPGPosture(t *testing.T) {
-	ca := testCAFile(t)
-	tests := []struct {
-		name, conn                string
-		mode, encrypted, verified string
-		warn                      bool
-	}{
-		{"disable", "postgres://db.example/app?sslmode=disable", "disable", "never", "none", true},
-		{"allow", "postgres://db.example/app?sslmode=allow", "allow", "only if the server insists", "none", true},
-		{"prefer", "postgres://db.example/app?sslmode=prefer", "prefer", "if the server offers it", "none", true},
-		{"no sslmode is prefer", "postgres://db.example/app", "prefer", "if the server offers it", "none", true},
-		{"require", "postgres://db.example/app?sslmode=require", "require", "always", "none", true},
-		{"require with sslrootcert verifies the chain", "postgres://db.example/app?sslmode=require&sslrootcert=" + ca, "verify-ca", "always", "chain", true},
-		{"verify-ca", "postgres://db.example/app?sslmode=verify-ca&sslrootcert=" + ca, "verify-ca", "always", "chain", true},
-		{"verify-full", "postgres://db.example/app?sslmode=verify-full&sslrootcert=" + ca, "verify-full", "always", "full", false},
-		{"verify-full, system roots", "postgres://db.example/app?sslrootcert=system", "verify-full", "always", "full", false},
-		{"key=value verify-full", "host=db.example dbname=app sslmode=verify-full sslrootcert=" + ca, "verify-full", "always", "full", false},
-		{"two hosts, prefer", "postgres://db1.example,db2.example/app", "prefer", "if the server offers it", "none", true},
-		{"two hosts, verify-full", "postgres://db1.example,db2.example/app?sslmode=verify-full&sslrootcert=" + ca, "verify-full", "always", "full", false},
-		{"unix socket", "host=/var/run/postgresql dbname=app", "socket", "never", "none", false},
-		{"socket and network host", "host=/var/run/postgresql,db.example dbname=app sslmode=prefer", "prefer", "if the server offers it", "none", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := pgconn.ParseConfig(tt.conn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := pgPosture(cfg)
-			if p.Mode != tt.mode || p.Encrypted != tt.encrypted || p.Verified != tt.verified {
-				t.Errorf("posture %s/%s/%s, want %s/%s/%s", p.Mode, p.Encrypted, p.Verified, tt.mode, tt.encrypted, tt.verified)
-			}
-			if (p.Warning != "") != tt.warn {
-				t.Errorf("warning %q, want one: %v", p.Warning, tt.warn)
-			}
-			if tt.warn && !strings.Contains(p.Fix, "sslmode=verify-full") {
-				t.Errorf("fix %q does not name sslmode=verify-full", p.Fix)
-			}
-			if !strings.Contains(p.Summary, tt.mode) && tt.mode != "socket" {
-				t.Errorf("summary %q does not name %s", p.Summary, tt.mode)
-			}
-		})
-	}
-}
-
-func TestKafkaPosture(t *testing.T) {
-	tests := []struct {
-		name      string
-		sec       sink.Security
-		mode      string
-		warn      bool
-		wantInSum string
-	}{
-		{"plaintext, no SASL", sink.Security{}, "plaintext", false, "not encrypted"},
-		{"plaintext, PLAIN", sink.Security{SASLMechanism: sink.SASLPlain, Username: "u", Password: "p"}, "plaintext", true, "SASL PLAIN"},
-		{"plaintext, SCRAM", sink.Security{SASLMechanism: sink.SASLScramSHA512, Username: "u", Password: "p"}, "plaintext", true, "SASL SCRAM-SHA-512"},
-		{"plaintext, OAUTHBEARER", sink.Security{SASLMechanism: sink.SASLOAuthBearer, Token: "t"}, "plaintext", true, "SASL OAUTHBEARER"},
-		{"TLS, system roots", sink.Security{TLS: true}, "tls", false, "verified against the system roots"},
-		{"TLS with CA and SCRAM", sink.Security{TLS: true, CAFile: "/ca.pem", SASLMechanism: sink.SASLScramSHA256}, "tls", false, "CDC_KAFKA_TLS_CA_FILE"},
-		{"TLS with server name", sink.Security{TLS: true, ServerName: "kafka.internal"}, "tls", false, "for kafka.internal"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			p := kafkaPosture(tt.sec)
-			if p.Mode != tt.mode || (p.Warning != "") != tt.warn || !strings.Contains(p.Summary, tt.wantInSum) {
-				t.Errorf("posture %+v; want mode %s, warning %v, summary with %q", p, tt.mode, tt.warn, tt.wantInSum)
-			}
-			if p.Mode == "plaintext" && (!p.Required || p.Fix == "") {
-				t.Errorf("plaintext Kafka is not refused by CDC_REQUIRE_TLS or has no fix: %+v", p)
-			}
-		})
-	}
 }
 
 func TestLoadConfigRequireTLS(t *testing.T) {

@@ -27,8 +27,8 @@ func TestStopper(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sigs := make(chan os.Signal, 2)
 			ctx, st := newStopper(t.Context(), sigs, io.Discard)
-			defer st.close()
-			st.configured(slog.New(slog.DiscardHandler), tt.bound)
+			defer st.Close()
+			st.Configured(slog.New(slog.DiscardHandler), tt.bound)
 			// The command stops 300ms after its context ends, unless forced sooner.
 			cmd := func() int {
 				<-ctx.Done()
@@ -41,7 +41,7 @@ func TestStopper(t *testing.T) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}()
-			if got := st.await(cmd); got != tt.want {
+			if got := st.Await(cmd); got != tt.want {
 				t.Errorf("exit code %d, want %d", got, tt.want)
 			}
 		})
@@ -50,10 +50,10 @@ func TestStopper(t *testing.T) {
 
 func TestStopperWithoutSignals(t *testing.T) {
 	ctx, st := newStopper(context.Background(), nil, io.Discard)
-	if got := st.await(func() int { return 7 }); got != 7 {
+	if got := st.Await(func() int { return 7 }); got != 7 {
 		t.Errorf("await = %d, want the command's 7", got)
 	}
-	st.close()
+	st.Close()
 	if ctx.Err() == nil {
 		t.Errorf("close did not end the context")
 	}

@@ -9,11 +9,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/caarlos0/env/v11"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/internal/envdoc"
+	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -25,11 +27,18 @@ import (
 // tidemark-tail read them.
 type Env struct {
 	TargetURL      string `env:"APPLY_TARGET_URL,required" helpDefault:"(required)" desc:"the target PostgreSQL: URL (postgres://user:pass@host:5432/db) or key=value DSN; the password is never printed"`
-	Tables         string `env:"APPLY_TABLES" helpDefault:"(every table in the watermark topic)" desc:"comma-separated schema.table list of the tables to keep in step"`
+	Tables         string `env:"APPLY_TABLES" helpDefault:"(required unless APPLY_ALL_TABLES=true)" desc:"comma-separated schema.table list of the tables to keep in step; not a system schema (pg_*, information_schema), not the progress table"`
+	AllTables      string `env:"APPLY_ALL_TABLES" envDefault:"false" desc:"true: instead of APPLY_TABLES, keep in step every table the watermark topic names (narrowed by APPLY_SCHEMAS), including tables added to cdc's publication later"`
+	Schemas        string `env:"APPLY_SCHEMAS" helpDefault:"(every schema)" desc:"with APPLY_ALL_TABLES=true: comma-separated schema names whose tables are kept in step; the others are left alone"`
 	CreateTables   string `env:"APPLY_CREATE_TABLES" envDefault:"false" desc:"true: create a missing target table from the record schemas (needs CDC_VALUE_FORMAT=json-with-schema on cdc); false: a missing table or column is an error"`
-	TargetSchema   string `env:"APPLY_TARGET_SCHEMA" helpDefault:"(the source's schema)" desc:"schema of the target tables; by default each table keeps its source schema"`
+	TargetSchema   string `env:"APPLY_TARGET_SCHEMA" helpDefault:"(the source's schema)" desc:"schema of the target tables; by default each table keeps its source schema (not a system schema)"`
 	ProgressTable  string `env:"APPLY_PROGRESS_TABLE" envDefault:"public.tidemark_apply_progress" desc:"schema.table of the progress table (created if missing): the last applied cut's position, written in the cut's transaction"`
 	Name           string `env:"APPLY_NAME" envDefault:"tidemark-apply" desc:"this applier's row in the progress table; two appliers into one target need different names"`
+	SkipRecords    string `env:"APPLY_SKIP_RECORDS" helpDefault:"(none)" desc:"comma-separated topic:partition:offset list of Kafka records to pass over: an error about a record's data that retrying cannot fix names the record so; list it here (and restart) to go on without it, knowing the target then lacks that change"`
+	ConnectTimeout string `env:"APPLY_CONNECT_TIMEOUT" envDefault:"10s" desc:"bound of each connection attempt to the target PostgreSQL (unless APPLY_TARGET_URL sets connect_timeout) and to a Kafka broker; a server that never answers is an error after it, logged, and retried with backoff (1s to 10m)"`
+	ReceiveTimeout string `env:"APPLY_RECEIVE_TIMEOUT" envDefault:"60s" desc:"a target connection that hears nothing for this long while it waits for an answer is taken as dead, dropped and reopened; a statement that runs longer (a lock wait, the start of a large table's new copy) counts too, so keep it above the longest (1s to 1h)"`
+	StallAfter     string `env:"APPLY_STALL_AFTER" envDefault:"5m" desc:"/healthz answers 503 when the applier has held a cut or load part this long without applying anything while the watermarks moved past the last applied cut (10s to 24h)"`
+	RequireTLS     string `env:"APPLY_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless the target PostgreSQL connection is encrypted and verified (sslmode=verify-full; or a Unix socket or loopback host) and Kafka uses TLS"`
 	KafkaBrokers   string `env:"CDC_KAFKA_BROKERS,required" helpDefault:"(required)" desc:"Kafka bootstrap brokers, comma-separated host:port (as cdc's)"`
 	TopicPrefix    string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"cdc's topic prefix"`
 	WatermarkTopic string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"cdc's watermark topic"`
@@ -47,12 +56,24 @@ var securityVars = []string{"CDC_KAFKA_TLS", "CDC_KAFKA_TLS_CA_FILE", "CDC_KAFKA
 
 // config is the validated configuration.
 type config struct {
-	targetURL      string
-	tables         []change.ExportID
-	createTables   bool
-	targetSchema   string
-	progress       pgx.Identifier
-	name           string
+	targetURL string
+	// tables are the chosen tables (APPLY_TABLES); with allTables (APPLY_ALL_TABLES=true) it is
+	// empty and every table the watermark topic names is chosen, narrowed to schemas when set.
+	tables       []change.ExportID
+	allTables    bool
+	schemas      []string
+	createTables bool
+	targetSchema string
+	progress     pgx.Identifier
+	name         string
+	// skip are the records to pass over (APPLY_SKIP_RECORDS).
+	skip           map[recordRef]bool
+	connectTimeout time.Duration
+	receiveTimeout time.Duration
+	stallAfter     time.Duration
+	// postures say how the target and Kafka connections are protected: logged at start; with
+	// APPLY_REQUIRE_TLS=true one that posture.Refused refuses was a configuration problem.
+	postures       []posture.Posture
 	brokers        []string
 	topicPrefix    string
 	watermarkTopic string
@@ -67,9 +88,15 @@ func (c config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("target_url", secret.Redact(c.targetURL)),
 		slog.Any("tables", c.tables),
+		slog.Bool("all_tables", c.allTables),
+		slog.Any("schemas", c.schemas),
 		slog.Bool("create_tables", c.createTables),
 		slog.String("progress_table", c.progress.Sanitize()),
 		slog.String("name", c.name),
+		slog.Int("skip_records", len(c.skip)),
+		slog.Duration("connect_timeout", c.connectTimeout),
+		slog.Duration("receive_timeout", c.receiveTimeout),
+		slog.Duration("stall_after", c.stallAfter),
 		slog.Any("brokers", c.brokers),
 		slog.String("watermark_topic", c.watermarkTopic),
 		slog.Bool("kafka_tls", c.security.TLS),
@@ -89,7 +116,7 @@ var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]{0,62}$`)
 // loadConfig reads and checks the environment through getenv; on any problem it returns a
 // *configError naming every one. No problem quotes a secret: the target URL is shown redacted.
 // An APPLY_* variable in environ that Env does not declare is a problem too: a misspelt
-// APPLY_TABLES silently ignored would apply every table.
+// variable silently ignored would leave its default in force.
 func loadConfig(getenv func(string) string, environ []string) (config, error) {
 	var problems []error
 	add := func(name, value, format string, args ...any) {
@@ -123,13 +150,33 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 		}
 	}
 	c := config{name: e.Name, topicPrefix: e.TopicPrefix, watermarkTopic: e.WatermarkTopic, httpAddr: e.HTTPAddr}
+	boolean := func(name, value string) bool {
+		switch strings.ToLower(value) {
+		case "true", "1", "yes":
+			return true
+		case "false", "0", "no":
+		default:
+			add(name, value, "want true or false")
+		}
+		return false
+	}
+	duration := func(name, value string, least, most time.Duration) time.Duration {
+		d, err := time.ParseDuration(value)
+		if err != nil || d < least || d > most {
+			add(name, value, "want a duration from %v to %v, such as 30s or 2m", least, most)
+			return 0
+		}
+		return d
+	}
+	var target *pgx.ConnConfig
 	if e.TargetURL != "" {
-		if _, err := pgx.ParseConfig(e.TargetURL); err != nil {
+		if pc, err := pgx.ParseConfig(e.TargetURL); err != nil {
 			add("APPLY_TARGET_URL", secret.Redact(e.TargetURL), "not a PostgreSQL connection string: %s", secret.Scrub(err.Error(), e.TargetURL))
 		} else {
-			c.targetURL = e.TargetURL
+			c.targetURL, target = e.TargetURL, pc
 		}
 	}
+	badTables := false
 	for t := range strings.SplitSeq(e.Tables, ",") {
 		if t = strings.TrimSpace(t); t == "" {
 			continue
@@ -137,6 +184,12 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 		schema, table, ok := strings.Cut(t, ".")
 		if !ok || schema == "" || table == "" || strings.Contains(table, ".") {
 			add("APPLY_TABLES", t, "want schema.table")
+			badTables = true
+			continue
+		}
+		if systemSchema(schema) {
+			add("APPLY_TABLES", t, "%s is a system schema: its tables are PostgreSQL's own, never applied", schema)
+			badTables = true
 			continue
 		}
 		id := change.ExportID{Schema: schema, Table: table}
@@ -144,24 +197,61 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 			c.tables = append(c.tables, id)
 		}
 	}
-	switch strings.ToLower(e.CreateTables) {
-	case "true", "1", "yes":
-		c.createTables = true
-	case "false", "0", "no":
-	default:
-		add("APPLY_CREATE_TABLES", e.CreateTables, "want true or false")
+	c.allTables = boolean("APPLY_ALL_TABLES", e.AllTables)
+	switch {
+	case c.allTables && e.Tables != "":
+		add("APPLY_TABLES", e.Tables, "set together with APPLY_ALL_TABLES=true: list the tables, or choose every table, not both")
+	case !c.allTables && len(c.tables) == 0 && !badTables:
+		add("APPLY_TABLES", "", "required: a comma-separated schema.table list of the tables to keep in step; or set APPLY_ALL_TABLES=true to keep every table the watermark topic names")
 	}
+	for sc := range strings.SplitSeq(e.Schemas, ",") {
+		switch sc = strings.TrimSpace(sc); {
+		case sc == "":
+		case strings.Contains(sc, "."):
+			add("APPLY_SCHEMAS", sc, "want a schema name, without a table")
+		case systemSchema(sc):
+			add("APPLY_SCHEMAS", sc, "a system schema: its tables are PostgreSQL's own, never applied")
+		case !slices.Contains(c.schemas, sc):
+			c.schemas = append(c.schemas, sc)
+		}
+	}
+	if e.Schemas != "" && !c.allTables {
+		add("APPLY_SCHEMAS", e.Schemas, "narrows APPLY_ALL_TABLES=true only; with APPLY_TABLES, list just the tables wanted")
+	}
+	c.createTables = boolean("APPLY_CREATE_TABLES", e.CreateTables)
 	if e.TargetSchema != "" {
-		if !identRE.MatchString(e.TargetSchema) {
+		switch {
+		case !identRE.MatchString(e.TargetSchema):
 			add("APPLY_TARGET_SCHEMA", e.TargetSchema, "want a plain identifier (letters, digits, _; at most 63)")
+		case systemSchema(e.TargetSchema):
+			add("APPLY_TARGET_SCHEMA", e.TargetSchema, "a system schema: the applier never writes into PostgreSQL's own schemas")
 		}
 		c.targetSchema = e.TargetSchema
 	}
-	if schema, table, ok := strings.Cut(e.ProgressTable, "."); !ok || !identRE.MatchString(schema) || !identRE.MatchString(table) {
+	switch schema, table, ok := strings.Cut(e.ProgressTable, "."); {
+	case !ok || !identRE.MatchString(schema) || !identRE.MatchString(table):
 		add("APPLY_PROGRESS_TABLE", e.ProgressTable, "want schema.table of plain identifiers (letters, digits, _)")
-	} else {
+	case systemSchema(schema):
+		add("APPLY_PROGRESS_TABLE", e.ProgressTable, "%s is a system schema: the applier never writes into PostgreSQL's own schemas", schema)
+	default:
 		c.progress = pgx.Identifier{schema, table}
+		for _, t := range c.tables {
+			if c.targetOf(t) == c.progress.Sanitize() {
+				add("APPLY_TABLES", t.String(), "is applied to %s, the progress table (APPLY_PROGRESS_TABLE): choose another progress table, or leave the table out", c.progress.Sanitize())
+			}
+		}
 	}
+	if skip, errs := parseRecordRefs(e.SkipRecords); len(errs) > 0 {
+		for _, err := range errs {
+			problems = append(problems, fmt.Errorf("APPLY_SKIP_RECORDS: %w", err))
+		}
+	} else {
+		c.skip = skip
+	}
+	c.connectTimeout = duration("APPLY_CONNECT_TIMEOUT", e.ConnectTimeout, time.Second, 10*time.Minute)
+	c.receiveTimeout = duration("APPLY_RECEIVE_TIMEOUT", e.ReceiveTimeout, time.Second, time.Hour)
+	c.stallAfter = duration("APPLY_STALL_AFTER", e.StallAfter, 10*time.Second, 24*time.Hour)
+	requireTLS := boolean("APPLY_REQUIRE_TLS", e.RequireTLS)
 	if len(c.name) > 200 {
 		add("APPLY_NAME", c.name[:40]+"…", "at most 200 bytes")
 	}
@@ -204,10 +294,39 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 		problems = append(problems, p)
 	}
 	c.security = sec
+	if target != nil {
+		c.postures = append(c.postures, targetPosture(&target.Config))
+	}
+	c.postures = append(c.postures, posture.Kafka(sec))
+	if requireTLS {
+		for _, p := range c.postures {
+			if why := posture.Refused(p, "APPLY_REQUIRE_TLS"); why != "" {
+				add(p.Var, "", "%s", why)
+			}
+		}
+	}
 	if len(problems) > 0 {
+
 		return config{}, &configError{problems: problems}
 	}
 	return c, nil
+}
+
+// systemSchema reports whether s is one of PostgreSQL's own schemas: pg_catalog, pg_toast,
+// information_schema, or any other name beginning with pg_ (which PostgreSQL reserves: the
+// temporary schemas pg_temp_N and pg_toast_temp_N among them). Names are compared as they are
+// written: "PG_Data", created quoted, is a user's schema.
+func systemSchema(s string) bool {
+	return s == "information_schema" || strings.HasPrefix(s, "pg_")
+}
+
+// targetOf is the quoted name of the target table that the source table t is applied to.
+func (c config) targetOf(t change.ExportID) string {
+	schema := t.Schema
+	if c.targetSchema != "" {
+		schema = c.targetSchema
+	}
+	return pgx.Identifier{schema, t.Table}.Sanitize()
 }
 
 func unwrapAll(err error) []error {

@@ -24,8 +24,17 @@
 //     is created from the records' schema. A mismatch stops the applier with an error naming it.
 //
 // Errors in the target or Kafka restart the session (reconnect, read the progress row, resume)
-// with capped backoff; a mismatch between source and target is permanent and exits 1. A
-// configuration problem exits 2 with every problem listed; no secret is printed.
+// with capped backoff, each logged; a mismatch between source and target is permanent and exits
+// 1. A connection attempt waits at most APPLY_CONNECT_TIMEOUT (the target's, and Kafka's, which
+// a session checks first), and a target connection silent for APPLY_RECEIVE_TIMEOUT while it
+// waits for an answer is taken as dead. A configuration problem exits 2 with every problem
+// listed, before anything connects; no secret is printed. The tables are chosen explicitly
+// (APPLY_TABLES, or APPLY_ALL_TABLES=true), never PostgreSQL's own schemas.
+//
+// At start the applier logs how each connection is protected (APPLY_REQUIRE_TLS=true refuses
+// one that is not encrypted and verified), and at its first session warns when the target role
+// is a superuser. SIGTERM or SIGINT stops it in order; a second one exits at once. /healthz
+// answers 503 when the applier is stalled (see stalled).
 package main
 
 import (
@@ -42,28 +51,47 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark/cdc/internal/posture"
+	"github.com/tidemark/cdc/internal/shutdown"
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/secret"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr)
-	stop()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	os.Exit(runSignals(context.Background(), sigs, os.Args[1:], os.Getenv, os.Environ(), os.Stdout, os.Stderr))
+}
+
+// runSignals is the whole program; main only supplies the process's environment and its
+// signals. The first SIGTERM or SIGINT stops it in order: the cut being applied is rolled back
+// (it is applied again at the next start), the reader and the connections are closed. A second
+// signal exits at once (internal/shutdown), with the shell's 128+n.
+func runSignals(ctx context.Context, sigs <-chan os.Signal, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) int {
+	ctx, stop := shutdown.New(ctx, sigs, stderr, shutdown.Options{
+		Aftermath: "the target rolls back the cut being applied, and the next start applies it again",
+	})
+	defer stop.Close()
+	return stop.Await(func() int { return exitCode(command(ctx, stop, args, getenv, environ, stdout, stderr), stderr) })
+}
+
+// exitCode maps run's error to the process's exit code: 2 for a configuration problem (each
+// printed on a line) or a usage error, 1 for any other error, 0 for none.
+func exitCode(err error, stderr io.Writer) int {
 	if ce, ok := errors.AsType[*configError](err); ok {
-		fmt.Fprintf(os.Stderr, "tidemark-apply: configuration:\n")
+		fmt.Fprintf(stderr, "tidemark-apply: configuration:\n")
 		for _, p := range ce.problems {
-			fmt.Fprintf(os.Stderr, "  %v\n", p)
+			fmt.Fprintf(stderr, "  %v\n", p)
 		}
-		os.Exit(2)
+		return 2
 	}
 	if errors.Is(err, errUsage) {
-		os.Exit(2)
+		return 2
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "tidemark-apply: %v\n", err)
-		os.Exit(1)
+		fmt.Fprintf(stderr, "tidemark-apply: %v\n", err)
+		return 1
 	}
+	return 0
 }
 
 var errUsage = errors.New("usage")
@@ -127,8 +155,14 @@ func (p *prefetcher) close() {
 // openSource opens the reader at a position saved in the progress table ("" for the start).
 type openSource func(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error)
 
-// run is the command; environ (os.Environ()) is read only to find unknown APPLY_* variables.
+// run is the command without signals (tests call it; ctx stops it); environ (os.Environ()) is
+// read only to find unknown APPLY_* variables.
 func run(ctx context.Context, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) error {
+	return command(ctx, nil, args, getenv, environ, stdout, stderr)
+}
+
+// command is run, told by stop (nil: no signals) which logger the service uses.
+func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv func(string) string, environ []string, stdout, stderr io.Writer) error {
 	cmd := "run"
 	if len(args) > 0 {
 		cmd = args[0]
@@ -152,8 +186,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 		h = slog.NewTextHandler(stderr, opts)
 	}
 	log := slog.New(h)
+	if stop != nil {
+		stop.Configured(log, 0)
+	}
 	log.Info("starting", "config", cfg)
-	m := newMetrics()
+	posture.Log(log, cfg.postures)
+	m := newMetrics(cfg.stallAfter)
 	g, ctx := errgroup.WithContext(ctx)
 	if cfg.httpAddr != "" {
 		g.Go(func() error { return serveHTTP(ctx, cfg.httpAddr, m, log) })
@@ -173,11 +211,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, environ
 }
 
 // loop runs sessions until ctx ends or one fails permanently, with capped backoff between.
+// Every session that ends is logged with its error (a connection attempt that failed or timed
+// out among them) and the backoff before the next.
 func loop(ctx context.Context, cfg config, open openSource, m *metrics, log *slog.Logger) error {
 	backoff := 500 * time.Millisecond
+	var st sessionState
 	for {
 		start := time.Now()
-		err := session(ctx, cfg, open, m, log)
+		err := session(ctx, cfg, open, m, log, &st)
 		if ctx.Err() != nil || errors.Is(err, errPermanent) {
 			return err
 		}
@@ -194,14 +235,31 @@ func loop(ctx context.Context, cfg config, open openSource, m *metrics, log *slo
 	}
 }
 
+// sessionState is what the sessions of one process share.
+type sessionState struct {
+	// superuserSaid is set once the warning about a superuser target role is logged.
+	superuserSaid bool
+}
+
 // session connects to the target, resumes the reader from the progress row and applies cuts
 // until an error.
-func session(ctx context.Context, cfg config, open openSource, m *metrics, log *slog.Logger) error {
-	conn, err := pgx.Connect(ctx, cfg.targetURL)
+func session(ctx context.Context, cfg config, open openSource, m *metrics, log *slog.Logger, st *sessionState) error {
+	conn, err := connectTarget(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("connect to the target: %s", secret.Scrub(err.Error(), cfg.targetURL))
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if !st.superuserSaid {
+		super, err := superuser(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if super {
+			log.Warn("the target role is a superuser: a role that owns only the target tables and the progress table is advised (docs/production.md)",
+				"role", conn.Config().User)
+		}
+		st.superuserSaid = true
+	}
 	if err := ensureProgress(ctx, conn, cfg.progress); err != nil {
 		return err
 	}
@@ -214,19 +272,17 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	} else {
 		log.Info("no progress recorded: starting from the beginning of the topics")
 	}
+	if err := pingKafka(ctx, cfg); err != nil {
+		return err
+	}
 	src, err := open(ctx, cfg, p.position, log)
 	if err != nil {
 		return err
 	}
+	m.watch(src)
 	parts := prefetch(ctx, src)
 	defer parts.close()
-	dial := func(ctx context.Context) (*pgx.Conn, error) {
-		c, err := pgx.Connect(ctx, cfg.targetURL)
-		if err != nil {
-			return nil, errors.New(secret.Scrub(err.Error(), cfg.targetURL))
-		}
-		return c, nil
-	}
+	dial := func(ctx context.Context) (*pgx.Conn, error) { return connectTarget(ctx, cfg) }
 	a := &applier{conn: conn, progress: cfg.progress, name: cfg.name, targetSchema: cfg.targetSchema,
 		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial}
 	defer a.close(ctx)
@@ -238,6 +294,7 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 		if err != nil {
 			return fmt.Errorf("read cut: %w", err)
 		}
+		m.holding(time.Now())
 		rows, err := a.apply(ctx, b)
 		if b.load != nil {
 			if err != nil {
@@ -258,6 +315,7 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 			cutCommit = b.commitTime
 		}
 		if !b.final {
+			m.partApplied()
 			continue
 		}
 		b.commitTime = cutCommit
@@ -268,4 +326,13 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 			return err
 		}
 	}
+}
+
+// superuser reports whether the connection's role is a superuser.
+func superuser(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var super bool
+	if err := conn.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
+		return false, fmt.Errorf("read the target role: %w", err)
+	}
+	return super, nil
 }

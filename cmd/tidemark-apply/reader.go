@@ -35,7 +35,7 @@ type txnID struct {
 // start). Every chosen table must have joined before the first cut (WaitAll), so the target
 // never shows one table of the set without the others.
 func openConsumer(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error) {
-	opts, err := cfg.security.ClientOpts()
+	opts, err := kafkaOpts(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kafka security: %w", err)
 	}
