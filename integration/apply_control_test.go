@@ -169,6 +169,46 @@ func TestApplyControlChannel(t *testing.T) {
 			t.Errorf("replica has %d rows, want the 100 it had", n)
 		}
 	})
+	t.Run("system table named", func(t *testing.T) {
+		c := newControlEnv(t, `CREATE TABLE t1 (id int PRIMARY KEY, name text)`)
+		// An applier told to take every table (the explicit opt-in) meets a record naming
+		// pg_catalog.pg_description, with an empty copy: no cdc writes one.
+		c.apply.stop(syscall.SIGTERM)
+		vars := map[string]string{}
+		for k, v := range c.applyVars {
+			vars[k] = v
+		}
+		delete(vars, "APPLY_TABLES")
+		vars["APPLY_ALL_TABLES"] = "true"
+		var descriptions int
+		db := testenv.Conn(t, c.replica)
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_description`).Scan(&descriptions); err != nil {
+			t.Fatal(err)
+		}
+		sys := change.ExportID{Schema: "pg_catalog", Table: "pg_description"}
+		w := c.currentLSN(t.Context())
+		v, err := watermark.Encode(watermark.Record{Export: sys, Topic: change.TopicName(c.prefix, sys), State: watermark.StateHydrated,
+			Mode: watermark.ModeIndependent, Watermark: &w, Position: w, Offsets: map[int32]int64{0: 0}, Time: time.Now(),
+			Snapshot: &watermark.SnapshotInfo{Attempt: 1, StartOffsets: map[int32]int64{0: 0}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := c.forge(string(watermark.Record{Export: sys}.Key()), v)
+		start := time.Now()
+		c.apply = c.startBinary(applyBinary, vars)
+		code, took := exits(t, c.apply, time.Minute, start)
+		want := fmt.Sprintf("watermark topic %s[0] offset %d: export pg_catalog.pg_description is in a system schema", c.watermarkTopic(), off)
+		if code != 1 || !strings.Contains(c.apply.log.String(), want) {
+			t.Fatalf("exit %d after %s, log lacks %q", code, took, want)
+		}
+		var after int
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM pg_catalog.pg_description`).Scan(&after); err != nil || after != descriptions {
+			t.Errorf("pg_description has %d rows, had %d (%v)", after, descriptions, err)
+		}
+		if n := c.count(); n != 100 {
+			t.Errorf("replica t1 has %d rows, want the 100 it had", n)
+		}
+	})
 	t.Run("misspelt table reported", func(t *testing.T) {
 		c := newControlEnv(t, `CREATE TABLE t1 (id int PRIMARY KEY, name text)`)
 		vars := map[string]string{}

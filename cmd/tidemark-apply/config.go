@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark/cdc/internal/envdoc"
 	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/consumer"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -36,7 +37,7 @@ type Env struct {
 	Name           string `env:"APPLY_NAME" envDefault:"tidemark-apply" desc:"this applier's row in the progress table; two appliers into one target need different names"`
 	SkipRecords    string `env:"APPLY_SKIP_RECORDS" helpDefault:"(none)" desc:"comma-separated topic:partition:offset list of Kafka records to pass over: an error about a record's data that retrying cannot fix names the record so; list it here (and restart) to go on without it, knowing the target then lacks that change"`
 	ConnectTimeout string `env:"APPLY_CONNECT_TIMEOUT" envDefault:"10s" desc:"bound of each connection attempt to the target PostgreSQL (unless APPLY_TARGET_URL sets connect_timeout) and to a Kafka broker; a server that never answers is an error after it, logged, and retried with backoff (1s to 10m)"`
-	ReceiveTimeout string `env:"APPLY_RECEIVE_TIMEOUT" envDefault:"60s" desc:"a target connection that hears nothing for this long while it waits for an answer is taken as dead, dropped and reopened; a statement that runs longer (a lock wait, the start of a large table's new copy) counts too, so keep it above the longest (1s to 1h)"`
+	ReceiveTimeout string `env:"APPLY_RECEIVE_TIMEOUT" envDefault:"60s" desc:"the connection that applies cuts, when it hears nothing for this long while it waits for an answer, is taken as dead, dropped and reopened (a statement of a cut that runs longer, e.g. waiting for a lock, counts too); the loads' connection, whose statements may run long on purpose, finds a dead path within it by TCP keepalives instead (1s to 1h)"`
 	StallAfter     string `env:"APPLY_STALL_AFTER" envDefault:"5m" desc:"/healthz answers 503 when the applier has held a cut or load part this long without applying anything while the watermarks moved past the last applied cut (10s to 24h)"`
 	RequireTLS     string `env:"APPLY_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless the target PostgreSQL connection is encrypted and verified (sslmode=verify-full; or a Unix socket or loopback host) and Kafka uses TLS"`
 	KafkaBrokers   string `env:"CDC_KAFKA_BROKERS,required" helpDefault:"(required)" desc:"Kafka bootstrap brokers, comma-separated host:port (as cdc's)"`
@@ -316,8 +317,13 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 // information_schema, or any other name beginning with pg_ (which PostgreSQL reserves: the
 // temporary schemas pg_temp_N and pg_toast_temp_N among them). Names are compared as they are
 // written: "PG_Data", created quoted, is a user's schema.
-func systemSchema(s string) bool {
-	return s == "information_schema" || strings.HasPrefix(s, "pg_")
+func systemSchema(s string) bool { return consumer.SystemSchema(s) }
+
+// accepts narrows APPLY_ALL_TABLES to APPLY_SCHEMAS (every schema when it is empty); with
+// APPLY_TABLES the reader takes the tables listed. A table in a system schema is not narrowed
+// away here: the reader refuses its record as one no cdc writes.
+func (c config) accepts(e change.ExportID) bool {
+	return len(c.schemas) == 0 || slices.Contains(c.schemas, e.Schema) || consumer.SystemSchema(e.Schema)
 }
 
 // targetOf is the quoted name of the target table that the source table t is applied to.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,18 @@ const (
 // connection taken as dead. Its error names the server, says what to check, and holds no
 // secret; the session that gets it ends and is restarted with backoff, and that is logged.
 func connectTarget(ctx context.Context, cfg config) (*pgx.Conn, error) {
+	return connectTargetFor(ctx, cfg, false)
+}
+
+// connectLoader is connectTarget for the loads' connection, whose statements may run long in
+// silence on purpose (a re-copy deletes a large table's rows, COPY ends with a long wait for
+// the last rows): instead of a bound on silence, TCP keepalives find a dead path within
+// APPLY_RECEIVE_TIMEOUT (the server's kernel answers them while a statement runs).
+func connectLoader(ctx context.Context, cfg config) (*pgx.Conn, error) {
+	return connectTargetFor(ctx, cfg, true)
+}
+
+func connectTargetFor(ctx context.Context, cfg config, long bool) (*pgx.Conn, error) {
 	pc, err := pgx.ParseConfig(cfg.targetURL)
 	if err != nil { // loadConfig parsed it already
 		return nil, fmt.Errorf("APPLY_TARGET_URL: %w", secret.ScrubError(err, cfg.targetURL))
@@ -35,6 +48,12 @@ func connectTarget(ctx context.Context, cfg config) (*pgx.Conn, error) {
 	}
 	if t.Receive <= 0 {
 		t.Receive = defaultReceiveTimeout
+	}
+	if long {
+		r := t.Receive
+		d := net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: max(r/4, time.Second), Interval: max(r/12, time.Second), Count: 9}}
+		pc.DialFunc = d.DialContext
+		t = t.ConnectOnly()
 	}
 	t.Apply(&pc.Config)
 	conn, err := pgx.ConnectConfig(ctx, pc)

@@ -282,9 +282,9 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	m.watch(src)
 	parts := prefetch(ctx, src)
 	defer parts.close()
-	dial := func(ctx context.Context) (*pgx.Conn, error) { return connectTarget(ctx, cfg) }
+	dial := func(ctx context.Context) (*pgx.Conn, error) { return connectLoader(ctx, cfg) }
 	a := &applier{conn: conn, progress: cfg.progress, name: cfg.name, targetSchema: cfg.targetSchema,
-		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial}
+		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial, skip: cfg.skip}
 	defer a.close(ctx)
 	// What the parts of the cut being applied add up to.
 	var cutRows, cutTxns int

@@ -43,6 +43,7 @@ func openConsumer(ctx context.Context, cfg config, position string, log *slog.Lo
 		Brokers:        cfg.brokers,
 		WatermarkTopic: cfg.watermarkTopic,
 		Tables:         cfg.tables,
+		Accept:         cfg.accepts,
 		TopicPrefix:    cfg.topicPrefix,
 		WaitAll:        len(cfg.tables) > 0,
 		Opts:           opts,
