@@ -51,6 +51,8 @@ type applier struct {
 	fields map[string]map[string]*connectField
 	// skip are the records APPLY_SKIP_RECORDS passes over.
 	skip map[recordRef]bool
+	// stopWait bounds a rollback or close (APPLY_RECEIVE_TIMEOUT; 0: its default).
+	stopWait time.Duration
 }
 
 // errReload: a table left while its load was under way, in the loads' transaction with the
@@ -197,7 +199,8 @@ ON CONFLICT (name) DO UPDATE SET lsn = EXCLUDED.lsn, position = EXCLUDED.positio
 // loads start again with the session. Cached tables may have been created or swapped in them,
 // so they are read again.
 func (a *applier) abort(ctx context.Context) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := a.bounded(ctx)
+	defer cancel()
 	if a.tx != nil {
 		_ = a.tx.Rollback(ctx)
 		a.tx = nil
@@ -213,9 +216,22 @@ func (a *applier) abort(ctx context.Context) {
 func (a *applier) close(ctx context.Context) {
 	a.abort(ctx)
 	if a.loader != nil {
-		_ = a.loader.Close(context.WithoutCancel(ctx))
+		ctx, cancel := a.bounded(ctx)
+		defer cancel()
+		_ = a.loader.Close(ctx)
 		a.loader = nil
 	}
+}
+
+// bounded is a context for a rollback or a close that must happen even when ctx ended (a
+// stop), bounded by the receive timeout: on a dead path, pgx gives up and closes the socket
+// then, instead of waiting for ever.
+func (a *applier) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := a.stopWait
+	if d <= 0 {
+		d = defaultReceiveTimeout
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
 // prepare decodes a step's record and finds its table (the target, or the shadow when

@@ -284,7 +284,7 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	defer parts.close()
 	dial := func(ctx context.Context) (*pgx.Conn, error) { return connectLoader(ctx, cfg) }
 	a := &applier{conn: conn, progress: cfg.progress, name: cfg.name, targetSchema: cfg.targetSchema,
-		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial, skip: cfg.skip}
+		createTables: cfg.createTables, log: log, tables: make(map[change.ExportID]*target), chunk: 512, dial: dial, skip: cfg.skip, stopWait: cfg.receiveTimeout}
 	defer a.close(ctx)
 	// What the parts of the cut being applied add up to.
 	var cutRows, cutTxns int
