@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidemark/cdc/integration/testenv"
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/wait"
 )
 
@@ -44,22 +44,22 @@ func TestKafkaSecurity(t *testing.T) {
 		name    string
 		brokers string
 		vars    map[string]string
-		sec     sink.Security
+		sec     kafkaconn.Security
 	}{
 		{"SCRAM-SHA-512 over TLS", k.SASLSSL, merge(tls, map[string]string{"CDC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
 			"CDC_KAFKA_SASL_USERNAME": k.ScramUser, "CDC_KAFKA_SASL_PASSWORD": k.ScramPassword}),
-			sink.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: sink.SASLScramSHA512, Username: k.ScramUser, Password: k.ScramPassword}},
+			kafkaconn.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: kafkaconn.SASLScramSHA512, Username: k.ScramUser, Password: k.ScramPassword}},
 		{"PLAIN over TLS", k.SASLSSL, merge(tls, map[string]string{"CDC_KAFKA_SASL_MECHANISM": "PLAIN",
 			"CDC_KAFKA_SASL_USERNAME": k.PlainUser, "CDC_KAFKA_SASL_PASSWORD": k.PlainPassword}),
-			sink.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: sink.SASLPlain, Username: k.PlainUser, Password: k.PlainPassword}},
+			kafkaconn.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: kafkaconn.SASLPlain, Username: k.PlainUser, Password: k.PlainPassword}},
 		{"SCRAM-SHA-256 in plain text", k.SASLPlaintext, map[string]string{"CDC_KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
 			"CDC_KAFKA_SASL_USERNAME": k.ScramUser, "CDC_KAFKA_SASL_PASSWORD": k.ScramPassword},
-			sink.Security{SASLMechanism: sink.SASLScramSHA256, Username: k.ScramUser, Password: k.ScramPassword}},
+			kafkaconn.Security{SASLMechanism: kafkaconn.SASLScramSHA256, Username: k.ScramUser, Password: k.ScramPassword}},
 		{"mutual TLS", k.MTLS, merge(tls, map[string]string{"CDC_KAFKA_TLS_CERT_FILE": k.ClientCert, "CDC_KAFKA_TLS_KEY_FILE": k.ClientKey}),
-			sink.Security{TLS: true, CAFile: k.CAFile, CertFile: k.ClientCert, KeyFile: k.ClientKey}},
+			kafkaconn.Security{TLS: true, CAFile: k.CAFile, CertFile: k.ClientCert, KeyFile: k.ClientKey}},
 		{"OAUTHBEARER token file over TLS", k.SASLSSL, merge(tls, map[string]string{"CDC_KAFKA_SASL_MECHANISM": "OAUTHBEARER",
 			"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE": tokenFile}),
-			sink.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: sink.SASLOAuthBearer, Token: token}},
+			kafkaconn.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: kafkaconn.SASLOAuthBearer, Token: token}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/integration/testenv"
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // buildTail builds cmd/tidemark-tail into the test's temporary folder.
@@ -37,7 +37,7 @@ func TestTailSecuredKafka(t *testing.T) {
 	tail := buildTail(t)
 	const prefix = "tailsec"
 	topic := prefix + ".public.t"
-	scram := sink.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: sink.SASLScramSHA512, Username: k.ScramUser, Password: k.ScramPassword}
+	scram := kafkaconn.Security{TLS: true, CAFile: k.CAFile, SASLMechanism: kafkaconn.SASLScramSHA512, Username: k.ScramUser, Password: k.ScramPassword}
 	opts, err := scram.ClientOpts()
 	if err != nil {
 		t.Fatal(err)

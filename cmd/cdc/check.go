@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
@@ -365,12 +366,12 @@ func (p *preflight) kafka(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	sec, err := cfg.Sink.Security.ClientOpts()
-	if err != nil {
+	if _, err := cfg.Sink.Security.ClientOpts(); err != nil {
 		p.fail("check the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables", "Kafka security: %v", err)
 		return
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Sink.Brokers...), kgo.DialTimeout(5 * time.Second), kgo.RequestRetries(1)}, sec...)...)
+	cl, err := kafkaconn.NewClient(kafkaconn.Settings{Brokers: cfg.Sink.Brokers, Security: cfg.Sink.Security, ClientID: "tidemark-check", DialTimeout: 5 * time.Second},
+		kgo.RequestRetries(1))
 	if err != nil {
 		p.fail("check CDC_KAFKA_BROKERS", "Kafka: %v", err)
 		return
@@ -379,7 +380,7 @@ func (p *preflight) kafka(ctx context.Context) {
 	adm := kadm.NewClient(cl)
 	meta, err := adm.BrokerMetadata(cctx)
 	if err != nil {
-		if explained := sink.ExplainConnect(cfg.Sink.Security, err); explained != err {
+		if explained := kafkaconn.ExplainConnect(cfg.Sink.Security, err); explained != err {
 			p.fail("see above", "Kafka brokers %s: %v", strings.Join(cfg.Sink.Brokers, ","), explained)
 			return
 		}

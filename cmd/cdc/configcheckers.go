@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/secret"
-	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // The checker's validators of single values: each records what is wrong with its variable
@@ -359,13 +359,13 @@ func oneOf[T ~string](c *checker, name, s string, allowed ...T) T {
 }
 
 // kafkaSecurity checks the CDC_KAFKA_TLS_* and CDC_KAFKA_SASL_* variables together, as every
-// command that talks to Kafka does (sink.SecurityEnv).
-func (c *checker) kafkaSecurity(e Env) sink.Security {
+// command that talks to Kafka does (kafkaconn.SecurityEnv).
+func (c *checker) kafkaSecurity(e Env) kafkaconn.Security {
 	tls := e.KafkaTLS
 	if !c.set["CDC_KAFKA_TLS"] {
 		tls = "" // the default: an explicit false with a TLS file is a contradiction, the default is not
 	}
-	s, problems := sink.SecurityEnv{
+	s, problems := kafkaconn.SecurityEnv{
 		TLS: tls, CAFile: e.KafkaTLSCAFile, CertFile: e.KafkaTLSCertFile, KeyFile: e.KafkaTLSKeyFile,
 		ServerName: e.KafkaTLSServerName, Mechanism: e.KafkaSASLMechanism, Username: e.KafkaSASLUsername,
 		Password: e.KafkaSASLPassword, Token: e.KafkaOAuthToken, TokenFile: e.KafkaOAuthFile,

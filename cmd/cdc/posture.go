@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/internal/posture"
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // tlsPosture says how one connection is protected (internal/posture, shared with
@@ -30,11 +30,11 @@ func primaryPosture(cfg *pgconn.Config) tlsPosture {
 }
 
 // kafkaPosture classifies the Kafka security settings (posture.Kafka).
-func kafkaPosture(s sink.Security) tlsPosture { return posture.Kafka(s) }
+func kafkaPosture(s kafkaconn.Security) tlsPosture { return posture.Kafka(s) }
 
 // tlsPostures classifies both connections (PostgreSQL only when its configuration parsed) and,
 // with CDC_REQUIRE_TLS=true, reports every one that is not encrypted and verified as a problem.
-func (c *checker) tlsPostures(requireTLS string, pg, primary *pgconn.Config, kafka sink.Security) []tlsPosture {
+func (c *checker) tlsPostures(requireTLS string, pg, primary *pgconn.Config, kafka kafkaconn.Security) []tlsPosture {
 	require := c.boolean("CDC_REQUIRE_TLS", requireTLS)
 	var out []tlsPosture
 	if pg != nil {

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
-	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -51,7 +51,7 @@ func TestStatusAssets(t *testing.T) {
 }
 
 func newTestBoard(src exportSource) *statusBoard {
-	return newStatusBoard(pipeline.Config{Slot: "tidemark"}, []tlsPosture{kafkaPosture(sink.Security{})}, src, slog.New(slog.DiscardHandler))
+	return newStatusBoard(pipeline.Config{Slot: "tidemark"}, []tlsPosture{kafkaPosture(kafkaconn.Security{})}, src, slog.New(slog.DiscardHandler))
 }
 
 func statusMux(b *statusBoard, token secret.Token) *http.ServeMux {

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
@@ -231,10 +232,9 @@ func (b *statusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Clie
 		b.mu.Unlock()
 	}()
 	if kc == nil {
-		sec, err := b.cfg.Sink.Security.ClientOpts()
-		if err == nil {
-			kc, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Sink.Brokers...), kgo.DialTimeout(cmp.Or(b.cfg.ConnectTimeout, 5*time.Second))}, sec...)...)
-		}
+		var err error
+		kc, err = kafkaconn.NewClient(kafkaconn.Settings{Brokers: b.cfg.Sink.Brokers, Security: b.cfg.Sink.Security,
+			ClientID: "tidemark-status", DialTimeout: cmp.Or(b.cfg.ConnectTimeout, 5*time.Second)})
 		if err != nil {
 			st.State, st.Error = "unreachable", err.Error()
 			return nil

@@ -18,13 +18,13 @@ import (
 	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/secret"
-	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // Env is the applier's configuration surface: one field per environment variable (tags as in
 // cdc's Env: env, envDefault, helpDefault, desc). The Kafka variables are cdc's own names, so one
-// environment file serves both; TLS and SASL are read by sink.ReadSecurityEnv, as cdc and
+// environment file serves both; TLS and SASL are read by kafkaconn.ReadSecurityEnv, as cdc and
 // tidemark-tail read them.
 type Env struct {
 	TargetURL      string `env:"APPLY_TARGET_URL,required" helpDefault:"(required)" desc:"the target PostgreSQL: URL (postgres://user:pass@host:5432/db) or key=value DSN; the password is never printed"`
@@ -48,7 +48,7 @@ type Env struct {
 	LogFormat      string `env:"APPLY_LOG_FORMAT" envDefault:"json" desc:"json or text"`
 }
 
-// securityVars are cdc's Kafka TLS and SASL variables, read by sink.ReadSecurityEnv; help lists
+// securityVars are cdc's Kafka TLS and SASL variables, read by kafkaconn.ReadSecurityEnv; help lists
 // them and refers to cdc help for their meaning.
 var securityVars = []string{"CDC_KAFKA_TLS", "CDC_KAFKA_TLS_CA_FILE", "CDC_KAFKA_TLS_CERT_FILE",
 	"CDC_KAFKA_TLS_KEY_FILE", "CDC_KAFKA_TLS_SERVER_NAME", "CDC_KAFKA_SASL_MECHANISM",
@@ -78,7 +78,7 @@ type config struct {
 	brokers        []string
 	topicPrefix    string
 	watermarkTopic string
-	security       sink.Security
+	security       kafkaconn.Security
 	httpAddr       string
 	logLevel       slog.Level
 	logFormat      string
@@ -290,7 +290,7 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 	default:
 		add("APPLY_LOG_FORMAT", e.LogFormat, "want json or text")
 	}
-	sec, secProblems := sink.ReadSecurityEnv(getenv).Security()
+	sec, secProblems := kafkaconn.ReadSecurityEnv(getenv).Security()
 	for _, p := range secProblems {
 		problems = append(problems, p)
 	}

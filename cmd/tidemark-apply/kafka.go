@@ -7,65 +7,40 @@ import (
 	"net"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
-// kafkaOpts are the franz-go options of every Kafka client the applier opens: TLS and SASL (the
-// CDC_KAFKA_TLS* and CDC_KAFKA_SASL* variables, as cdc reads them) and the bounds of
+// kafkaSettings are how the applier's one Kafka client (the reader's) reaches Kafka: TLS and
+// SASL (the CDC_KAFKA_TLS* and CDC_KAFKA_SASL* variables, as cdc reads them) and the bounds of
 // APPLY_CONNECT_TIMEOUT. A dial, TCP and TLS, waits at most the connect timeout; so does a
 // request beyond its own wait (a fetch's, for instance): a broker that accepted the connection
 // and never answers kills it then, and franz-go dials again. A request is retried for at most
 // three connect timeouts (franz-go's default 30s, with the default 10s).
-func kafkaOpts(cfg config) ([]kgo.Opt, error) {
-	opts, err := cfg.security.ClientOpts()
-	if err != nil {
-		return nil, err
-	}
+func kafkaSettings(cfg config) kafkaconn.Settings {
 	d := cfg.connectTimeout
 	if d <= 0 {
 		d = defaultConnectTimeout
 	}
-	return append(opts,
-		kgo.DialTimeout(d),
-		kgo.RequestTimeoutOverhead(d),
-		kgo.RetryTimeout(3*d),
-	), nil
+	return kafkaconn.Settings{Brokers: cfg.brokers, Security: cfg.security, ClientID: "tidemark-apply",
+		DialTimeout: d, RequestTimeout: d, RetryTimeout: 3 * d}
 }
 
-// pingKafka asks every seed broker for metadata at once and returns when one answers, or with
-// an error that says what to check when none does within the connect timeout. The reader's own
-// client retries in silence; a session begins with this, so that a broker that cannot be
-// reached, or accepts connections and never answers, is an error that the session's restart
-// logs, within the connect timeout.
-func pingKafka(ctx context.Context, cfg config) error {
-	opts, err := kafkaOpts(cfg)
-	if err != nil {
-		return fmt.Errorf("kafka security: %w", err)
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.brokers...), kgo.RequestRetries(0)}, opts...)...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
+// pingKafka asks every seed broker for metadata at once, on the reader's client, and returns
+// when one answers, or with an error that says what to check when none does within the connect
+// timeout. The reader's fetches retry in silence; a session begins with this, so that a broker
+// that cannot be reached, or accepts connections and never answers, is an error that the
+// session's restart logs, within the connect timeout.
+func pingKafka(ctx context.Context, cfg config, rd *consumer.Reader) error {
 	d := cfg.connectTimeout
 	if d <= 0 {
 		d = defaultConnectTimeout
 	}
 	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	seeds := cl.SeedBrokers()
-	errs := make(chan error, len(seeds))
-	for _, b := range seeds {
-		go func() {
-			_, err := b.Request(pctx, kmsg.NewPtrMetadataRequest())
-			errs <- err
-		}()
-	}
-	for range seeds {
-		if err = <-errs; err == nil {
-			return nil // the others end with pctx
-		}
+	err := rd.Ping(pctx)
+	if err == nil {
+		return nil
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()

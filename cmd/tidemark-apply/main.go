@@ -272,9 +272,6 @@ func session(ctx context.Context, cfg config, open openSource, m *metrics, log *
 	} else {
 		log.Info("no progress recorded: starting from the beginning of the topics")
 	}
-	if err := pingKafka(ctx, cfg); err != nil {
-		return err
-	}
 	src, err := open(ctx, cfg, p.position, log)
 	if err != nil {
 		return err

@@ -35,21 +35,20 @@ type txnID struct {
 // start). Every chosen table must have joined before the first cut (WaitAll), so the target
 // never shows one table of the set without the others.
 func openConsumer(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error) {
-	opts, err := kafkaOpts(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kafka security: %w", err)
-	}
 	rd, err := consumer.New(consumer.Config{
-		Brokers:        cfg.brokers,
+		Kafka:          kafkaSettings(cfg),
 		WatermarkTopic: cfg.watermarkTopic,
 		Tables:         cfg.tables,
 		Accept:         cfg.accepts,
 		TopicPrefix:    cfg.topicPrefix,
 		WaitAll:        len(cfg.tables) > 0,
-		Opts:           opts,
 		Logger:         log,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := pingKafka(ctx, cfg, rd); err != nil {
+		rd.Close()
 		return nil, err
 	}
 	if position != "" {

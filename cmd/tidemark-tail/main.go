@@ -37,7 +37,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 func main() {
@@ -57,7 +57,7 @@ type config struct {
 	brokers  []string
 	prefix   string
 	timeout  time.Duration
-	security sink.Security
+	security kafkaconn.Security
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -90,7 +90,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if cfg.timeout <= 0 {
 		errs = append(errs, errors.New("timeout must be positive"))
 	}
-	sec, problems := sink.ReadSecurityEnv(getenv).Security()
+	sec, problems := kafkaconn.ReadSecurityEnv(getenv).Security()
 	for _, p := range problems {
 		errs = append(errs, p)
 	}
@@ -115,13 +115,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	secOpts, err := cfg.security.ClientOpts()
-	if err != nil {
-		return err
-	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.brokers...)}, secOpts...)
-
-	admCl, err := kgo.NewClient(opts...)
+	settings := kafkaconn.Settings{Brokers: cfg.brokers, Security: cfg.security, ClientID: "tidemark-tail"}
+	admCl, err := kafkaconn.NewClient(settings)
 	if err != nil {
 		return fmt.Errorf("create kafka client: %w", err)
 	}
@@ -130,13 +125,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	targets, err := endOffsets(ctx, adm, cfg.prefix+".")
 	if err != nil {
-		return sink.ExplainConnect(cfg.security, err)
+		return kafkaconn.ExplainConnect(cfg.security, err)
 	}
 	if len(targets) == 0 {
 		fmt.Fprintf(stderr, "tidemark-tail: no records in topics %s.*\n", cfg.prefix)
 		return nil
 	}
-	return consume(ctx, opts, targets, stdout)
+	return consume(ctx, settings, targets, stdout)
 }
 
 // span is the offsets of one partition to read: [start, end).
@@ -191,7 +186,7 @@ func endOffsets(ctx context.Context, adm *kadm.Client, prefix string) (map[strin
 
 // consume prints the records of targets as they arrive, in offset order within each partition,
 // flushing stdout after every fetch, so a long read shows its first records at once.
-func consume(ctx context.Context, opts []kgo.Opt, targets map[string]map[int32]span, stdout io.Writer) error {
+func consume(ctx context.Context, settings kafkaconn.Settings, targets map[string]map[int32]span, stdout io.Writer) error {
 	assign := make(map[string]map[int32]kgo.Offset)
 	remaining := 0
 	for topic, parts := range targets {
@@ -201,12 +196,12 @@ func consume(ctx context.Context, opts []kgo.Opt, targets map[string]map[int32]s
 			remaining++
 		}
 	}
-	cl, err := kgo.NewClient(append(opts,
+	cl, err := kafkaconn.NewClient(settings,
 		kgo.ConsumePartitions(assign),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Transaction markers take offsets too: keep them to see when a partition is done.
 		kgo.KeepControlRecords(),
-	)...)
+	)
 	if err != nil {
 		return fmt.Errorf("create kafka consumer: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 func TestRunPrintsCommittedRecordsOfPrefixedTopics(t *testing.T) {
@@ -138,7 +140,7 @@ func TestConsumeStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- consume(ctx, []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, targets, out) }()
+	go func() { done <- consume(ctx, kafkaconn.Settings{Brokers: c.ListenAddrs()}, targets, out) }()
 	select {
 	case <-out.wrote:
 	case err := <-done:

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // Posture says how one connection is protected, as the configuration decides it: logged at
@@ -130,7 +130,7 @@ func Loopback(cfg *pgconn.Config) bool {
 // Kafka classifies the Kafka security settings. TLS always verifies the brokers (it cannot be
 // turned off), so the question is only whether TLS is on, and whether credentials cross the
 // network without it.
-func Kafka(s sink.Security) Posture {
+func Kafka(s kafkaconn.Security) Posture {
 	p := Posture{Conn: "Kafka", Var: "CDC_KAFKA_TLS"}
 	auth := "no SASL authentication"
 	if s.SASLMechanism != "" {
@@ -154,7 +154,7 @@ func Kafka(s sink.Security) Posture {
 	p.Fix = "use the brokers' TLS listener in CDC_KAFKA_BROKERS and set CDC_KAFKA_TLS=true (with CDC_KAFKA_TLS_CA_FILE for a private CA)"
 	if s.SASLMechanism != "" {
 		p.Var = "CDC_KAFKA_SASL_MECHANISM"
-		if s.SASLMechanism == sink.SASLPlain || s.SASLMechanism == sink.SASLOAuthBearer {
+		if s.SASLMechanism == kafkaconn.SASLPlain || s.SASLMechanism == kafkaconn.SASLOAuthBearer {
 			p.Warning = fmt.Sprintf("the %s credentials cross the network in plaintext", s.SASLMechanism)
 		} else {
 			p.Warning = fmt.Sprintf("the %s exchange and all data cross the network in plaintext", s.SASLMechanism)

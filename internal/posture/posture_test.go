@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // testCAFile writes a self-signed CA certificate (PEM) and returns its path: pgx reads
@@ -91,18 +91,18 @@ func TestPGPosture(t *testing.T) {
 func TestKafkaPosture(t *testing.T) {
 	tests := []struct {
 		name      string
-		sec       sink.Security
+		sec       kafkaconn.Security
 		mode      string
 		warn      bool
 		wantInSum string
 	}{
-		{"plaintext, no SASL", sink.Security{}, "plaintext", false, "not encrypted"},
-		{"plaintext, PLAIN", sink.Security{SASLMechanism: sink.SASLPlain, Username: "u", Password: "p"}, "plaintext", true, "SASL PLAIN"},
-		{"plaintext, SCRAM", sink.Security{SASLMechanism: sink.SASLScramSHA512, Username: "u", Password: "p"}, "plaintext", true, "SASL SCRAM-SHA-512"},
-		{"plaintext, OAUTHBEARER", sink.Security{SASLMechanism: sink.SASLOAuthBearer, Token: "t"}, "plaintext", true, "SASL OAUTHBEARER"},
-		{"TLS, system roots", sink.Security{TLS: true}, "tls", false, "verified against the system roots"},
-		{"TLS with CA and SCRAM", sink.Security{TLS: true, CAFile: "/ca.pem", SASLMechanism: sink.SASLScramSHA256}, "tls", false, "CDC_KAFKA_TLS_CA_FILE"},
-		{"TLS with server name", sink.Security{TLS: true, ServerName: "kafka.internal"}, "tls", false, "for kafka.internal"},
+		{"plaintext, no SASL", kafkaconn.Security{}, "plaintext", false, "not encrypted"},
+		{"plaintext, PLAIN", kafkaconn.Security{SASLMechanism: kafkaconn.SASLPlain, Username: "u", Password: "p"}, "plaintext", true, "SASL PLAIN"},
+		{"plaintext, SCRAM", kafkaconn.Security{SASLMechanism: kafkaconn.SASLScramSHA512, Username: "u", Password: "p"}, "plaintext", true, "SASL SCRAM-SHA-512"},
+		{"plaintext, OAUTHBEARER", kafkaconn.Security{SASLMechanism: kafkaconn.SASLOAuthBearer, Token: "t"}, "plaintext", true, "SASL OAUTHBEARER"},
+		{"TLS, system roots", kafkaconn.Security{TLS: true}, "tls", false, "verified against the system roots"},
+		{"TLS with CA and SCRAM", kafkaconn.Security{TLS: true, CAFile: "/ca.pem", SASLMechanism: kafkaconn.SASLScramSHA256}, "tls", false, "CDC_KAFKA_TLS_CA_FILE"},
+		{"TLS with server name", kafkaconn.Security{TLS: true, ServerName: "kafka.internal"}, "tls", false, "for kafka.internal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	Log(slog.New(slog.NewTextHandler(&buf, nil)), []Posture{PG(cfg, "target PostgreSQL", "APPLY_TARGET_URL"), Kafka(sink.Security{TLS: true})})
+	Log(slog.New(slog.NewTextHandler(&buf, nil)), []Posture{PG(cfg, "target PostgreSQL", "APPLY_TARGET_URL"), Kafka(kafkaconn.Security{TLS: true})})
 	out := buf.String()
 	for _, want := range []string{`level=WARN msg="target PostgreSQL: encrypted only if the server offers TLS`, "fix=\"add sslmode=verify-full and sslrootcert=<CA file> to APPLY_TARGET_URL",
 		`level=INFO msg="Kafka: encrypted`} {

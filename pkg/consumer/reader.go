@@ -12,9 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/sink"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // Config configures a Reader. Brokers and WatermarkTopic are required.
@@ -40,7 +41,11 @@ type Config struct {
 	// PartChanges and PartBytes bound a part that Read returns (changes, and their estimated
 	// memory). 0 means 10,000 changes and 16 MiB.
 	PartChanges, PartBytes int
-	// Opts are extra franz-go options: TLS, SASL, fetch sizes (see SecurityOpts).
+	// Kafka are the connection settings (brokers, TLS and SASL, bounds); when its Brokers are
+	// empty, Brokers above is used with no security.
+	Kafka kafkaconn.Settings
+	// Opts are extra franz-go options: fetch sizes, or TLS and SASL (see SecurityOpts) when
+	// Kafka is not set.
 	Opts []kgo.Opt
 	// Logger, nil for slog.Default().
 	Logger *slog.Logger
@@ -79,7 +84,10 @@ const missingEvery = 5 * time.Minute
 // at Resume's position, when called before the first Next).
 func New(cfg Config) (*Reader, error) {
 	var problems []error
-	if len(cfg.Brokers) == 0 {
+	if len(cfg.Kafka.Brokers) == 0 {
+		cfg.Kafka.Brokers = cfg.Brokers
+	}
+	if len(cfg.Kafka.Brokers) == 0 {
 		problems = append(problems, errors.New("consumer: no brokers"))
 	}
 	if cfg.WatermarkTopic == "" {
@@ -93,7 +101,6 @@ func New(cfg Config) (*Reader, error) {
 		log = slog.Default()
 	}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
 		// A fetch in flight for the partitions not paused holds back the ones resumed: keep
@@ -102,7 +109,7 @@ func New(cfg Config) (*Reader, error) {
 		kgo.ConsumeTopics(cfg.WatermarkTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	}
-	cl, err := kgo.NewClient(append(opts, cfg.Opts...)...)
+	cl, err := kafkaconn.NewClient(cfg.Kafka, append(opts, cfg.Opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -139,10 +146,34 @@ func (r *Reader) Resume(pos Position) error {
 // Close releases the client.
 func (r *Reader) Close() { r.client.Close() }
 
+// Ping asks every seed broker for metadata at once, on the reader's own client, and returns nil
+// when one answers, or the last error when none does before ctx ends: the reader's fetches
+// retry in silence, so a caller that wants a broker that cannot be reached (or accepts
+// connections and never answers) to be an error asks first.
+func (r *Reader) Ping(ctx context.Context) error {
+	seeds := r.client.SeedBrokers()
+	errs := make(chan error, len(seeds))
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, b := range seeds {
+		go func() {
+			_, err := b.Request(pctx, kmsg.NewPtrMetadataRequest())
+			errs <- err
+		}()
+	}
+	var err error
+	for range seeds {
+		if err = <-errs; err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
 // SecurityOpts builds the TLS and SASL options from the CDC_KAFKA_TLS* and CDC_KAFKA_SASL*
 // variables, read through getenv and checked as cdc checks them (every problem at once).
 func SecurityOpts(getenv func(string) string) ([]kgo.Opt, error) {
-	sec, problems := sink.ReadSecurityEnv(getenv).Security()
+	sec, problems := kafkaconn.ReadSecurityEnv(getenv).Security()
 	if len(problems) > 0 {
 		errs := make([]error, len(problems))
 		for i, p := range problems {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // Delivery is the Kafka delivery guarantee of a Sink.
@@ -89,7 +91,7 @@ type Config struct {
 	// Default DefaultCompression.
 	Compression string
 	// Security is TLS and SASL for every client of the sink.
-	Security Security
+	Security kafkaconn.Security
 	Logger   *slog.Logger
 	// Registerer receives the sink's metrics; nil disables them.
 	Registerer prometheus.Registerer

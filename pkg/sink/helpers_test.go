@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
 
 	"github.com/tidemark/cdc/integration/testenv"
 )

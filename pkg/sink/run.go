@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // AckKind says what an Ack reports.

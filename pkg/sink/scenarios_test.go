@@ -12,8 +12,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tidemark/cdc/pkg/change"
 )
 
 // scenarios run against kfake (TestSinkFake) and, when CDC_TEST_KAFKA_BROKERS is set, against

@@ -9,11 +9,13 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/tidemark/cdc/pkg/change"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // ErrFenced is matched (errors.Is) by the errors of a Sink that another instance with the same
@@ -50,8 +52,6 @@ type Sink struct {
 	batchErr error
 	// promise is s.onProduced, bound once so that producing allocates no closure per record.
 	promise func(*kgo.Record, error)
-	// security are the client options of Config.Security, for every client.
-	security []kgo.Opt
 	// next is a unit Run took from its input that opens the next batch (the first piece of a
 	// transaction handed over in pieces).
 	next *change.Unit
@@ -136,10 +136,10 @@ func New(cfg Config) (*Sink, error) {
 		partitions: make(map[string]int32),
 	}
 	s.promise = s.onProduced
-	if s.security, err = cfg.Security.ClientOpts(); err != nil {
+	if _, err := cfg.Security.ClientOpts(); err != nil {
 		return nil, fmt.Errorf("configure kafka sink: %w", err)
 	}
-	client, err := kgo.NewClient(s.clientOpts()...)
+	client, err := kafkaconn.NewClient(s.settings(""), s.producerOpts()...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
@@ -150,13 +150,16 @@ func New(cfg Config) (*Sink, error) {
 }
 
 // clientOpts are the producer client's options.
-func (s *Sink) clientOpts() []kgo.Opt {
+// settings are how the sink's clients reach Kafka; suffix is added to the client id.
+func (s *Sink) settings(suffix string) kafkaconn.Settings {
+	return kafkaconn.Settings{Brokers: s.cfg.Brokers, Security: s.cfg.Security, ClientID: s.cfg.ClientID + suffix, DialTimeout: s.cfg.DialTimeout}
+}
+
+// producerOpts are the producer's options beside its settings.
+func (s *Sink) producerOpts() []kgo.Opt {
 	maxBuffered := max(s.cfg.MaxBatchBytes, 2*MaxRecordBytes)
 	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.DialTimeout(s.cfg.DialTimeout),
-		kgo.ClientID(s.cfg.ClientID),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.part),
 		kgo.ProducerBatchMaxBytes(MaxRecordBytes),
@@ -170,7 +173,6 @@ func (s *Sink) clientOpts() []kgo.Opt {
 		// default, 7.0-8.3 s with this (docs/development/journal.md, "Many small tables").
 		kgo.MetadataMinAge(metadataMinAge),
 	}
-	opts = append(opts, s.security...)
 	if s.cfg.Delivery == ExactlyOnce {
 		opts = append(opts,
 			kgo.TransactionalID(s.cfg.TransactionalID),
@@ -204,7 +206,7 @@ func (s *Sink) Ping(ctx context.Context) error {
 			return nil // the others end with pctx
 		}
 	}
-	if explained := s.cfg.Security.explainConnect(err); explained != err {
+	if explained := kafkaconn.ExplainConnect(s.cfg.Security, err); explained != err {
 		return fmt.Errorf("cannot connect to Kafka at %s: %w", strings.Join(s.cfg.Brokers, ","), explained)
 	}
 	if ne, ok := errors.AsType[net.Error](err); ctx.Err() == nil && (pctx.Err() != nil || ok && ne.Timeout()) {

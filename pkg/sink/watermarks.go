@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
 // ReadWatermarks reads the watermark topic read-committed, from its start to its last stable
@@ -120,10 +121,7 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 		return nil
 	}
 
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(s.cfg.Brokers...),
-		kgo.DialTimeout(s.cfg.DialTimeout),
-		kgo.ClientID(s.cfg.ClientID + "-reader"),
+	cl, err := kafkaconn.NewClient(s.settings("-reader"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Commit and abort markers come back too, so that reaching the end offset is seen even
@@ -131,7 +129,7 @@ func (s *Sink) ScanTopic(ctx context.Context, topic string, from, atLeast map[in
 		kgo.KeepControlRecords(),
 		kgo.MaxDecompressBatchBytes(readBatchBytes),
 		kgo.WithLogger(kgoLogger{s.log}),
-	}, s.security...)...)
+	)
 	if err != nil {
 		return fmt.Errorf("create reader of %s: %w", topic, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -42,14 +43,13 @@ type Waiter struct {
 // New returns a Waiter reading topic from brokers. Extra kgo options (TLS, SASL) may be given.
 func New(brokers []string, topic string, opts ...kgo.Opt) (*Waiter, error) {
 	base := []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	}
-	cl, err := kgo.NewClient(append(base, opts...)...)
+	cl, err := kafkaconn.NewClient(kafkaconn.Settings{Brokers: brokers}, append(base, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
+		return nil, err
 	}
 	return &Waiter{client: cl, view: watermark.NewView()}, nil
 }
