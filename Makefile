@@ -50,7 +50,7 @@ test-race:
 	$(GO) test -race -short -count=1 $(UNIT_PKGS)
 
 # Services come from CDC_TEST_PG_URL/CDC_TEST_KAFKA_BROKERS, Docker, or local binaries started by
-# integration/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
+# internal/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
 # pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run).

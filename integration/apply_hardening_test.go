@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/integration/fault"
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // The applier hardened as cdc is (issue 29): tables chosen explicitly, bounded connection

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestCheck runs `cdc check` against real servers: a healthy setup passes every check, exits 0

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestConfiguredFileIsAFIFO names a FIFO as a CA file (Kafka's CDC_KAFKA_TLS_CA_FILE, and

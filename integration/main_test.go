@@ -1,5 +1,5 @@
 // Package integration tests the built cdc binary from outside, against a real PostgreSQL with
-// wal_level=logical and a real Apache Kafka broker (see integration/testenv for where they come
+// wal_level=logical and a real Apache Kafka broker (see internal/testenv for where they come
 // from). Assertions are invariants: topic state equals table state, per-key order, nothing below
 // a watermark missing, the slot never confirmed past what Kafka holds.
 package integration
@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 func TestMain(m *testing.M) {

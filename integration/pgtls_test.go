@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestPostgresTLS runs cdc against a PostgreSQL with ssl=on whose pg_hba.conf accepts only TLS

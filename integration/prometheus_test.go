@@ -21,7 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tidemark/cdc/deploy"
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestPrometheusScrapesCDC runs a real Prometheus (Debian's package) against a running cdc that

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/integration/fault"
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // Start and stop: connect timeouts, dead paths, signals and the shutdown bound (README,

@@ -22,7 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/integration/fault"
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // secret is the password put into CDC_PG_URL by these tests; it must never be printed.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestTypeLoaderConnections: with json-with-schema and columns of an enum, a domain and a

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // TestServerVersion checks that the suite runs against the PostgreSQL version it was asked for

@@ -46,7 +46,7 @@
 #   TIDEMARK_KAFKA_HEAP               JVM flags [-Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
 #   TIDEMARK_KAFKA_START_TIMEOUT      seconds to wait for "Kafka Server started" [90]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
-#                                     this process is gone (used by integration/testenv)
+#                                     this process is gone (used by internal/testenv)
 #
 # Ports used by `up` are remembered in <state>/ports.env, so `env`, `down` and a later `up`
 # agree with the first `up` unless overridden.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
 )

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // supervisor runs cdc the way a container runtime would: started again after every exit,

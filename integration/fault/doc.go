@@ -1,5 +1,5 @@
 // Package fault is a fault-injection suite: it runs the built cdc binary against a PostgreSQL
-// server and a Kafka broker of its own (integration/testenv.StartPrivate), under a random
+// server and a Kafka broker of its own (internal/testenv.StartPrivate), under a random
 // concurrent workload, and meanwhile kills cdc with SIGKILL, kills and restarts the broker,
 // crash-restarts PostgreSQL and cuts cdc's connections through TCP proxies. It then checks the
 // invariants: every topic materialised by key equals its table, no watermark ever moved

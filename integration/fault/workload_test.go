@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // Tables of the scenario. a is big (its initial snapshot takes seconds), b and c are small and

@@ -19,7 +19,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 )
 
 // testEnv is a Kafka cluster for one test: kfake, or a real broker (CDC_TEST_KAFKA_BROKERS)
@@ -41,7 +41,7 @@ func newFakeEnv(t testing.TB) *testEnv {
 	return &testEnv{brokers: c.ListenAddrs(), prefix: uniquePrefix(t)}
 }
 
-// newRealEnv uses a real Kafka broker from integration/testenv (CDC_TEST_KAFKA_BROKERS,
+// newRealEnv uses a real Kafka broker from internal/testenv (CDC_TEST_KAFKA_BROKERS,
 // Docker, or one it starts from Maven Central jars); it skips with -short and fails in CI when
 // no broker can be had.
 func newRealEnv(t testing.TB) *testEnv {

@@ -17,13 +17,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tidemark/cdc/integration/testenv"
+	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pgcat"
 )
 
-// The tests in this file need a PostgreSQL with wal_level=logical: integration/testenv gives
+// The tests in this file need a PostgreSQL with wal_level=logical: internal/testenv gives
 // one (CDC_TEST_PG_URL, Docker, or a server it starts from local binaries); they skip with
 // -short, and fail in CI when no server can be had.
 
