@@ -101,22 +101,22 @@ fuzz:
 
 bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) test -run '^$$' -bench . -benchmem ./...
-	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench $(BENCH_FLAGS)
+	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench $(BENCH_FLAGS)
 
 # Tidemark against Debezium 3.6.1.Final's PostgreSQL connector in Kafka Connect 4.1.1 on the same
-# pgbench data (cmd/bench, -only debezium). install-debezium fetches Connect's and Debezium's jars
+# pgbench data (tools/bench, -only debezium). install-debezium fetches Connect's and Debezium's jars
 # from Maven Central once (cached in $$TIDEMARK_CACHE); `make test` never does.
 bench-debezium:
 	scripts/services.sh install-debezium
-	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./cmd/bench -only debezium $(BENCH_FLAGS)
+	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench -only debezium $(BENCH_FLAGS)
 
 # Instructions per record of the hot loops (BenchmarkDecodeTxn: decode + encode per change, and
 # the codec's snapshot row benchmarks), counted by valgrind --tool=callgrind over fixed iteration
-# counts: repeatable where timings on a loaded machine are not (cmd/bench/instructions.go).
+# counts: repeatable where timings on a loaded machine are not (tools/bench/instructions.go).
 # Needs Debian's valgrind package; no services.
 bench-instructions:
 	@command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install -y valgrind"; exit 1; }
-	$(GO) run ./cmd/bench -instructions -out bench-instructions.json
+	$(GO) run ./tools/bench -instructions -out bench-instructions.json
 
 lint:
 	$(GO) vet ./...

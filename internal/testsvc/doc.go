@@ -1,5 +1,5 @@
 // Package testsvc starts and tends the real servers that the integration suite
-// (internal/testenv) and the benchmark harness (cmd/bench) run against: a PostgreSQL server
+// (internal/testenv) and the benchmark harness (tools/bench) run against: a PostgreSQL server
 // with logical decoding and a single-node Kafka broker, plus the Kafka Connect bits both use.
 //
 // Servers come either from the environment (CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS, see

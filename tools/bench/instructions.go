@@ -115,7 +115,7 @@ func instructions(ctx context.Context, root, out string, stdout io.Writer, logf 
 		results = append(results, r)
 	}
 	printInstructions(stdout, results)
-	b, err := json.MarshalIndent(map[string]any{"command": "go run ./cmd/bench -instructions", "instructions": results}, "", "  ")
+	b, err := json.MarshalIndent(map[string]any{"command": "go run ./tools/bench -instructions", "instructions": results}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@
 //
 //	make bench                                  # all scenarios, default sizes
 //	make bench BENCH_FLAGS='-only lag'          # one scenario
-//	go run ./cmd/bench -rows 100000 -txns 10000 # smaller, for development
+//	go run ./tools/bench -rows 100000 -txns 10000 # smaller, for development
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the

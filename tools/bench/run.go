@@ -192,7 +192,7 @@ func (b *bench) steal(res *results, name string, before hostCPU) {
 }
 
 func commandLine(args []string) string {
-	return strings.TrimSpace("go run ./cmd/bench " + strings.Join(args, " "))
+	return strings.TrimSpace("go run ./tools/bench " + strings.Join(args, " "))
 }
 
 func (b *bench) serverVersion(ctx context.Context) string {

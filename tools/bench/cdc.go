@@ -57,7 +57,7 @@ type cdcProc struct {
 }
 
 // startCDC runs bin with only PATH, HOME, TMPDIR, the Go runtime's GOGC (when the bench has it:
-// `GOGC=200 go run ./cmd/bench` tries another collector setting) and vars in its environment:
+// `GOGC=200 go run ./tools/bench` tries another collector setting) and vars in its environment:
 // cdc refuses unknown CDC_* variables, so the bench's own (CDC_TEST_*) must not leak into it.
 func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
