@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -24,9 +28,11 @@ type replicationFacts struct {
 	configured  int16 // CDC_TOPIC_REPLICATION_FACTOR; -1 is the broker's default
 	exactlyOnce bool
 
-	// The brokers' settings (from one broker).
-	defaultRF, minISR, txnRF, txnMinISR int
-	brokerSettingsErr                   error
+	// What a topic created now with the brokers' default gets: replicas (the brokers'
+	// default.replication.factor) and min.insync.replicas; brokerSettingsErr when the brokers
+	// would not say.
+	defaultRF, minISR int
+	brokerSettingsErr error
 
 	watermarkTopic string
 	topics         []topicReplicas // cdc's existing topics: data topics of the prefix and the watermark topic
@@ -48,41 +54,22 @@ const replicationDoc = "docs/production.md#kafka-cluster"
 // replica on a cluster that has more than one broker, a min.insync.replicas of at least 2 where
 // there are 3 replicas or more, and, in exactly-once mode, a transaction state log that is
 // replicated and in sync. Data on one replica is a failure (✗); the rest are warnings (!).
-func (p *preflight) replication(ctx context.Context, adm *kadm.Client, brokers []int32) {
+func (p *preflight) replication(ctx context.Context, cl *kgo.Client, brokers []int32) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	f := readReplicationFacts(ctx, adm, brokers, p.cfg.TopicPrefix, p.cfg.Sink)
+	f := readReplicationFacts(ctx, cl, brokers, p.cfg.TopicPrefix, p.cfg.Sink)
 	p.replicationLines(f)
 }
 
 // readReplicationFacts reads the facts; what it cannot read stays unknown.
-func readReplicationFacts(ctx context.Context, adm *kadm.Client, brokers []int32, prefix string, cfg sink.Config) replicationFacts {
+func readReplicationFacts(ctx context.Context, cl *kgo.Client, brokers []int32, prefix string, cfg sink.Config) replicationFacts {
+	adm := kadm.NewClient(cl)
 	f := replicationFacts{brokers: len(brokers), configured: cfg.ReplicationFactor, exactlyOnce: cfg.Delivery == sink.ExactlyOnce,
 		watermarkTopic: cfg.WatermarkTopic}
 	if f.configured == 0 {
 		f.configured = -1
 	}
-	if len(brokers) > 0 {
-		rcs, err := adm.DescribeBrokerConfigs(ctx, brokers[0])
-		if err == nil && len(rcs) > 0 && rcs[0].Err != nil {
-			err = rcs[0].Err
-		}
-		if err != nil {
-			f.brokerSettingsErr = err
-		} else {
-			get := func(key string) int {
-				for _, c := range rcs[0].Configs {
-					if c.Key == key && c.Value != nil {
-						n, _ := strconv.Atoi(*c.Value)
-						return n
-					}
-				}
-				return 0
-			}
-			f.defaultRF, f.minISR = get("default.replication.factor"), get("min.insync.replicas")
-			f.txnRF, f.txnMinISR = get("transaction.state.log.replication.factor"), get("transaction.state.log.min.isr")
-		}
-	}
+	f.defaultRF, f.minISR, f.brokerSettingsErr = newTopicLayout(ctx, cl, prefix+".__tidemark_check_replication")
 	tds, err := adm.ListTopicsWithInternal(ctx)
 	if err != nil {
 		return f
@@ -128,6 +115,39 @@ func readReplicationFacts(ctx context.Context, adm *kadm.Client, brokers []int32
 	return f
 }
 
+// newTopicLayout asks the brokers, without creating anything, what a topic created now with
+// the brokers' default replication factor gets: its replicas and min.insync.replicas (0 when the
+// principal may not see the topic's configs). A validate-only creation needs only the CREATE that
+// cdc has on its prefix; reading the brokers' settings would need DESCRIBE_CONFIGS on the
+// cluster, which a least-privilege deployment does not grant.
+func newTopicLayout(ctx context.Context, cl *kgo.Client, name string) (replicas, minISR int, err error) {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.ValidateOnly = true
+	req.TimeoutMillis = 10000
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = name
+	rt.NumPartitions = 1
+	rt.ReplicationFactor = -1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(resp.Topics) != 1 {
+		return 0, 0, errors.New("no answer for the validated topic")
+	}
+	t := resp.Topics[0]
+	if err := kerr.ErrorForCode(t.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return 0, 0, err
+	}
+	for _, c := range t.Configs {
+		if c.Name == "min.insync.replicas" && c.Value != nil {
+			minISR, _ = strconv.Atoi(*c.Value)
+		}
+	}
+	return int(t.ReplicationFactor), minISR, nil
+}
+
 // replicationLines turns the facts into check lines.
 func (p *preflight) replicationLines(f replicationFacts) {
 	p.newTopicReplicas(f)
@@ -151,7 +171,7 @@ func (p *preflight) newTopicReplicas(f replicationFacts) {
 		p.fail(fmt.Sprintf("set CDC_TOPIC_REPLICATION_FACTOR to at most %d, or unset it to use the brokers' default", f.brokers),
 			"Kafka: CDC_TOPIC_REPLICATION_FACTOR=%d but the cluster has %d brokers: creating topics fails", f.configured, f.brokers)
 	case rf == 0:
-		p.pass("Kafka: topics cdc creates get the brokers' default replication factor (broker settings not readable: %v)", f.brokerSettingsErr)
+		p.pass("Kafka: topics cdc creates get the brokers' default replication factor (the brokers would not say: %v)", f.brokerSettingsErr)
 	case rf == 1 && f.brokers > 1:
 		fix := fmt.Sprintf("set default.replication.factor=%d on the brokers, or CDC_TOPIC_REPLICATION_FACTOR=%d (see %s)", safeRF(f.brokers), safeRF(f.brokers), replicationDoc)
 		if f.configured > 0 {
@@ -232,15 +252,9 @@ func (p *preflight) transactionLogReplicas(f replicationFacts) {
 		safeRF(f.brokers), transactionStateTopic, replicationDoc)
 	t := f.txnLog
 	if t == nil {
-		if f.txnRF == 1 && f.brokers > 1 {
-			p.warn(fix, "Kafka: the transaction state log (%s) will be created with one replica (transaction.state.log.replication.factor=1) on a cluster of %d brokers", transactionStateTopic, f.brokers)
-		}
-		return
+		return // not created yet, or not visible to the principal
 	}
 	txnMinISR := t.minISR // the topic's own, set from transaction.state.log.min.isr at creation
-	if txnMinISR == 0 {
-		txnMinISR = f.txnMinISR
-	}
 	switch {
 	case t.replicas == 1 && f.brokers > 1:
 		p.fail(fix, "Kafka: the transaction state log (%s) has one replica on a cluster of %d brokers: when that broker is lost, so are the transactions it coordinates, and exactly-once stops", transactionStateTopic, f.brokers)
