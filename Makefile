@@ -53,7 +53,10 @@ test-race:
 # internal/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
 # pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
-# restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run).
+# restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run), and its
+# TestCluster about 2.5 more: a three-node Kafka cluster of its own (three JVMs of at most 384 MiB
+# heap) whose nodes it kills under cdc (docs/testing.md#the-cluster-suite). go test runs the
+# package beside ./integration/, the longest.
 # All of this runs on PostgreSQL 15, then test-integration-pg17 runs part of it on 17.
 test-integration:
 	scripts/services.sh install

@@ -389,6 +389,8 @@ func (p *preflight) kafka(ctx context.Context) {
 		return
 	}
 	p.pass("Kafka: %d brokers reachable (cluster %s)", len(meta.Brokers), meta.Cluster)
+	// Last, after the transactions check below has made Kafka create its transaction state log.
+	defer p.replication(ctx, cl, meta.Brokers.NodeIDs())
 
 	// Topic creation, validated by the broker without creating anything.
 	topic := cfg.Sink.WatermarkTopic

@@ -42,7 +42,7 @@ type Env struct {
 
 	TopicPrefix        string `env:"CDC_TOPIC_PREFIX" envDefault:"tidemark" desc:"prefix of every topic: <prefix>.<schema>.<table>"`
 	TopicPartitions    string `env:"CDC_TOPIC_PARTITIONS" envDefault:"1" desc:"partitions of each created topic (1 to 10000)"`
-	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default)"`
+	ReplicationFactor  string `env:"CDC_TOPIC_REPLICATION_FACTOR" envDefault:"-1" desc:"replication factor of each created topic (1 to 32767, or -1 for the broker default, default.replication.factor); the watermark topic gets at least the data topics' (see docs/production.md, Kafka cluster)"`
 	WatermarkTopic     string `env:"CDC_WATERMARK_TOPIC" helpDefault:"<prefix>.__watermarks" desc:"compacted topic of the watermark records"`
 	Delivery           string `env:"CDC_DELIVERY" envDefault:"exactly-once" desc:"Kafka delivery guarantee: exactly-once or at-least-once"`
 	KafkaCompression   string `env:"CDC_KAFKA_COMPRESSION" envDefault:"lz4" desc:"codec of produced record batches: none, gzip, snappy, lz4 or zstd (see docs/performance.md for what each costs and saves)"`

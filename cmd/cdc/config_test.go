@@ -84,7 +84,7 @@ func TestLoadConfigDefaults(t *testing.T) {
 		Sink: sink.Config{
 			Brokers:            []string{"kafka-1:9092", "kafka-2:9092"},
 			Partitions:         1,
-			ReplicationFactor:  1,
+			ReplicationFactor:  -1,
 			WatermarkTopic:     "tidemark.__watermarks",
 			Delivery:           sink.ExactlyOnce,
 			TransactionTimeout: time.Minute,

@@ -6,6 +6,10 @@
 // backwards, the slot was never confirmed past what Kafka held, and in exactly-once mode no
 // change was published twice.
 //
+// TestCluster (cluster_test.go) does the same against a three-node Kafka cluster of its own
+// (testenv.StartCluster): it kills a partition leader, the transaction coordinator, the active
+// controller, and two of three nodes at once, and checks the same invariants after each.
+//
 // The non-test part of the package is the TCP proxy the suite puts between cdc and the servers.
 //
 // Run it with

@@ -40,8 +40,8 @@ type Config struct {
 	// Sink holds the sink's own settings: Brokers, Security, Delivery, TransactionTimeout,
 	// Compression, and the layout of created topics (Partitions, ReplicationFactor,
 	// WatermarkTopic). Zero fields are the sink's defaults, except the topic layout, which is
-	// the pipeline's: one partition, a replication factor of 1 (-1 is the broker's default)
-	// and TopicPrefix + ".__watermarks". The pipeline fills the transactional id, the dial
+	// the pipeline's: one partition, the broker's replication factor (-1,
+	// default.replication.factor) and TopicPrefix + ".__watermarks". The pipeline fills the transactional id, the dial
 	// timeout (ConnectTimeout), the batch bounds, the logger and the registerer.
 	Sink sink.Config
 	// TopicPrefix names the tables' topics (<prefix>.<schema>.<table>).

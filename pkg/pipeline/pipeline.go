@@ -209,7 +209,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Sink.Partitions = 1
 	}
 	if cfg.Sink.ReplicationFactor == 0 {
-		cfg.Sink.ReplicationFactor = 1
+		cfg.Sink.ReplicationFactor = -1
 	}
 	if cfg.PublicationPollInterval <= 0 {
 		cfg.PublicationPollInterval = 5 * time.Second

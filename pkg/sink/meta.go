@@ -11,6 +11,7 @@ import (
 // topicMeta is what a metadata request says about one topic.
 type topicMeta struct {
 	partitions int32
+	replicas   int16 // the most replicas of any partition
 	err        error // kerr.UnknownTopicOrPartition when the topic does not exist
 }
 
@@ -34,6 +35,9 @@ func (s *Sink) describeTopics(ctx context.Context, topics []string) (map[string]
 			continue
 		}
 		m := topicMeta{partitions: int32(len(rt.Partitions)), err: kerr.ErrorForCode(rt.ErrorCode)}
+		for _, p := range rt.Partitions {
+			m.replicas = max(m.replicas, int16(len(p.Replicas)))
+		}
 		if m.err == nil {
 			for _, p := range rt.Partitions {
 				if perr := kerr.ErrorForCode(p.ErrorCode); perr != nil && perr != kerr.ReplicaNotAvailable {

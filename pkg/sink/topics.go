@@ -75,6 +75,9 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 		return err
 	}
 	var missing, existing []string
+	// dataReplicas: the most replicas of an existing data topic, which a watermark topic
+	// created now gets at least.
+	var dataReplicas int16
 	for _, name := range names {
 		switch m := metas[name]; {
 		case errors.Is(m.err, kerr.UnknownTopicOrPartition):
@@ -83,9 +86,12 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 			return fmt.Errorf("describe topic %s: %w", name, m.err)
 		default:
 			existing = append(existing, name)
+			if name != s.cfg.WatermarkTopic {
+				dataReplicas = max(dataReplicas, m.replicas)
+			}
 		}
 	}
-	created, err := s.createTopics(ctx, missing, wants)
+	created, err := s.createTopics(ctx, missing, wants, dataReplicas)
 	if err != nil {
 		return err
 	}
@@ -164,11 +170,15 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 // createTopics creates the missing topics in batches the controller accepts, and returns those
 // it created. A topic that appeared in the meantime (TOPIC_ALREADY_EXISTS) is fine.
 //
+// The watermark topic gets at least dataReplicas replicas, the most of an existing data topic:
+// it is what a restart resumes from, so it must not be the first thing a broker's disk takes
+// with it. (Data topics created together with it get the same replication factor anyway.)
+//
 // KRaft refuses a request whose topics make more metadata records than it takes in one
 // operation (POLICY_VIOLATION, "excessively large batch operation": 10,000 records, each topic
 // one plus one per partition plus one per config). Batches are sized to a quarter of that; a
 // batch refused as too large anyway (a lower limit) is split in two and tried again.
-func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant) (map[string]bool, error) {
+func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant, dataReplicas int16) (map[string]bool, error) {
 	created := make(map[string]bool)
 	groups := make(map[topicWant][]string)
 	for _, name := range missing {
@@ -181,6 +191,15 @@ func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[str
 	var errs []error
 	for _, w := range slices.SortedFunc(maps.Keys(groups), func(a, b topicWant) int { return cmp.Compare(len(groups[a]), len(groups[b])) }) {
 		topics := groups[w]
+		rf := rf
+		// -1 (the broker's default) gives way to data topics of more than one replica: they may
+		// have been created under another default, or by hand. (It may then stay below a
+		// higher broker default, but never below the data.)
+		if w.segments && (rf > 0 && rf < dataReplicas || rf < 0 && dataReplicas > 1) {
+			s.log.Info("creating the watermark topic with the data topics' replication factor", "topic", s.cfg.WatermarkTopic,
+				"replication_factor", dataReplicas, "configured", rf)
+			rf = dataReplicas
+		}
 		configs := map[string]*string{"max.message.bytes": new(strconv.Itoa(MaxRecordBytes))}
 		if w.compact {
 			configs["cleanup.policy"] = new("compact")
