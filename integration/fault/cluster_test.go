@@ -299,6 +299,14 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64
 		sup.check()
 	}
 	logged := sup.since(from)
+	// /readyz says why cdc waits (on c9cb695 it answered 200 {"ready":true} all along).
+	saidWhy := false
+	for _, r := range ready {
+		saidWhy = saidWhy || strings.Contains(r, "Kafka has not taken a batch")
+	}
+	if !saidWhy {
+		t.Errorf("/readyz never said that cdc waits for Kafka while two of three nodes were down: %s", summarise(ready))
+	}
 	restarted := time.Now()
 	for _, n := range down {
 		c.Restart(n)
@@ -381,7 +389,7 @@ func readyz(addr string) string {
 		return "error: " + err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 2000))
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 }
 

@@ -123,7 +123,13 @@ type running struct {
 	owner *owner
 	// streaming reports whether the replication stage streams now.
 	streaming func() bool
+	// kafkaWaiting is how long the sink's batch in flight has waited for Kafka (0: none).
+	kafkaWaiting func() time.Duration
 }
+
+// kafkaStall is how long a batch may wait for Kafka before the pipeline is not ready: a batch
+// takes milliseconds while Kafka answers.
+const kafkaStall = 15 * time.Second
 
 // states returns every export's state as the owner last published it.
 func (r *running) states() []ExportState { return r.owner.exports() }
@@ -147,6 +153,11 @@ func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) 
 	}
 	if !r.streaming() {
 		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")
+	}
+	if r.kafkaWaiting != nil {
+		if d := r.kafkaWaiting(); d > kafkaStall {
+			reasons = append(reasons, fmt.Sprintf("Kafka has not taken a batch for %s (brokers unreachable, or fewer in-sync replicas than min.insync.replicas): cdc waits, and loses nothing", d.Round(time.Second)))
+		}
 	}
 	if a := r.owner.stuck.Load(); a != nil {
 		reasons = append(reasons, fmt.Sprintf("%d published tables cannot be taken in (their catalog or their Kafka topics) for %s, %d retries: %v",

@@ -113,7 +113,7 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 	g.Go(func() error { return poll.run(gctx) })
 	g.Go(func() error { return recon.run(gctx, o.reconciles, units) })
 	g.Go(func() error { return chunker.Run(gctx) })
-	life.owner.Store(&running{owner: o, streaming: repl.Streaming})
+	life.owner.Store(&running{owner: o, streaming: repl.Streaming, kafkaWaiting: sk.Waiting})
 	defer life.owner.Store(nil)
 	life.ran.Store(true)
 	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),

@@ -119,6 +119,8 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack)
 // was closed.
 func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks chan<- Ack) (closed bool, err error) {
 	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
+	s.inFlight.Store(b.start.UnixNano())
+	defer s.inFlight.Store(0)
 	s.resetBatchErr()
 	defer func() {
 		if err != nil && b.txn {
@@ -363,4 +365,15 @@ func (s *Sink) takeBatchErr() error {
 	err := s.batchErr
 	s.batchErr = nil
 	return err
+}
+
+// Waiting returns how long the batch in flight has waited to be durable (0 between batches): a
+// batch takes milliseconds while Kafka answers, so a long wait is Kafka not taking the records
+// (brokers unreachable, fewer in-sync replicas than min.insync.replicas). Safe from any goroutine.
+func (s *Sink) Waiting() time.Duration {
+	at := s.inFlight.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, at))
 }

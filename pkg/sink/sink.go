@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -46,6 +47,8 @@ type Sink struct {
 	mu         sync.Mutex
 	closeOnce  sync.Once
 	partitions map[string]int32 // real partition counts of known topics
+	// inFlight is when the batch in flight began (unix nanoseconds; 0 between batches).
+	inFlight atomic.Int64
 
 	// errMu guards batchErr, the first produce error of the current batch.
 	errMu    sync.Mutex
