@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,8 +45,31 @@ END LOOP; END $$`, from, min(from+499, n)))
 	vars := e.baseVars()
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
 	vars["CDC_WATERMARK_INTERVAL"] = "1s"
+	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc during the first 20 s of hydration.
+	profile := bankEnv(t, "CDC_MANY_PROFILE", "")
+	const token = "many-tables-profile-token"
+	if profile != "" {
+		vars["CDC_HTTP_TOKEN"], vars["CDC_HTTP_PPROF"] = token, "true"
+	}
 	start := time.Now()
 	p := e.startCDC(vars)
+	if profile != "" {
+		go func() {
+			time.Sleep(3 * time.Second)
+			req, _ := http.NewRequest("GET", "http://"+vars["CDC_HTTP_ADDR"]+"/debug/pprof/profile?seconds=20", nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Logf("profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if err := os.WriteFile(profile, b, 0o644); err != nil {
+				t.Logf("profile: %v", err)
+			}
+		}()
+	}
 	w := &rssWatch{peak: map[string]int64{}, pids: map[string]int{}}
 	w.watch("cdc", p.cmd.Process.Pid)
 	wctx, stopWatch := context.WithCancel(ctx)
