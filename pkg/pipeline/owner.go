@@ -69,9 +69,11 @@ type owner struct {
 	stopped chan struct{}
 	// view is the exports' states as of the last event that could change them.
 	view atomic.Pointer[[]ExportState]
-	// stuck is why the last poll's tables could not be taken in (their catalog, their
-	// topics), and since when; nil once a poll went through (Pipeline.Ready).
-	stuck atomic.Pointer[admission]
+	// stuckPoll is why the last poll's tables could not be taken in (their catalog, their
+	// topics), and since when; nil once a poll went through. stuckBegin is the same for the
+	// last snapshot's tables (their topics, at the consistent point); nil once a snapshot
+	// began, or none of its tables waits any more (Pipeline.Ready).
+	stuckPoll, stuckBegin atomic.Pointer[admission]
 
 	// Queues of commands whose receivers may be busy: the owner never waits for them.
 	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
@@ -312,13 +314,16 @@ func (o *owner) handle(ctx context.Context, ev event) {
 	switch ev := ev.(type) {
 	case evPolled:
 		err := o.published(ctx, ev.cat, ev.published)
-		waiting := 0
+		var waiting []change.ExportID
 		for e := range ev.published {
 			if !o.phases[e].known() {
-				waiting++
+				waiting = append(waiting, e)
 			}
 		}
-		o.admitted(err, waiting)
+		o.admitted(&o.stuckPoll, err, waiting)
+		if b := o.stuckBegin.Load(); b != nil && !o.anyHolding(b.exports) {
+			o.stuckBegin.Store(nil)
+		}
 		o.recopiesPolled(err)
 		if err == nil {
 			o.partitions(ev.leaves)
@@ -327,7 +332,11 @@ func (o *owner) handle(ctx context.Context, ev event) {
 		ev.done <- err
 	case evBegin:
 		err := o.begin(ctx, ev)
-		o.admitted(err, len(ev.tables))
+		exports := make([]change.ExportID, len(ev.tables))
+		for i, t := range ev.tables {
+			exports[i] = t.Table.Export
+		}
+		o.admitted(&o.stuckBegin, err, exports)
 		if err != nil {
 			ev.reply <- beginReply{nil, err}
 		}
@@ -465,24 +474,34 @@ func (w chunkWiring) ChunkRead(id uint64, u *change.Unit)              { w.repl.
 func (w chunkWiring) AbandonWindow(id uint64)                          { w.repl.AbandonWindow(id) }
 func (w chunkWiring) CopyComplete(e change.ExportID, total int)        { w.repl.CopyComplete(e, total) }
 
-// admission is a poll of the publication that could not be taken in.
+// admission is a taking-in of tables (a poll's, a snapshot's) that failed.
 type admission struct {
 	err     error
-	tables  int // published tables not exported yet
+	exports []change.ExportID // the tables that wait
 	since   time.Time
 	retries int
 }
 
-// admitted records how taking tables in went (a poll's, or a snapshot's topics): an error keeps
-// the pipeline from being ready (waiting tables wait), until one goes through.
-func (o *owner) admitted(err error, waiting int) {
+// admitted records how taking tables in went: an error keeps the pipeline from being ready
+// (the tables wait), until one of the same kind goes through.
+func (o *owner) admitted(slot *atomic.Pointer[admission], err error, waiting []change.ExportID) {
 	if err == nil {
-		o.stuck.Store(nil)
+		slot.Store(nil)
 		return
 	}
-	a := &admission{err: err, tables: waiting, since: time.Now()}
-	if prev := o.stuck.Load(); prev != nil {
+	a := &admission{err: err, exports: waiting, since: time.Now()}
+	if prev := slot.Load(); prev != nil {
 		a.since, a.retries = prev.since, prev.retries+1
 	}
-	o.stuck.Store(a)
+	slot.Store(a)
+}
+
+// anyHolding reports whether one of exports still waits for its snapshot to begin.
+func (o *owner) anyHolding(exports []change.ExportID) bool {
+	for _, e := range exports {
+		if p := o.phases[e]; p == phaseHolding {
+			return true
+		}
+	}
+	return false
 }

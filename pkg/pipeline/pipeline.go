@@ -159,9 +159,11 @@ func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) 
 			reasons = append(reasons, fmt.Sprintf("Kafka has not taken a batch for %s (brokers unreachable, or fewer in-sync replicas than min.insync.replicas): cdc waits, and loses nothing", d.Round(time.Second)))
 		}
 	}
-	if a := r.owner.stuck.Load(); a != nil {
-		reasons = append(reasons, fmt.Sprintf("%d published tables cannot be taken in (their catalog or their Kafka topics) for %s, %d retries: %v",
-			a.tables, time.Since(a.since).Round(time.Second), a.retries, a.err))
+	for _, a := range []*admission{r.owner.stuckPoll.Load(), r.owner.stuckBegin.Load()} {
+		if a != nil {
+			reasons = append(reasons, fmt.Sprintf("%d published tables cannot be taken in (their catalog or their Kafka topics) for %s, %d retries: %v",
+				len(a.exports), time.Since(a.since).Round(time.Second), a.retries, a.err))
+		}
 	}
 	for _, s := range r.states() {
 		if s.State == watermark.StateFailed {
