@@ -51,7 +51,8 @@ test-race:
 
 # Services come from CDC_TEST_PG_URL/CDC_TEST_KAFKA_BROKERS, Docker, or local binaries started by
 # internal/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
-# pkg/snapshot and pkg/sink also have tests against the real servers (skipped by test-unit's -short).
+# pkg/snapshot, pkg/sink, pkg/pgcat, cmd/tidemark-apply and internal/testenv also have tests
+# against the real servers (skipped by test-unit's -short): they run here.
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run), and its
 # TestCluster about 2.5 more: a three-node Kafka cluster of its own (three JVMs of at most 384 MiB
@@ -61,7 +62,8 @@ test-race:
 test-integration:
 	scripts/services.sh install
 	scripts/services.sh install-tools
-	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/
+	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/ \
+		./pkg/pgcat/ ./cmd/tidemark-apply/ ./internal/testenv/
 	$(MAKE) --no-print-directory test-integration-pg17
 
 # The integration tests whose subject changed between PostgreSQL 15 and 17 (pgoutput, catalogs,
