@@ -63,10 +63,56 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	return nil
 }
 
-// published handles a poll of the publication: tables that left it are removed once the stream
-// passes the server's current WAL position; tables new to it (and exports to copy again) are
-// copied, in chunks when they can be, otherwise with a snapshot request.
-func (o *owner) published(ctx context.Context, cat catalog, published map[change.ExportID]struct{}) (err error) {
+// A poll is taken in in steps, none of which waits on I/O in the owner's loop (polled, then
+// loaded, then the topics' answer): the poller reads the publication and the server's WAL
+// position, the owner decides what leaves and what is added, the poller loads the added tables'
+// schemas, the topic administrator makes their topics, and only then do their copies start. The
+// owner serves every other event meanwhile; the poller waits for the poll's outcome before it
+// polls again, so one poll at most is being taken in (o.round).
+type pollRound struct {
+	ev evPolled
+	// seq numbers the poll (owner.pollSeq): a re-copy asked during it waits for the next one.
+	seq uint64
+	// pending is owner.pending as the poll took it: restored when the poll fails.
+	pending []change.ExportID
+	// added: the exports the poll adds, in order; their phases when it decided, so that one
+	// whose life moved on meanwhile (it failed) is not started by this poll.
+	added  []change.ExportID
+	phases map[change.ExportID]phase
+	// started: the exports whose copy this poll started.
+	started []change.ExportID
+}
+
+// polled handles a poll of the publication: tables that left it are removed once the stream
+// passes the server's WAL position the poller read after the publication; tables new to it
+// (and exports to copy again) are to be copied. In chunks when they can be: the poller is asked
+// for their schemas first (loaded); otherwise with a snapshot request at once.
+func (o *owner) polled(ev evPolled) {
+	o.pollSeq++
+	r := &pollRound{ev: ev, seq: o.pollSeq, pending: o.pending}
+	o.pending = nil
+	added, err := o.removeAndAdd(r)
+	if err != nil || len(added) == 0 {
+		o.pollDone(r, err)
+		return
+	}
+	r.added = added
+	r.phases = make(map[change.ExportID]phase, len(added))
+	for _, e := range added {
+		r.phases[e] = o.phases[e]
+	}
+	if o.cfg.SnapshotStrategy.OrDefault() != snapshot.StrategyChunked {
+		o.startCopies(r, added)
+		o.pollDone(r, nil)
+		return
+	}
+	o.round = r
+	ev.reply <- pollReply{load: added}
+}
+
+// removeAndAdd removes the exports that left the publication and returns those to add.
+func (o *owner) removeAndAdd(r *pollRound) ([]change.ExportID, error) {
+	published := r.ev.published
 	var added, removed, known []change.ExportID
 	for e, p := range o.phases {
 		if !p.known() {
@@ -82,26 +128,14 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 			added = append(added, e)
 		}
 	}
-	for _, e := range o.pending {
+	for _, e := range r.pending {
 		if _, ok := published[e]; ok && !slices.Contains(added, e) && o.mayAdd(e) {
 			added = append(added, e)
 		}
 	}
-	pending := o.pending
-	o.pending = nil
-	defer func() {
-		if err != nil {
-			// Nothing was started for them: the next poll copies them (a re-copy waits for it).
-			o.pending = append(pending, o.pending...)
-		}
-	}()
-
 	slices.SortFunc(removed, compareExport)
 	for _, e := range removed {
-		at, err := cat.CurrentWAL(ctx)
-		if err != nil {
-			return fmt.Errorf("read WAL position: %w", err)
-		}
+		at := r.ev.wal
 		o.log.Info("table left the publication", "export", e.String(), "at", at.String())
 		switch o.phases[e] {
 		case phaseHydrated:
@@ -115,29 +149,133 @@ func (o *owner) published(ctx context.Context, cat catalog, published map[change
 		o.repl.Remove(e, at)
 	}
 	if len(added) == 0 {
-		return nil
+		return nil, nil
 	}
 	slices.SortFunc(added, compareExport)
 	if err := change.CheckTopicCollisions(o.cfg.TopicPrefix, append(known, added...)); err != nil {
-		return fatal(err)
+		return nil, fatal(err)
 	}
-	copies, err := o.startChunked(ctx, cat, added)
-	if err != nil {
-		return err
+	return added, nil
+}
+
+// loaded handles the schemas of the tables the poll being taken in adds (a table missing
+// from tables could not be loaded: the copy path reports it for that export alone). Those that
+// can take a chunked copy (a key, nothing to reconcile) wait for their topics; the others take
+// a copy.
+func (o *owner) loaded(ev evLoaded) {
+	r := o.round
+	if r == nil || r.ev.reply != ev.reply {
+		ev.reply <- pollReply{err: errors.New("tables loaded for a poll that is not being taken in")}
+		return
 	}
+	var rest, chunked []change.ExportID
+	var specs []sink.TopicSpec
+	defs := make(map[change.ExportID]change.PublishedAs)
+	for _, e := range r.added {
+		t := ev.tables[e]
+		if t == nil || len(t.KeyColumns()) == 0 || !o.tracker.CanChunk(e) || o.reconcileNext[e] {
+			rest = append(rest, e)
+			continue
+		}
+		chunked = append(chunked, e)
+		defs[e] = t.Published
+		specs = append(specs, sink.TopicSpec{Name: o.topic(e), Compact: true})
+	}
+	if len(chunked) == 0 {
+		o.startCopies(r, rest)
+		o.pollDone(r, nil)
+		return
+	}
+	o.ensureTopics(specs, func(err error) {
+		if err != nil {
+			o.pollDone(r, err)
+			return
+		}
+		o.startChunks(r, chunked, defs)
+		o.startCopies(r, rest)
+		o.pollDone(r, nil)
+	})
+}
+
+// unchanged drops from exports those whose phase moved since the poll r decided to add them
+// (a failure meanwhile): they are not started by it.
+func (o *owner) unchanged(r *pollRound, exports []change.ExportID) []change.ExportID {
+	return slices.DeleteFunc(exports, func(e change.ExportID) bool {
+		if o.phases[e] != r.phases[e] {
+			o.log.Info("table not copied by this poll: its state changed meanwhile", "export", e.String(), "phase", o.phases[e].String())
+			return true
+		}
+		return false
+	})
+}
+
+// startChunks starts a chunked copy of each of exports, whose topics exist.
+func (o *owner) startChunks(r *pollRound, exports []change.ExportID, defs map[change.ExportID]change.PublishedAs) {
+	for _, e := range o.unchanged(r, exports) {
+		delete(o.reconcileNext, e)
+		topic := o.topic(e)
+		attempt := o.toChunking(e, topic, o.topics.EndOffsets(topic), time.Now())
+		o.copiedAs(e, defs[e])
+		o.repl.StartChunking(e)
+		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
+		o.recopyStarted(e)
+		r.started = append(r.started, e)
+		o.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
+	}
+}
+
+// startCopies starts a copy of each of exports (copy strategy): their changes are held before
+// the snapshot's slot exists, so nothing falls in between (one still hydrated, added again
+// before its removal took effect or copied again, stops advancing first); the snapshot is
+// requested once the replication stage holds them.
+func (o *owner) startCopies(r *pollRound, exports []change.ExportID) {
+	copies := o.unchanged(r, exports)
 	if len(copies) == 0 {
-		return nil
+		return
 	}
-	// Hold their changes before the snapshot's slot exists, so nothing falls in between. One
-	// still hydrated (added again before its removal took effect, or copied again) stops
-	// advancing first.
 	for _, e := range copies {
+		delete(o.reconcileNext, e)
 		o.toHolding(e)
 		o.recopyStarted(e)
+		r.started = append(r.started, e)
 	}
-	// The snapshot is requested once the replication stage holds them.
 	o.detecting = append(o.detecting, detectWait{applied: o.repl.Detect(copies), req: snapshot.Request{Exports: copies}})
-	return nil
+}
+
+// pollDone ends the poll r with its outcome: on an error nothing was started for its tables,
+// and the next poll copies them (a re-copy waits for it).
+func (o *owner) pollDone(r *pollRound, err error) {
+	if o.round == r {
+		o.round = nil
+	}
+	if err != nil {
+		o.pending = append(r.pending, o.pending...)
+	} else if len(r.started) > 0 {
+		// A re-copy asked for while the poll was being taken in, of an export it started.
+		o.pending = slices.DeleteFunc(o.pending, func(e change.ExportID) bool { return slices.Contains(r.started, e) })
+	}
+	var waiting []change.ExportID
+	for e := range r.ev.published {
+		if !o.phases[e].known() {
+			waiting = append(waiting, e)
+		}
+	}
+	o.admitted(&o.stuckPoll, err, waiting)
+	if b := o.stuckBegin.Load(); b != nil && !o.anyHolding(b.exports) {
+		o.stuckBegin.Store(nil)
+	}
+	o.recopiesPolled(err, r.seq)
+	if err == nil {
+		o.partitions(r.ev.leaves)
+		o.publicationDefinitions(r.ev.defs)
+	}
+	r.ev.reply <- pollReply{err: err}
+}
+
+// ensureTopics has the topic administrator make the topics of specs, beside the loop; then
+// runs on the owner's goroutine with the outcome, when it comes.
+func (o *owner) ensureTopics(specs []sink.TopicSpec, then func(error)) {
+	o.topicQ = append(o.topicQ, topicJob{specs: specs, then: then})
 }
 
 // partitions handles a poll of the published partitioned tables (a publication with
@@ -176,53 +314,6 @@ func (o *owner) partitions(leaves map[change.ExportID]string) {
 	}
 }
 
-// startChunked starts a chunked copy of each of exports that can take one (chunked strategy,
-// a key, nothing to reconcile) and returns the others, which take a copy.
-func (o *owner) startChunked(ctx context.Context, cat catalog, exports []change.ExportID) ([]change.ExportID, error) {
-	if o.cfg.SnapshotStrategy.OrDefault() != snapshot.StrategyChunked {
-		for _, e := range exports {
-			delete(o.reconcileNext, e)
-		}
-		return exports, nil
-	}
-	var rest, chunked []change.ExportID
-	var specs []sink.TopicSpec
-	defs := make(map[change.ExportID]change.PublishedAs)
-	for _, e := range exports {
-		t, err := cat.LoadTable(ctx, e)
-		if err != nil {
-			// Missing or unsupported: the copy path reports it for this export alone.
-			rest = append(rest, e)
-			continue
-		}
-		can := o.tracker.CanChunk(e) && !o.reconcileNext[e]
-		delete(o.reconcileNext, e)
-		if len(t.KeyColumns()) == 0 || !can {
-			rest = append(rest, e)
-			continue
-		}
-		chunked = append(chunked, e)
-		defs[e] = t.Published
-		specs = append(specs, sink.TopicSpec{Name: o.topic(e), Compact: true})
-	}
-	if len(chunked) == 0 {
-		return rest, nil
-	}
-	if err := o.topics.EnsureTopics(ctx, specs); err != nil {
-		return nil, err
-	}
-	for _, e := range chunked {
-		topic := o.topic(e)
-		attempt := o.toChunking(e, topic, o.topics.EndOffsets(topic), time.Now())
-		o.copiedAs(e, defs[e])
-		o.repl.StartChunking(e)
-		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
-		o.recopyStarted(e)
-		o.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
-	}
-	return rest, nil
-}
-
 // mayAdd reports whether e may be added to the exports again now: not while the record of its
 // removal is still to be written (the next poll adds it), so that a restart never finds it
 // hydrated with the changes made while it was out of the publication missing.
@@ -232,21 +323,25 @@ func (o *owner) mayAdd(e change.ExportID) bool {
 
 // Snapshot stage (copy strategy).
 
-// begin handles the start of a snapshot at its consistent point: the tables' topics must exist,
-// then the replication stage learns the consistent point; once it applied it, begun records the
-// attempts and the snapshot stage gets them (run). An error is the answer at once.
-func (o *owner) begin(ctx context.Context, ev evBegin) error {
+// begin handles the start of a snapshot at its consistent point: the tables' topics must exist
+// (the topic administrator makes them), then the replication stage learns the consistent point;
+// once it applied it, begun records the attempts and the snapshot stage gets them (run). An
+// error is the answer at once.
+func (o *owner) begin(ev evBegin) {
 	specs := make([]sink.TopicSpec, 0, len(ev.tables))
 	exports := make([]change.ExportID, 0, len(ev.tables))
 	for _, t := range ev.tables {
 		specs = append(specs, sink.TopicSpec{Name: o.topic(t.Table.Export), Compact: len(t.Table.KeyColumns()) > 0})
 		exports = append(exports, t.Table.Export)
 	}
-	if err := o.topics.EnsureTopics(ctx, specs); err != nil {
-		return err
-	}
-	o.beginning = append(o.beginning, beginWait{set: o.repl.SetConsistentPoint(exports, ev.c), ev: ev})
-	return nil
+	o.ensureTopics(specs, func(err error) {
+		o.admitted(&o.stuckBegin, err, exports)
+		if err != nil {
+			ev.reply <- beginReply{nil, err}
+			return
+		}
+		o.beginning = append(o.beginning, beginWait{set: o.repl.SetConsistentPoint(exports, ev.c), ev: ev})
+	})
 }
 
 // begun records the start of a snapshot attempt at consistent point lsn for each table and

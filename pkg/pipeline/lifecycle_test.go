@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -245,9 +246,12 @@ func TestPartitionsChanged(t *testing.T) {
 	if !slices.Equal(lc.pending, []change.ExportID{exA, exB}) {
 		t.Fatalf("b hydrated: pending %v, want a and b", lc.pending)
 	}
-	rest, err := lc.startChunked(t.Context(), fakeCatalog{}, []change.ExportID{exA})
-	if err != nil || !slices.Equal(rest, []change.ExportID{exA}) {
-		t.Fatalf("startChunked = %v, %v; want a left to the copy strategy", rest, err)
+	reply := make(chan pollReply, 1)
+	r := &pollRound{ev: evPolled{reply: reply}, added: []change.ExportID{exA}, phases: map[change.ExportID]phase{exA: phaseHydrated}}
+	lc.round = r
+	lc.loaded(evLoaded{tables: map[change.ExportID]*change.Table{exA: {Export: exA, Columns: []change.Column{{Name: "id", Key: true}}}}, reply: reply})
+	if !slices.Equal(r.started, []change.ExportID{exA}) || lc.phases[exA] != phaseHolding || len(lc.topicQ) != 0 {
+		t.Fatalf("started %v, phase %v, topic jobs %d; want a copied with the copy strategy", r.started, lc.phases[exA], len(lc.topicQ))
 	}
 	if lc.reconcileNext[exA] {
 		t.Fatalf("reconcileNext of a kept after its copy started")
@@ -388,4 +392,69 @@ func TestLifecyclePhaseIsTheOnlyState(t *testing.T) {
 	if !ok || r.State != watermark.StateHydrating || r.Snapshot == nil || r.Snapshot.Attempt != 2 || len(r.Snapshot.ReconcileFrom) != 0 {
 		t.Fatalf("a's record %+v (present %v), want hydrating, attempt 2, reconciled from the beginning", r, ok)
 	}
+}
+
+// TestOwnerServesWhileTopicsAreMade: a topic that takes long to make (a slow broker, a
+// controller election) holds back only the table that waits for it. The owner goes on
+// answering the sink, so the other tables' watermarks advance, and the new table's copy starts
+// once its topic exists.
+func TestOwnerServesWhileTopicsAreMade(t *testing.T) {
+	ctx := t.Context()
+	tr := watermark.NewTracker(watermark.Options{Interval: time.Nanosecond})
+	lc, rec := startTestOwnerCfg(t, Config{SnapshotStrategy: snapshot.StrategyChunked}, tr, nil)
+	if err := lc.published(ctx, fakeCatalog{}, set(exA)); err != nil {
+		t.Fatal(err)
+	}
+	chunk := &change.Unit{Kind: change.KindChunk, Export: exA, Chunk: &change.Chunk{Seq: 0, Range: change.KeyRange{}, Read: 5}}
+	durable(lc, chunk, &change.Unit{Kind: change.KindHydrated, Export: exA, End: 0x200})
+	wantPhase(t, lc, exA, phaseHydrated)
+	rec.take()
+
+	held, entered := make(chan struct{}), make(chan []string, 1)
+	rec.mu.Lock()
+	rec.topicsHeld, rec.topicsEntered = held, entered
+	rec.mu.Unlock()
+	polled := make(chan error, 1)
+	go func() { polled <- lc.published(ctx, fakeCatalog{}, set(exA, exB)) }()
+	select {
+	case names := <-entered:
+		if !slices.Equal(names, []string{"p.public.b"}) {
+			t.Fatalf("topics made for the poll: %v, want b's", names)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not ask for b's topic")
+	}
+	// While b's topic is being made, a's changes become durable and its watermark follows.
+	for lsn := change.LSN(0x300); lsn <= 0x700; lsn += 0x100 {
+		// a is quiet: the quiet record speaks for it.
+		var got *change.LSN
+		for _, r := range lc.Durable([]*change.Unit{{Kind: change.KindProgress, End: lsn}}, nil) {
+			if q, ok, err := watermark.DecodeQuiet(r.Value); ok && err == nil {
+				got = q.Watermark
+			} else if v, err := watermark.Decode(r.Value); err == nil && v.Export == exA {
+				got = v.Watermark
+			}
+		}
+		lc.Committed()
+		if got == nil || *got != lsn {
+			t.Fatalf("while b's topic is made: a's watermark %v, want %s", got, lsn)
+		}
+	}
+	wantPhase(t, lc, exB, 0)
+	select {
+	case err := <-polled:
+		t.Fatalf("the poll ended (%v) before b's topic existed", err)
+	default:
+	}
+	close(held)
+	select {
+	case err := <-polled:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the poll did not end once b's topic existed")
+	}
+	wantCalls(t, rec, "topic p.public.b compact=true", "start-chunking public.b", "chunk-job public.b attempt 1 after []")
+	wantPhase(t, lc, exB, phaseChunking)
 }

@@ -21,7 +21,11 @@ import (
 //
 // Events, each from one sender:
 //
-//	evPolled        poller        the publication, its partitioned roots, column lists and filters
+//	evPolled        poller        the publication, its partitioned roots, column lists and
+//	                              filters, the server's WAL position (reply: tables to load, or
+//	                              the poll's outcome)
+//	evLoaded        poller        the schemas of the tables a poll adds (reply: the outcome)
+//	evTopics        topic admin   topics made (or not) for a poll or a snapshot
 //	evBegin         snapshot      a snapshot began at its consistent point (reply: attempts)
 //	evRestart       snapshot      a copy must start over (table rewritten, request failed)
 //	evFailed        snapshot,     a permanent error of one export
@@ -36,7 +40,10 @@ import (
 // Commands go to the replication stage (replicationControl: route, hold, release, remove,
 // fail, confirm), the chunker (chunkControl: copy, stop), the snapshot stage (a Request on its
 // channel), the reconciler (a job on its channel), the poller (wake) and Kafka's topics
-// (topicControl). What GET /exports shows is published as an immutable copy (view) after
+// (topicControl, through the topic administrator: a goroutine of run's that makes topics
+// beside the loop and answers with evTopics). Nothing in the loop waits on I/O: the catalog is
+// read by the poller, topics are made beside it, and the sink's acknowledgements are served
+// before any other event. What GET /exports shows is published as an immutable copy (view) after
 // every change, so that reading it never waits for the loop.
 type owner struct {
 	tracker *watermark.Tracker
@@ -74,6 +81,13 @@ type owner struct {
 	// last snapshot's tables (their topics, at the consistent point); nil once a snapshot
 	// began, or none of its tables waits any more (Pipeline.Ready).
 	stuckPoll, stuckBegin atomic.Pointer[admission]
+
+	// round is the poll being taken in (pollRound), nil between polls; pollSeq numbers them.
+	round   *pollRound
+	pollSeq uint64
+	// topicQ: topics to make, in order, for the topic administrator (topicJobs).
+	topicQ    []topicJob
+	topicJobs chan topicJob
 
 	// Queues of commands whose receivers may be busy: the owner never waits for them.
 	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
@@ -129,8 +143,8 @@ type (
 		EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error
 		EndOffsets(topic string) map[int32]int64
 	}
-	// catalog reads what the owner needs from PostgreSQL: a table's schema, the server's WAL
-	// position.
+	// catalog reads a table's schema and the server's WAL position: at start-up (resume), and
+	// on the poller's connection for a poll (takeIn), never in the owner's loop.
 	catalog interface {
 		LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error)
 		CurrentWAL(ctx context.Context) (change.LSN, error)
@@ -151,9 +165,20 @@ type (
 		published map[change.ExportID]struct{}
 		leaves    map[change.ExportID]string
 		defs      map[change.ExportID]change.PublishedAs
-		// cat reads on the poller's connection; the poller waits for done before using it again.
-		cat  catalog
-		done chan error
+		// wal is the server's WAL position, read after the publication: the point a table that
+		// left it is removed at.
+		wal change.LSN
+		// reply (capacity 1) takes the tables to load (then evLoaded), or the poll's outcome.
+		reply chan pollReply
+	}
+	evLoaded struct {
+		// tables: the schemas loaded, by export; one that could not be loaded is absent.
+		tables map[change.ExportID]*change.Table
+		reply  chan pollReply
+	}
+	evTopics struct {
+		job topicJob
+		err error
 	}
 	evBegin struct {
 		c      change.LSN
@@ -190,12 +215,26 @@ type (
 	}
 )
 
+type pollReply struct {
+	// load: the tables the owner asks for (send evLoaded); nil: err is the poll's outcome.
+	load []change.ExportID
+	err  error
+}
+
+// topicJob is topics to make, and what the owner does with the outcome.
+type topicJob struct {
+	specs []sink.TopicSpec
+	then  func(error)
+}
+
 type beginReply struct {
 	attempts map[change.ExportID]int
 	err      error
 }
 
 func (evPolled) isEvent()     {}
+func (evLoaded) isEvent()     {}
+func (evTopics) isEvent()     {}
 func (evBegin) isEvent()      {}
 func (evRestart) isEvent()    {}
 func (evFailed) isEvent()     {}
@@ -215,6 +254,7 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 		requests:      make(chan snapshot.Request),
 		reconciles:    make(chan reconcileJob),
 		wake:          make(chan struct{}, 1),
+		topicJobs:     make(chan topicJob),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
 		recopies:      make(map[change.ExportID]*recopyWait),
@@ -224,26 +264,44 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 	return o
 }
 
-// run serves events until ctx ends, and returns ctx's error. It never waits for a stage that may
-// wait for it: commands are queued (requests, reconcile jobs) or posted (the replication
-// stage's, whose outcome it selects on); it waits only for the catalog reads of a poll and for
-// Kafka to create topics. Afterwards drain serves the sink alone until it has stopped.
+// run serves events until ctx ends, and returns ctx's error. It never waits on I/O, nor for a
+// stage that may wait for it: commands are queued (requests, reconcile jobs, topics to make) or
+// posted (the replication stage's, whose outcome it selects on); the catalog is read by the
+// poller. The sink's acknowledgements come first: a pending one is served before any other
+// event. Afterwards drain serves the sink alone until it has stopped.
 func (o *owner) run(ctx context.Context) error {
+	admin := make(chan struct{})
+	go func() {
+		defer close(admin)
+		o.administer(ctx)
+	}()
+	defer func() { <-admin }()
 	defer close(o.stopped)
 	o.confirm()
 	o.publishView()
 	for {
+		select {
+		case a := <-o.acks:
+			o.served(a)
+			continue
+		default:
+		}
 		var (
-			reqOut chan<- snapshot.Request
-			req    snapshot.Request
-			jobOut chan<- reconcileJob
-			job    reconcileJob
+			reqOut   chan<- snapshot.Request
+			req      snapshot.Request
+			jobOut   chan<- reconcileJob
+			job      reconcileJob
+			topicOut chan<- topicJob
+			topics   topicJob
 		)
 		if len(o.requestQ) > 0 {
 			reqOut, req = o.requests, o.requestQ[0]
 		}
 		if len(o.reconcileQ) > 0 {
 			jobOut, job = o.reconciles, o.reconcileQ[0]
+		}
+		if len(o.topicQ) > 0 {
+			topicOut, topics = o.topicJobs, o.topicQ[0]
 		}
 		var (
 			detected <-chan struct{}
@@ -259,12 +317,10 @@ func (o *owner) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case a := <-o.acks:
-			o.ack(a)
-			if a.Kind == sink.AckCommitted {
-				o.publishView()
-			}
+			o.served(a)
+			continue
 		case ev := <-o.events:
-			o.handle(ctx, ev)
+			o.handle(ev)
 			o.publishView()
 		case f := <-o.facts:
 			if f.Kind == replication.FactUnknownRelation {
@@ -275,6 +331,8 @@ func (o *owner) run(ctx context.Context) error {
 			o.requestQ = o.requestQ[1:]
 		case jobOut <- job:
 			o.reconcileQ = o.reconcileQ[1:]
+		case topicOut <- topics:
+			o.topicQ = o.topicQ[1:]
 		case <-detected:
 			w := o.detecting[0]
 			o.detecting = o.detecting[1:]
@@ -294,6 +352,34 @@ func (o *owner) run(ctx context.Context) error {
 	}
 }
 
+// served handles an ack in the loop.
+func (o *owner) served(a sink.Ack) {
+	o.ack(a)
+	if a.Kind == sink.AckCommitted {
+		o.publishView()
+	}
+	o.confirm()
+}
+
+// administer is the topic administrator: it makes the topics of each job in turn, beside the
+// loop (creating a topic and waiting for its metadata may take a minute), and hands the outcome
+// back as evTopics. It ends with ctx.
+func (o *owner) administer(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-o.topicJobs:
+			err := o.topics.EnsureTopics(ctx, j.specs)
+			select {
+			case o.events <- evTopics{job: j, err: err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
 // drain answers the sink's acks, after run returned, until sinkDone or stop is closed: the
 // sink drains what the stages handed it, and its watermarks are still due.
 func (o *owner) drain(sinkDone, stop <-chan struct{}) {
@@ -310,36 +396,16 @@ func (o *owner) drain(sinkDone, stop <-chan struct{}) {
 	}
 }
 
-func (o *owner) handle(ctx context.Context, ev event) {
+func (o *owner) handle(ev event) {
 	switch ev := ev.(type) {
 	case evPolled:
-		err := o.published(ctx, ev.cat, ev.published)
-		var waiting []change.ExportID
-		for e := range ev.published {
-			if !o.phases[e].known() {
-				waiting = append(waiting, e)
-			}
-		}
-		o.admitted(&o.stuckPoll, err, waiting)
-		if b := o.stuckBegin.Load(); b != nil && !o.anyHolding(b.exports) {
-			o.stuckBegin.Store(nil)
-		}
-		o.recopiesPolled(err)
-		if err == nil {
-			o.partitions(ev.leaves)
-			o.publicationDefinitions(ev.defs)
-		}
-		ev.done <- err
+		o.polled(ev)
+	case evLoaded:
+		o.loaded(ev)
+	case evTopics:
+		ev.job.then(ev.err)
 	case evBegin:
-		err := o.begin(ctx, ev)
-		exports := make([]change.ExportID, len(ev.tables))
-		for i, t := range ev.tables {
-			exports[i] = t.Table.Export
-		}
-		o.admitted(&o.stuckBegin, err, exports)
-		if err != nil {
-			ev.reply <- beginReply{nil, err}
-		}
+		o.begin(ev)
 	case evRestart:
 		o.restart(ev.e, ev.reason)
 	case evFailed:

@@ -30,6 +30,10 @@ type recorder struct {
 	// Detect or SetConsistentPoint yet: they answer when the test says.
 	detected chan struct{}
 	pointSet chan error
+	// topicsHeld, when set, holds EnsureTopics until it is closed (a slow broker), after
+	// telling topicsEntered.
+	topicsHeld    chan struct{}
+	topicsEntered chan []string
 }
 
 func (r *recorder) add(format string, args ...any) {
@@ -95,7 +99,22 @@ func (f fakeChunks) Stop(e change.ExportID) { f.add("chunk-stop %s", e) }
 
 type fakeTopics struct{ *recorder }
 
-func (f fakeTopics) EnsureTopics(_ context.Context, specs []sink.TopicSpec) error {
+func (f fakeTopics) EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error {
+	f.mu.Lock()
+	held, entered := f.topicsHeld, f.topicsEntered
+	f.mu.Unlock()
+	if held != nil {
+		var names []string
+		for _, s := range specs {
+			names = append(names, s.Name)
+		}
+		entered <- names
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for _, s := range specs {
 		f.add("topic %s compact=%v", s.Name, s.Compact)
 	}
@@ -210,12 +229,7 @@ func (l *loop) resume(ctx context.Context, cat catalog, published map[change.Exp
 // published is one poll of the publication (no partitioned roots, no column lists).
 func (l *loop) published(ctx context.Context, cat catalog, published map[change.ExportID]struct{}) error {
 	l.start()
-	done := make(chan error, 1)
-	err, qerr := query(ctx, l.o, evPolled{published: published, cat: cat, done: done}, done)
-	if qerr != nil {
-		l.t.Fatal(qerr)
-	}
-	return err
+	return takeIn(ctx, l.o, cat, evPolled{published: published})
 }
 
 // request is what the snapshot stage receives next.

@@ -83,18 +83,43 @@ func (p *poller) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
 	}
-	// The owner reads the catalog on this connection while it handles the poll: wait for it
-	// to finish, even when ctx ends meanwhile (then it finishes at once).
-	done := make(chan error, 1)
-	if !p.owner.send(ctx, evPolled{published: published, leaves: leaves, defs: defs,
-		cat: connCatalog{conn: p.conn, pub: p.cfg.Publication}, done: done}) {
-		return ctx.Err()
+	return takeIn(ctx, p.owner, connCatalog{conn: p.conn, pub: p.cfg.Publication},
+		evPolled{published: published, leaves: leaves, defs: defs})
+}
+
+// takeIn has the owner take in a poll of the publication (evPolled, without its WAL position and
+// reply) and returns the poll's outcome. It reads on cat what the owner must not wait for: the
+// server's WAL position, after the publication was read (where tables that left it are
+// removed), and the schemas of the tables the owner adds (evLoaded).
+func takeIn(ctx context.Context, o *owner, cat catalog, ev evPolled) error {
+	wal, err := cat.CurrentWAL(ctx)
+	if err != nil {
+		return fmt.Errorf("read WAL position: %w", err)
 	}
-	select {
-	case err := <-done:
-		return err
-	case <-p.owner.stopped:
-		return ctx.Err()
+	reply := make(chan pollReply, 1)
+	ev.wal, ev.reply = wal, reply
+	var next event = ev
+	for {
+		if !o.send(ctx, next) {
+			return ctx.Err()
+		}
+		var r pollReply
+		select {
+		case r = <-reply:
+		case <-o.stopped:
+			return ctx.Err()
+		}
+		if r.load == nil {
+			return r.err
+		}
+		tables := make(map[change.ExportID]*change.Table, len(r.load))
+		for _, e := range r.load {
+			// Missing or unsupported: the copy path reports it for this export alone.
+			if t, err := cat.LoadTable(ctx, e); err == nil {
+				tables[e] = t
+			}
+		}
+		next = evLoaded{tables: tables, reply: reply}
 	}
 }
 

@@ -33,6 +33,9 @@ var (
 type recopyWait struct {
 	// started: the copy began; the record that announces it is owed.
 	started bool
+	// asked is owner.pollSeq when it was first asked for: a poll taken in meanwhile (whose
+	// number it is) did not see it.
+	asked uint64
 	// replies take nil once that record is durable, or why the copy will not start.
 	replies []chan<- error
 }
@@ -53,7 +56,7 @@ func (o *owner) resnapshot(e change.ExportID, durable chan<- error) error {
 	o.pending = append(o.pending, e)
 	w := o.recopies[e]
 	if w == nil {
-		w = &recopyWait{}
+		w = &recopyWait{asked: o.pollSeq}
 		o.recopies[e] = w
 	}
 	w.replies = append(w.replies, durable)
@@ -69,16 +72,16 @@ func (o *owner) recopyStarted(e change.ExportID) {
 	}
 }
 
-// recopiesPolled answers, after a poll that went through, the re-copies it did not start:
-// their table left the publication, or was removed, meanwhile. After a failed poll they wait
-// for the next one.
-func (o *owner) recopiesPolled(err error) {
+// recopiesPolled answers, after poll seq went through, the re-copies asked before it that it
+// did not start: their table left the publication, or was removed, meanwhile. After a failed
+// poll they wait for the next one, and so do those asked while it was being taken in.
+func (o *owner) recopiesPolled(err error, seq uint64) {
 	if err != nil {
 		return
 	}
 	for _, e := range sortedExports(o.recopies) {
 		w := o.recopies[e]
-		if w.started {
+		if w.started || w.asked >= seq {
 			continue
 		}
 		for _, r := range w.replies {
