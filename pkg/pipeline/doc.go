@@ -24,11 +24,13 @@
 // it answers with typed commands to the stages through narrow interfaces (replicationControl,
 // chunkControl, topicControl, catalog), so its unit tests drive its loop with fakes. The phase
 // is an export's only lifecycle state: the state its watermark records and GET /exports show is
-// read from it (phase.state, which the tracker follows: watermark.Tracker.Follow), and which
-// transitions happen is decided by the phase machine alone (phase.go: toHydrated, toRemoved,
-// toFailed, ...). The
-// owner never waits for a stage that may wait for it: the replication stage's commands are
-// posted, and those whose outcome matters come back on channels the loop selects on.
+// read from it (phase.state, which the owner tells the tracker at every transition:
+// watermark.Tracker.SetState), and which transitions happen is decided by the phase machine
+// alone (phase.go: toHydrated, toRemoved, toFailed, ...). The owner never waits on I/O, nor for
+// a stage that may wait for it: the replication stage's commands are posted, and those whose
+// outcome matters come back on channels the loop selects on; a poll's catalog reads are the
+// poller's (takeIn), topics are made by a topic administrator beside the loop (evTopics), and
+// the sink's acknowledgements are served before any other event.
 //
 // The acknowledgement path runs one way (acks.go): the sink reports what Kafka holds as
 // sink.Ack values; the owner applies them to the tracker and replies with the records to write

@@ -241,7 +241,7 @@ func (evFailed) isEvent()     {}
 func (evReconciled) isEvent() {}
 func (evResnapshot) isEvent() {}
 
-// newOwner returns an owner of the exports' lives; tracker follows its phases from now on.
+// newOwner returns an owner of the exports' lives; tracker is told its phases from now on.
 func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 	o := &owner{
 		cfg: cfg, tracker: tracker, log: log,
@@ -260,7 +260,6 @@ func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
 		recopies:      make(map[change.ExportID]*recopyWait),
 		definitions:   make(map[change.ExportID]*watermark.PublishedInfo),
 	}
-	tracker.Follow(o.stateOf)
 	return o
 }
 

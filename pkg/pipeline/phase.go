@@ -23,7 +23,7 @@ import (
 // publication again starts over at holding once its removal is recorded.
 //
 // The phase is the only lifecycle state of an export. The watermark tracker keeps none: it
-// reads phase.state through owner.stateOf, and keeps only history (positions, the snapshot
+// is told phase.state at every transition (owner.enter), and keeps only history (positions, the snapshot
 // attempt, its records). The transitions below are the only ways into the phases that change
 // what the records say; each decides whether the event applies in e's phase, and tells the
 // tracker while e is still in the phase it leaves.
@@ -76,40 +76,41 @@ func (p phase) state() watermark.State {
 	return ""
 }
 
-// stateOf is e's state as the tracker reads it (watermark.Tracker.Follow): the one its phase
-// gives. An export without a phase (restored from the watermark topic, not taken up) has none.
-func (o *owner) stateOf(e change.ExportID) (watermark.State, bool) {
-	p := o.phases[e]
-	return p.state(), p != 0
+// enter moves e to phase p and tells the tracker the state p gives (watermark.Tracker.SetState):
+// the one way the phase changes. A transition calls the tracker's transition method first, while
+// e is still in the phase it leaves.
+func (o *owner) enter(e change.ExportID, p phase) {
+	o.phases[e] = p
+	o.tracker.SetState(e, p.state())
 }
 
 // takeUp gives e, restored from the watermark topic following the stream, the phase its records
 // left it in: chunking, or hydrated. Until then the tracker reads e's state from those records.
 func (o *owner) takeUp(e change.ExportID, chunked bool) {
 	if chunked {
-		o.phases[e] = phaseChunking
+		o.enter(e, phaseChunking)
 	} else {
-		o.phases[e] = phaseHydrated
+		o.enter(e, phaseHydrated)
 	}
 }
 
 // setPhase moves e to p where that does not change what e's records say (removing, releasing).
 func (o *owner) setPhase(e change.ExportID, p phase) {
-	o.phases[e] = p
+	o.enter(e, p)
 }
 
 // toHolding: e's changes are held for a new copy (new to the publication, added again, copied
 // again, or a copy that starts over). Any phase.
 func (o *owner) toHolding(e change.ExportID) {
 	o.tracker.Holding(e)
-	o.phases[e] = phaseHolding
+	o.enter(e, phaseHolding)
 }
 
 // toCopying: e's snapshot began at consistent point c (any phase: the snapshot stage copies
 // what it was asked to); returns the attempt.
 func (o *owner) toCopying(e change.ExportID, topic string, c change.LSN, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
 	attempt := o.tracker.StartHydration(e, topic, c, estimatedRows, startOffsets, now)
-	o.phases[e] = phaseCopying
+	o.enter(e, phaseCopying)
 	return attempt
 }
 
@@ -117,7 +118,7 @@ func (o *owner) toCopying(e change.ExportID, topic string, c change.LSN, estimat
 // attempt.
 func (o *owner) toChunking(e change.ExportID, topic string, startOffsets map[int32]int64, now time.Time) int {
 	attempt := o.tracker.StartChunked(e, topic, 0, startOffsets, now)
-	o.phases[e] = phaseChunking
+	o.enter(e, phaseChunking)
 	return attempt
 }
 
@@ -135,7 +136,7 @@ func (o *owner) toHydrated(e change.ExportID, at change.LSN) bool {
 		return false
 	}
 	o.tracker.Hydrated(e, at)
-	o.phases[e] = next
+	o.enter(e, next)
 	return true
 }
 
@@ -145,7 +146,7 @@ func (o *owner) toRemoved(e change.ExportID, at change.LSN) bool {
 		return false
 	}
 	o.tracker.Removed(e, at)
-	o.phases[e] = phaseRemoved
+	o.enter(e, phaseRemoved)
 	return true
 }
 
@@ -156,6 +157,6 @@ func (o *owner) toFailed(e change.ExportID, reason string) bool {
 		return false
 	}
 	o.tracker.Failed(e, reason)
-	o.phases[e] = phaseFailed
+	o.enter(e, phaseFailed)
 	return true
 }

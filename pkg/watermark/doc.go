@@ -9,7 +9,7 @@
 // the order the sink made it durable, and with the transitions of each export's phase.
 //
 // The tracker keeps no lifecycle state of its own. The owner keeps each export's phase, and
-// the tracker reads the state its records say from it (Follow, a StateOf); only an export the
+// tells the tracker each transition's state (SetState; the tracker never calls back); only an export the
 // owner has not taken up (restored from the watermark topic, not resumed or published again)
 // says what its last record said. What the tracker keeps of an export is history: its own
 // position, the snapshot attempt and its progress, what its records said and which of them are

@@ -12,7 +12,7 @@ import (
 )
 
 // testOwner stands in for the pipeline's owner of the exports' lives: it keeps each export's
-// state, the one the tracker reads (Follow), decides which transitions happen (the rules the
+// state, the one the tracker is told (SetState), decides which transitions happen (the rules the
 // tracker no longer judges), and tells the tracker of each one while the export is still in the
 // state it leaves.
 type testOwner struct {
@@ -27,10 +27,6 @@ var owners sync.Map
 func newTracker(opts Options) *Tracker {
 	tr := NewTracker(opts)
 	o := &testOwner{tr: tr, states: make(map[change.ExportID]State)}
-	tr.Follow(func(e change.ExportID) (State, bool) {
-		s, ok := o.states[e]
-		return s, ok
-	})
 	owners.Store(tr, o)
 	return tr
 }
@@ -69,19 +65,25 @@ func (o *testOwner) restored(e change.ExportID) bool {
 
 func (o *testOwner) StartHydration(e change.ExportID, topic string, c change.LSN, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
 	a := o.tr.StartHydration(e, topic, c, estimatedRows, startOffsets, now)
-	o.states[e] = StateHydrating
+	o.set(e, StateHydrating)
 	return a
 }
 
 func (o *testOwner) StartChunked(e change.ExportID, topic string, estimatedRows int64, startOffsets map[int32]int64, now time.Time) int {
 	a := o.tr.StartChunked(e, topic, estimatedRows, startOffsets, now)
-	o.states[e] = StateHydrating
+	o.set(e, StateHydrating)
 	return a
 }
 
 func (o *testOwner) Holding(e change.ExportID) {
 	o.tr.Holding(e)
-	o.states[e] = StateHydrating
+	o.set(e, StateHydrating)
+}
+
+// set moves e to s, and tells the tracker.
+func (o *testOwner) set(e change.ExportID, s State) {
+	o.states[e] = s
+	o.tr.SetState(e, s)
 }
 
 // Hydrated: from hydrating (a copy done) or hydrated (its position rises).
@@ -90,7 +92,7 @@ func (o *testOwner) Hydrated(e change.ExportID, at change.LSN) {
 		return
 	}
 	o.tr.Hydrated(e, at)
-	o.states[e] = StateHydrated
+	o.set(e, StateHydrated)
 }
 
 // Removed: once.
@@ -99,7 +101,7 @@ func (o *testOwner) Removed(e change.ExportID, at change.LSN) {
 		return
 	}
 	o.tr.Removed(e, at)
-	o.states[e] = StateRemoved
+	o.set(e, StateRemoved)
 }
 
 // Failed: once in a life, and not after the removal.
@@ -108,7 +110,7 @@ func (o *testOwner) Failed(e change.ExportID, reason string) {
 		return
 	}
 	o.tr.Failed(e, reason)
-	o.states[e] = StateFailed
+	o.set(e, StateFailed)
 }
 
 // checkRecords fails unless every record says the state its export's owner gives it: the
@@ -129,16 +131,22 @@ func (o *testOwner) checkRecords(tb testing.TB, recs []Record) {
 func TestTrackerStateIsTheOwners(t *testing.T) {
 	tr := newTracker(Options{Interval: testInterval})
 	fullHydration(tr, exA, 100, trackerT0)
-	duePublish(t, tr, trackerT0)
+	recs := duePublish(t, tr, trackerT0)
 	for _, s := range []State{StateHydrating, StateFailed, StateRemoved, StateHydrated} {
-		own(tr).states[exA] = s
+		own(tr).set(exA, s)
 		if got := statusOf(t, tr, exA).State; got != s {
 			t.Fatalf("owner says %s, the tracker's status %s", s, got)
 		}
 	}
-	delete(own(tr).states, exA)
-	if got := statusOf(t, tr, exA).State; got != StateHydrated {
+	// A tracker that restored a's record, whose owner has not taken a up.
+	tr2 := NewTracker(Options{Interval: testInterval})
+	tr2.Restore([]Record{recs[exA]})
+	if got := statusOf(t, tr2, exA).State; got != StateHydrated {
 		t.Fatalf("not taken up: the tracker's status says %s, want its last record's (hydrated)", got)
+	}
+	tr2.SetState(exA, StateFailed)
+	if got := statusOf(t, tr2, exA).State; got != StateFailed {
+		t.Fatalf("taken up as failed: the tracker's status says %s", got)
 	}
 
 	var fields []string

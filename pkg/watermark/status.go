@@ -12,7 +12,7 @@ import (
 type ExportStatus struct {
 	Export change.ExportID
 	Topic  string
-	// State is what the export's records say now: the state its owner gives it (Follow), or
+	// State is what the export's records say now: the state its owner set (SetState), or
 	// for an export the owner has not taken up, its last record's.
 	State State
 	// Restored: known only from the watermark topic and not hydrated; waits for a new snapshot.

@@ -21,17 +21,12 @@ type Options struct {
 	Interval time.Duration
 }
 
-// StateOf returns the state an export's records say now, as the owner of the export's life
-// decides it (the pipeline maps its phase to it); ok is false for an export the owner has not
-// taken up (one restored from the watermark topic and not resumed or published again).
-type StateOf func(e change.ExportID) (s State, ok bool)
-
 // Tracker keeps the frontier of every export and decides what each watermark record says and
 // what the replication slot may confirm. It is synchronous and not safe for concurrent use:
 // the pipeline's owner goroutine is its only user.
 //
-// The tracker keeps no lifecycle state of its own: an export's state is read from StateOf
-// (Follow), and what the tracker keeps of an export is history (positions, the snapshot
+// The tracker keeps no lifecycle state of its own: an export's state is the one its owner last
+// set (SetState, an explicit transition the owner makes; the tracker never calls back), and what the tracker keeps of an export is history (positions, the snapshot
 // attempt, what its records said and which of them are durable). Its transition methods
 // (StartHydration, StartChunked, Holding, Hydrated, Removed, Failed) record what a transition
 // does to that history. Call each one while the export is still in the state it leaves, and
@@ -39,8 +34,8 @@ type StateOf func(e change.ExportID) (s State, ok bool)
 type Tracker struct {
 	mode     Mode
 	interval time.Duration
-	// stateOf is the owner's state of each export (Follow); nil before Follow.
-	stateOf StateOf
+	// owned is the state the owner last set for each export it took up (SetState).
+	owned map[change.ExportID]State
 
 	exports map[change.ExportID]*export
 	order   []*export // in order of first appearance: Due and Status are deterministic
@@ -124,13 +119,11 @@ type export struct {
 	lifeRows  int64
 }
 
-// state is x's state now: the one its owner gives (Follow). An export the owner has not taken up
+// state is x's state now: the one its owner set (SetState). An export the owner has not taken up
 // has none of its own: it is what its last record said.
 func (t *Tracker) state(x *export) State {
-	if t.stateOf != nil {
-		if s, ok := t.stateOf(x.id); ok {
-			return s
-		}
+	if s, ok := t.owned[x.id]; ok {
+		return s
 	}
 	return x.lastState
 }
@@ -155,16 +148,17 @@ func NewTracker(opts Options) *Tracker {
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	return &Tracker{mode: mode, interval: interval, exports: make(map[change.ExportID]*export)}
+	return &Tracker{mode: mode, interval: interval, exports: make(map[change.ExportID]*export), owned: make(map[change.ExportID]State)}
 }
 
 // Mode returns the tracker's watermark mode.
 func (t *Tracker) Mode() Mode { return t.mode }
 
-// Follow makes f the source of every export's state: the records say what f returns, and
-// only an export f does not know keeps the state of its last record. The owner of the
-// exports' lives calls it once, before anything but Restore, RestoreCheckpoint and Resume.
-func (t *Tracker) Follow(f StateOf) { t.stateOf = f }
+// SetState is a transition of e's life, made by its owner: e's records say s from now on. The
+// owner calls it after the transition method that records what the transition does to e's
+// history (StartHydration, Hydrated, …), which it calls while e is still in the state it
+// leaves. Until the first SetState of e, e keeps the state of its last record.
+func (t *Tracker) SetState(e change.ExportID, s State) { t.owned[e] = s }
 
 // get returns e's state, creating it if unknown.
 func (t *Tracker) get(e change.ExportID) *export {
