@@ -62,18 +62,13 @@ type owner struct {
 	// origin is the timeline this life reads, named in every checkpoint (promotion.go).
 	origin watermark.Origin
 
-	cfg    Config
-	log    *slog.Logger
-	repl   replicationControl
-	chunks chunkControl
-	topics topicControl
-	topic  func(change.ExportID) string
-
-	// Event channels (see above) and the stop signal of run.
-	events  chan event
-	acks    chan sink.Ack
-	facts   <-chan replication.Fact
-	stopped chan struct{}
+	cfg   Config
+	log   *slog.Logger
+	topic func(change.ExportID) string
+	// The stages the owner commands, given at construction (targets), and its channels (the
+	// inbox the stages were built with).
+	targets
+	*inbox
 	// view is the exports' states as of the last event that could change them.
 	view atomic.Pointer[[]ExportState]
 	// stuckPoll is why the last poll's tables could not be taken in (their catalog, their
@@ -85,21 +80,16 @@ type owner struct {
 	// round is the poll being taken in (pollRound), nil between polls; pollSeq numbers them.
 	round   *pollRound
 	pollSeq uint64
-	// topicQ: topics to make, in order, for the topic administrator (topicJobs).
-	topicQ    []topicJob
-	topicJobs chan topicJob
-
-	// Queues of commands whose receivers may be busy: the owner never waits for them.
-	// requests go to the snapshot stage, reconciles to the reconciler, wake to the poller.
-	requests   chan snapshot.Request
+	// Queues of commands whose receivers may be busy: the owner never waits for them. topicQ
+	// goes to the topic administrator, requestQ to the snapshot stage, reconcileQ to the
+	// reconciler (the inbox's channels).
+	topicQ     []topicJob
 	requestQ   []snapshot.Request
-	reconciles chan reconcileJob
 	reconcileQ []reconcileJob
 	// Commands the replication stage applies in order: detecting waits for Detect before the
 	// snapshot is requested, beginning for SetConsistentPoint before a Begin is answered.
 	detecting    []detectWait
 	beginning    []beginWait
-	wake         chan struct{}
 	lastConfirm  change.LSN
 	hasConfirmed bool
 
@@ -150,6 +140,41 @@ type (
 		CurrentWAL(ctx context.Context) (change.LSN, error)
 	}
 )
+
+// targets are the stages the owner commands, and the facts the replication stage reports.
+type targets struct {
+	repl   replicationControl
+	chunks chunkControl
+	topics topicControl
+	facts  <-chan replication.Fact
+}
+
+// inbox holds the owner's channels: the events and acks it serves, the poller's wake-up, the
+// queues its commands leave by, and its stop signal. It is made before the stages, which hold
+// it instead of the owner; the owner, made last, is given the stages at construction.
+type inbox struct {
+	events  chan event
+	acks    chan sink.Ack
+	stopped chan struct{}
+	// wake asks the poller to poll now; requests go to the snapshot stage, reconciles to the
+	// reconciler, topicJobs to the topic administrator.
+	wake       chan struct{}
+	requests   chan snapshot.Request
+	reconciles chan reconcileJob
+	topicJobs  chan topicJob
+}
+
+func newInbox() *inbox {
+	return &inbox{
+		events:     make(chan event, 64),
+		acks:       make(chan sink.Ack),
+		stopped:    make(chan struct{}),
+		wake:       make(chan struct{}, 1),
+		requests:   make(chan snapshot.Request),
+		reconciles: make(chan reconcileJob),
+		topicJobs:  make(chan topicJob),
+	}
+}
 
 var (
 	_ replicationControl = (*replication.Stage)(nil)
@@ -241,20 +266,14 @@ func (evFailed) isEvent()     {}
 func (evReconciled) isEvent() {}
 func (evResnapshot) isEvent() {}
 
-// newOwner returns an owner of the exports' lives; tracker is told its phases from now on.
-func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger) *owner {
+// newOwner returns an owner of the exports' lives, served on in, that commands t; tracker is
+// told its phases from now on.
+func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger, in *inbox, t targets) *owner {
 	o := &owner{
-		cfg: cfg, tracker: tracker, log: log,
+		cfg: cfg, tracker: tracker, log: log, inbox: in, targets: t,
 		phases:        make(map[change.ExportID]phase),
 		failures:      make(map[change.ExportID]string),
 		topic:         func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },
-		events:        make(chan event, 64),
-		acks:          make(chan sink.Ack),
-		stopped:       make(chan struct{}),
-		requests:      make(chan snapshot.Request),
-		reconciles:    make(chan reconcileJob),
-		wake:          make(chan struct{}, 1),
-		topicJobs:     make(chan topicJob),
 		leaves:        make(map[change.ExportID]string),
 		reconcileNext: make(map[change.ExportID]bool),
 		recopies:      make(map[change.ExportID]*recopyWait),
@@ -285,69 +304,85 @@ func (o *owner) run(ctx context.Context) error {
 			continue
 		default:
 		}
-		var (
-			reqOut   chan<- snapshot.Request
-			req      snapshot.Request
-			jobOut   chan<- reconcileJob
-			job      reconcileJob
-			topicOut chan<- topicJob
-			topics   topicJob
-		)
-		if len(o.requestQ) > 0 {
-			reqOut, req = o.requests, o.requestQ[0]
+		if err := o.serve(ctx); err != nil {
+			return err
 		}
-		if len(o.reconcileQ) > 0 {
-			jobOut, job = o.reconciles, o.reconcileQ[0]
+	}
+}
+
+// serve waits for the next thing to do, and does it: an event, an ack, a fact, a queued command
+// taken, a replication command applied. It returns ctx's error once ctx ends.
+func (o *owner) serve(ctx context.Context) error {
+	var out outbound
+	o.outbound(&out)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case a := <-o.acks:
+		o.served(a)
+		return nil
+	case ev := <-o.events:
+		o.handle(ev)
+		o.publishView()
+	case f := <-o.facts:
+		if f.Kind == replication.FactUnknownRelation {
+			o.log.Debug("relation message for a table that is not exported", "export", f.Export.String())
+			o.wakePoll()
 		}
-		if len(o.topicQ) > 0 {
-			topicOut, topics = o.topicJobs, o.topicQ[0]
+	case out.requests <- out.req:
+		o.requestQ = o.requestQ[1:]
+	case out.reconciles <- out.job:
+		o.reconcileQ = o.reconcileQ[1:]
+	case out.topicJobs <- out.topics:
+		o.topicQ = o.topicQ[1:]
+	case <-out.detected:
+		w := o.detecting[0]
+		o.detecting = o.detecting[1:]
+		o.log.Info("hydrating tables", "exports", fmt.Sprint(w.req.Exports))
+		o.requestQ = append(o.requestQ, w.req)
+	case err := <-out.pointSet:
+		w := o.beginning[0]
+		o.beginning = o.beginning[1:]
+		var attempts map[change.ExportID]int
+		if err == nil {
+			attempts = o.begun(w.ev.c, w.ev.tables)
 		}
-		var (
-			detected <-chan struct{}
-			pointSet <-chan error
-		)
-		if len(o.detecting) > 0 {
-			detected = o.detecting[0].applied
-		}
-		if len(o.beginning) > 0 {
-			pointSet = o.beginning[0].set
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case a := <-o.acks:
-			o.served(a)
-			continue
-		case ev := <-o.events:
-			o.handle(ev)
-			o.publishView()
-		case f := <-o.facts:
-			if f.Kind == replication.FactUnknownRelation {
-				o.log.Debug("relation message for a table that is not exported", "export", f.Export.String())
-				o.wakePoll()
-			}
-		case reqOut <- req:
-			o.requestQ = o.requestQ[1:]
-		case jobOut <- job:
-			o.reconcileQ = o.reconcileQ[1:]
-		case topicOut <- topics:
-			o.topicQ = o.topicQ[1:]
-		case <-detected:
-			w := o.detecting[0]
-			o.detecting = o.detecting[1:]
-			o.log.Info("hydrating tables", "exports", fmt.Sprint(w.req.Exports))
-			o.requestQ = append(o.requestQ, w.req)
-		case err := <-pointSet:
-			w := o.beginning[0]
-			o.beginning = o.beginning[1:]
-			var attempts map[change.ExportID]int
-			if err == nil {
-				attempts = o.begun(w.ev.c, w.ev.tables)
-			}
-			w.ev.reply <- beginReply{attempts, err}
-			o.publishView()
-		}
-		o.confirm()
+		w.ev.reply <- beginReply{attempts, err}
+		o.publishView()
+	}
+	o.confirm()
+	return nil
+}
+
+// outbound is what the loop may do next besides taking events: the head of each command queue
+// and the channel it leaves by, and the replication commands whose outcome it waits for. A nil
+// channel (an empty queue) is never ready.
+type outbound struct {
+	requests   chan<- snapshot.Request
+	req        snapshot.Request
+	reconciles chan<- reconcileJob
+	job        reconcileJob
+	topicJobs  chan<- topicJob
+	topics     topicJob
+	detected   <-chan struct{}
+	pointSet   <-chan error
+}
+
+func (o *owner) outbound(out *outbound) {
+	if len(o.requestQ) > 0 {
+		out.requests, out.req = o.requests, o.requestQ[0]
+	}
+	if len(o.reconcileQ) > 0 {
+		out.reconciles, out.job = o.reconciles, o.reconcileQ[0]
+	}
+	if len(o.topicQ) > 0 {
+		out.topicJobs, out.topics = o.topicJobs, o.topicQ[0]
+	}
+	if len(o.detecting) > 0 {
+		out.detected = o.detecting[0].applied
+	}
+	if len(o.beginning) > 0 {
+		out.pointSet = o.beginning[0].set
 	}
 }
 
@@ -465,9 +500,9 @@ func (o *owner) confirmable() (change.LSN, bool) {
 }
 
 // wakePoll asks the poller to look at the publication now.
-func (o *owner) wakePoll() {
+func (in *inbox) wakePoll() {
 	select {
-	case o.wake <- struct{}{}:
+	case in.wake <- struct{}{}:
 	default:
 	}
 }
@@ -476,26 +511,26 @@ func (o *owner) wakePoll() {
 var errStopped = errors.New("the pipeline stopped")
 
 // send hands ev to the owner; false when it stopped (or ctx ended) first.
-func (o *owner) send(ctx context.Context, ev event) bool {
+func (in *inbox) send(ctx context.Context, ev event) bool {
 	select {
-	case o.events <- ev:
+	case in.events <- ev:
 		return true
-	case <-o.stopped:
+	case <-in.stopped:
 	case <-ctx.Done():
 	}
 	return false
 }
 
 // query sends an event that has a reply and waits for the reply.
-func query[T any](ctx context.Context, o *owner, ev event, reply chan T) (T, error) {
+func query[T any](ctx context.Context, in *inbox, ev event, reply chan T) (T, error) {
 	var zero T
-	if !o.send(ctx, ev) {
+	if !in.send(ctx, ev) {
 		return zero, errStopped
 	}
 	select {
 	case v := <-reply:
 		return v, nil
-	case <-o.stopped:
+	case <-in.stopped:
 		return zero, errStopped
 	case <-ctx.Done():
 		return zero, ctx.Err()
@@ -504,13 +539,13 @@ func query[T any](ctx context.Context, o *owner, ev event, reply chan T) (T, err
 
 // snapshotEvents turns the snapshot stage's and the chunker's reports into the owner's events
 // (snapshot.Hooks, the Failed of snapshot.ChunkHooks).
-type snapshotEvents struct{ o *owner }
+type snapshotEvents struct{ in *inbox }
 
 var _ snapshot.Hooks = snapshotEvents{}
 
 func (s snapshotEvents) Begin(ctx context.Context, c change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
 	reply := make(chan beginReply, 1)
-	r, err := query(ctx, s.o, evBegin{c: c, tables: tables, reply: reply}, reply)
+	r, err := query(ctx, s.in, evBegin{c: c, tables: tables, reply: reply}, reply)
 	if err != nil {
 		return nil, err
 	}
@@ -518,11 +553,11 @@ func (s snapshotEvents) Begin(ctx context.Context, c change.LSN, tables []snapsh
 }
 
 func (s snapshotEvents) Restart(e change.ExportID, reason string) {
-	s.o.send(context.Background(), evRestart{e: e, reason: reason})
+	s.in.send(context.Background(), evRestart{e: e, reason: reason})
 }
 
 func (s snapshotEvents) Failed(e change.ExportID, err error) {
-	s.o.send(context.Background(), evFailed{e: e, err: err})
+	s.in.send(context.Background(), evFailed{e: e, err: err})
 }
 
 // chunkWiring connects the chunker with the replication stage directly: its windows and chunks

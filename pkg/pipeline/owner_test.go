@@ -163,9 +163,8 @@ func newTestOwner(t testing.TB, cfg Config, tr *watermark.Tracker, values [][]by
 	if cp != nil {
 		tr.RestoreCheckpoint(cp.Position)
 	}
-	o := newOwner(cfg, tr, slog.New(slog.DiscardHandler))
 	rec := &recorder{}
-	o.repl, o.chunks, o.topics = fakeRepl{rec}, fakeChunks{rec}, fakeTopics{rec}
+	o := newOwner(cfg, tr, slog.New(slog.DiscardHandler), newInbox(), targets{repl: fakeRepl{rec}, chunks: fakeChunks{rec}, topics: fakeTopics{rec}})
 	return o, rec
 }
 
@@ -229,7 +228,7 @@ func (l *loop) resume(ctx context.Context, cat catalog, published map[change.Exp
 // published is one poll of the publication (no partitioned roots, no column lists).
 func (l *loop) published(ctx context.Context, cat catalog, published map[change.ExportID]struct{}) error {
 	l.start()
-	return takeIn(ctx, l.o, cat, evPolled{published: published})
+	return takeIn(ctx, l.o.inbox, cat, evPolled{published: published})
 }
 
 // request is what the snapshot stage receives next.
@@ -247,19 +246,19 @@ func (l *loop) request() snapshot.Request {
 
 func (l *loop) Begin(ctx context.Context, c change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
 	l.start()
-	return snapshotEvents{l.o}.Begin(ctx, c, tables)
+	return snapshotEvents{l.o.inbox}.Begin(ctx, c, tables)
 }
 
 // Restart and Failed report as the snapshot stage does, then wait until the owner handled it.
 func (l *loop) Restart(e change.ExportID, reason string) {
 	l.start()
-	snapshotEvents{l.o}.Restart(e, reason)
+	snapshotEvents{l.o.inbox}.Restart(e, reason)
 	l.sync()
 }
 
 func (l *loop) Failed(e change.ExportID, err error) {
 	l.start()
-	snapshotEvents{l.o}.Failed(e, err)
+	snapshotEvents{l.o.inbox}.Failed(e, err)
 	l.sync()
 }
 
@@ -276,7 +275,7 @@ func (l *loop) resnapshot(e change.ExportID) error {
 func (l *loop) resnapshotWait(e change.ExportID) (<-chan error, error) {
 	l.start()
 	ev := evResnapshot{e: e, reply: make(chan error, 1), durable: make(chan error, 1)}
-	err, qerr := query(context.Background(), l.o, ev, ev.reply)
+	err, qerr := query(context.Background(), l.o.inbox, ev, ev.reply)
 	if qerr != nil {
 		l.t.Fatal(qerr)
 	}
@@ -287,7 +286,7 @@ func (l *loop) resnapshotWait(e change.ExportID) (<-chan error, error) {
 func (l *loop) states() []ExportState {
 	l.start()
 	reply := make(chan []ExportState, 1)
-	s, err := query(context.Background(), l.o, statesReader{reply}, reply)
+	s, err := query(context.Background(), l.o.inbox, statesReader{reply}, reply)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -364,7 +363,7 @@ func (r phaseReader) read(o *owner) { r.reply <- o.phases[r.e] }
 func (l *loop) phase(e change.ExportID) phase {
 	l.start()
 	reply := make(chan phase, 1)
-	p, err := query(context.Background(), l.o, phaseReader{e, reply}, reply)
+	p, err := query(context.Background(), l.o.inbox, phaseReader{e, reply}, reply)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -416,7 +415,7 @@ func (r statusReader) read(o *owner) { r.reply <- o.tracker.Status() }
 func (l *loop) trackerStatus() []watermark.ExportStatus {
 	l.start()
 	reply := make(chan []watermark.ExportStatus, 1)
-	s, err := query(context.Background(), l.o, statusReader{reply}, reply)
+	s, err := query(context.Background(), l.o.inbox, statusReader{reply}, reply)
 	if err != nil {
 		l.t.Fatal(err)
 	}

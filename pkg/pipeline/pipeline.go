@@ -92,7 +92,7 @@ func (p *Pipeline) Resnapshot(ctx context.Context, e change.ExportID) error {
 		return ErrNotRunning
 	}
 	ev := evResnapshot{e: e, reply: make(chan error, 1), durable: make(chan error, 1)}
-	err, qerr := query(ctx, r.owner, ev, ev.reply)
+	err, qerr := query(ctx, r.owner.inbox, ev, ev.reply)
 	switch {
 	case qerr != nil && ctx.Err() != nil:
 		// Not known whether the owner took it: it may still start.

@@ -19,14 +19,14 @@ type poller struct {
 	// conn is the poller's own connection (nil after a failure), made with connect.
 	conn    *pgcat.Conn
 	connect func(context.Context) (*pgcat.Conn, error)
-	owner   *owner
+	in      *inbox
 	log     *slog.Logger
 	// toast, when set, warns about newly published tables whose updates may omit values.
 	toast *toastWarnings
 }
 
-func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), o *owner, log *slog.Logger) *poller {
-	return &poller{cfg: cfg, connect: connect, owner: o, log: log.With("stage", "publication")}
+func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), in *inbox, log *slog.Logger) *poller {
+	return &poller{cfg: cfg, connect: connect, in: in, log: log.With("stage", "publication")}
 }
 
 // run polls until ctx ends. A poll that fails on its connection (a server restart, a cut) is
@@ -54,7 +54,7 @@ func (p *poller) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-		case <-p.owner.wake:
+		case <-p.in.wake:
 		}
 	}
 }
@@ -83,7 +83,7 @@ func (p *poller) poll(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("poll publication: %w", err)
 	}
-	return takeIn(ctx, p.owner, connCatalog{conn: p.conn, pub: p.cfg.Publication},
+	return takeIn(ctx, p.in, connCatalog{conn: p.conn, pub: p.cfg.Publication},
 		evPolled{published: published, leaves: leaves, defs: defs})
 }
 
@@ -91,7 +91,7 @@ func (p *poller) poll(ctx context.Context) error {
 // reply) and returns the poll's outcome. It reads on cat what the owner must not wait for: the
 // server's WAL position, after the publication was read (where tables that left it are
 // removed), and the schemas of the tables the owner adds (evLoaded).
-func takeIn(ctx context.Context, o *owner, cat catalog, ev evPolled) error {
+func takeIn(ctx context.Context, o *inbox, cat catalog, ev evPolled) error {
 	wal, err := cat.CurrentWAL(ctx)
 	if err != nil {
 		return fmt.Errorf("read WAL position: %w", err)

@@ -43,7 +43,7 @@ type reconciler struct {
 	connect func(context.Context) (*pgcat.Conn, error)
 	codec   codec.Config
 	sink    *sink.Sink
-	owner   *owner
+	in      *inbox
 }
 
 // run serves jobs until ctx ends. The deletes it publishes go through the same unit channel,
@@ -61,7 +61,7 @@ func (c *reconciler) run(ctx context.Context, jobs <-chan reconcileJob, units ch
 		if errors.Is(err, pgcat.ErrUnsupportedTable) {
 			// E.g. the publication's column list lost a key column since the copy began: the
 			// export stops alone (its held changes are dropped).
-			c.owner.send(ctx, evFailed{e: job.export, err: err})
+			c.in.send(ctx, evFailed{e: job.export, err: err})
 			continue
 		}
 		if _, ok := errors.AsType[*sink.RecordError](err); ok {
@@ -71,7 +71,7 @@ func (c *reconciler) run(ctx context.Context, jobs <-chan reconcileJob, units ch
 		if err != nil {
 			return fmt.Errorf("reconcile %s: %w", job.export, err)
 		}
-		c.owner.send(ctx, evReconciled{e: job.export})
+		c.in.send(ctx, evReconciled{e: job.export})
 	}
 }
 

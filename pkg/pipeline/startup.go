@@ -37,7 +37,11 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 			"stage", "pipeline", "doc", standbyDoc)
 		cfg.SnapshotStrategy = snapshot.StrategyCopy
 	}
-	return wire(ctx, cfg, life, reg, attempt, pl, &stopAt)
+	s, err := build(cfg, life, reg, attempt, pl)
+	if err != nil {
+		return err
+	}
+	return s.run(ctx, &stopAt)
 }
 
 // plan is what start-up found and opened: the connection it checked the server on, the sink
@@ -78,158 +82,38 @@ func (pl *plan) close() {
 func TransactionalID(database, slot string) string { return "tidemark-" + database + "-" + slot }
 
 // startUp checks everything PostgreSQL and Kafka must say yes to, restores the tracker from the
-// watermark topic and makes sure the slot exists and lost nothing.
+// watermark topic and makes sure the slot exists and lost nothing. Each step fills in pl.
 func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int) (_ *plan, err error) {
-	log := cfg.Logger
 	pl := &plan{}
 	defer func() {
 		if err != nil {
 			pl.close()
 		}
 	}()
-	pl.types = newTypeLoader(cfg.PGURL, cfg.timeouts())
-	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
+	database, err := pl.openServer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	pl.conn = conn
-	if err := replication.CheckServer(ctx, conn); err != nil {
-		return nil, err
-	}
-	if cfg.SlotFailover {
-		if err := replication.CheckFailover(conn); err != nil {
-			return nil, err
-		}
-	}
-	if pl.src, err = checkSource(ctx, cfg, conn, log.With("stage", "pipeline")); err != nil {
-		return nil, err
-	}
-	var database string
-	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
-		return nil, fmt.Errorf("read database name: %w", err)
-	}
-
-	skCfg := cfg.Sink
-	skCfg.TransactionalID = TransactionalID(database, cfg.Slot)
-	skCfg.DialTimeout, skCfg.MaxBatchBytes, skCfg.MaxBulkBatchBytes = cfg.ConnectTimeout, sinkBatchBytes, sinkBulkBatchBytes
-	// Process-wide: the sink's counters survive the restart that its errors cause.
-	skCfg.Logger, skCfg.Registerer = log, life.base
-	sk, err := sink.New(skCfg)
-	if err != nil {
-		return nil, fatal(err)
-	}
-	pl.sk = sk
-	if err := sk.Ping(ctx); err != nil {
+	if err := pl.openSink(ctx, cfg, life, database); err != nil {
 		return nil, err
 	}
 	// Everything PostgreSQL must say yes to, before anything is created in Kafka.
-	if err := ensurePublication(ctx, cfg, conn, pl.src); err != nil {
+	if err := pl.readPublication(ctx, cfg); err != nil {
 		return nil, err
 	}
-	published, err := pgcat.PublishedTables(ctx, conn, cfg.Publication)
-	if err != nil {
+	if err := pl.takeOver(ctx, cfg, life); err != nil {
 		return nil, err
 	}
-	exports := make([]change.ExportID, 0, len(published))
-	for e := range published {
-		exports = append(exports, e)
-	}
-	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
-		return nil, fatal(err)
-	}
-
-	// A walsender of this process's previous life that still holds the slot lost its path
-	// without a close: end it, or this instance would wait for itself as a standby.
-	if err := replication.ReleaseStale(ctx, conn.PgConn(), cfg.Slot, life.walsender.Load(), log.With("stage", "pipeline")); err != nil {
+	if err := pl.restore(ctx, cfg); err != nil {
 		return nil, err
 	}
-	// One instance per slot: wait while another one streams from it, before the producer is
-	// initialised (that would fence the running instance's transactions).
-	if err := replication.WaitAsStandby(ctx, conn, cfg.Slot, cfg.StandbyPoll, log.With("stage", "pipeline")); err != nil {
+	if err := pl.ensureSlot(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if err := sk.Init(ctx); err != nil {
-		return nil, err
-	}
-	if err := sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.Sink.WatermarkTopic, Compact: true}}); err != nil {
-		return nil, err
-	}
-	timeline, err := replication.ReadTimeline(ctx, cfg.PGURL, cfg.timeouts())
-	if err != nil {
-		return nil, err
-	}
-	tracker := watermark.NewTracker(cfg.Watermark)
-	// Folded as it is read: only each export's latest record is kept, whatever the topic's age.
-	// Every value is checked against the end of the server's WAL (restorecheck.go).
-	wmRead := watermark.NewTopicReader()
-	var primary pgcat.Querier
-	if pl.src.primary != nil {
-		primary = pl.src.primary
-	}
-	guard := newRestoreGuard(conn, primary)
-	if err := guard.start(ctx, wmRead); err != nil {
-		return nil, err
-	}
-	if err := sk.ReadWatermarks(ctx, guard.add(ctx, wmRead)); err != nil {
-		if guard.err != nil {
-			return nil, guard.err
-		}
-		var bad *sink.RecordError
-		if errors.As(err, &bad) {
-			if past, ok := errors.AsType[*pastWALError](err); ok {
-				return nil, refuseRestore(cfg, bad, past, timeline)
-			}
-			// A record this build cannot read (too large, not a watermark record, a newer
-			// version): retrying reads the same record again.
-			return nil, fatal(fmt.Errorf("watermark topic: %w", err))
-		}
-		return nil, fmt.Errorf("read watermark topic %s: %w", cfg.Sink.WatermarkTopic, err)
-	}
-	recs, checkpoint := wmRead.Result()
-	tracker.Restore(recs)
-	if checkpoint != nil {
-		tracker.RestoreCheckpoint(checkpoint.Position)
-	}
-
-	resume := tracker.Resume()
-	if err := checkChunkedOnStandby(pl.src, tracker, resume); err != nil {
-		return nil, err
-	}
-	slot, err := replication.ReadSlot(ctx, conn, cfg.Slot)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkSlot(cfg, slot, timeline, resume, published); err != nil {
-		return nil, err
-	}
-	if err := checkPromotion(cfg, slot, timeline, checkpoint, resume, published); err != nil {
-		return nil, err
-	}
-	if !slot.Exists {
-		if err := createSlot(ctx, cfg, pl.src, log.With("stage", "pipeline")); err != nil {
-			return nil, err
-		}
-		if slot, err = replication.ReadSlot(ctx, conn, cfg.Slot); err != nil {
-			return nil, err
-		}
-		log.Info("created replication slot", "slot", cfg.Slot, "lsn", slot.Confirmed.String(), "failover", cfg.SlotFailover)
-	} else if cfg.SlotFailover {
-		failover, err := replication.ReadFailover(ctx, conn, cfg.Slot)
-		if err != nil {
-			return nil, err
-		}
-		if !failover {
-			if err := replication.SetFailover(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
-				return nil, err
-			}
-			log.Info("made the replication slot a failover slot", "slot", cfg.Slot)
-		}
-	}
-
 	// The WAL markers of this life's chunked copies: earlier lives and other instances write
 	// their own.
-	markerTag := fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
-	codecCfg := codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
+	pl.markerTag = fmt.Sprintf("%s/%d/%d/%d", cfg.Slot, os.Getpid(), attempt, time.Now().UnixNano())
+	pl.codec = codec.Config{Database: database, TopicPrefix: cfg.TopicPrefix, Tombstones: true,
 		// Room for the key and headers within what Kafka accepts.
 		MaxRecordBytes: sink.MaxRecordBytes - 64<<10,
 		Format:         cfg.ValueFormat,
@@ -238,10 +122,172 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		Unchanged:   cfg.UnchangedToast,
 		Placeholder: cfg.UnchangedPlaceholder,
 	}
-	pl.published, pl.tracker, pl.checkpoint, pl.slot, pl.resume = published, tracker, checkpoint, slot, resume
-	pl.timeline = timeline
-	pl.codec, pl.markerTag = codecCfg, markerTag
 	return pl, nil
+}
+
+// openServer connects to PostgreSQL and checks the server and the source (primary or standby);
+// it returns the database's name.
+func (pl *plan) openServer(ctx context.Context, cfg Config) (string, error) {
+	pl.types = newTypeLoader(cfg.PGURL, cfg.timeouts())
+	conn, err := connect(ctx, cfg.PGURL, cfg.timeouts())
+	if err != nil {
+		return "", err
+	}
+	pl.conn = conn
+	if err := replication.CheckServer(ctx, conn); err != nil {
+		return "", err
+	}
+	if cfg.SlotFailover {
+		if err := replication.CheckFailover(conn); err != nil {
+			return "", err
+		}
+	}
+	if pl.src, err = checkSource(ctx, cfg, conn, cfg.Logger.With("stage", "pipeline")); err != nil {
+		return "", err
+	}
+	var database string
+	if err := conn.QueryRow(ctx, `SELECT current_database()`).Scan(&database); err != nil {
+		return "", fmt.Errorf("read database name: %w", err)
+	}
+	return database, nil
+}
+
+// openSink makes the sink and checks that Kafka answers.
+func (pl *plan) openSink(ctx context.Context, cfg Config, life *lifeRegistry, database string) error {
+	skCfg := cfg.Sink
+	skCfg.TransactionalID = TransactionalID(database, cfg.Slot)
+	skCfg.DialTimeout, skCfg.MaxBatchBytes, skCfg.MaxBulkBatchBytes = cfg.ConnectTimeout, sinkBatchBytes, sinkBulkBatchBytes
+	// Process-wide: the sink's counters survive the restart that its errors cause.
+	skCfg.Logger, skCfg.Registerer = cfg.Logger, life.base
+	sk, err := sink.New(skCfg)
+	if err != nil {
+		return fatal(err)
+	}
+	pl.sk = sk
+	return sk.Ping(ctx)
+}
+
+// readPublication makes sure the publication is there and reads the tables it publishes.
+func (pl *plan) readPublication(ctx context.Context, cfg Config) error {
+	if err := ensurePublication(ctx, cfg, pl.conn, pl.src); err != nil {
+		return err
+	}
+	published, err := pgcat.PublishedTables(ctx, pl.conn, cfg.Publication)
+	if err != nil {
+		return err
+	}
+	exports := make([]change.ExportID, 0, len(published))
+	for e := range published {
+		exports = append(exports, e)
+	}
+	if err := change.CheckTopicCollisions(cfg.TopicPrefix, exports); err != nil {
+		return fatal(err)
+	}
+	pl.published = published
+	return nil
+}
+
+// takeOver makes this instance the slot's one: a stale walsender of this process's previous
+// life is ended, another instance that streams from the slot is waited for, and then the
+// producer is initialised (which fences that instance's transactions) and the watermark topic
+// made.
+func (pl *plan) takeOver(ctx context.Context, cfg Config, life *lifeRegistry) error {
+	log := cfg.Logger.With("stage", "pipeline")
+	// A walsender of this process's previous life that still holds the slot lost its path
+	// without a close: end it, or this instance would wait for itself as a standby.
+	if err := replication.ReleaseStale(ctx, pl.conn.PgConn(), cfg.Slot, life.walsender.Load(), log); err != nil {
+		return err
+	}
+	if err := replication.WaitAsStandby(ctx, pl.conn, cfg.Slot, cfg.StandbyPoll, log); err != nil {
+		return err
+	}
+	if err := pl.sk.Init(ctx); err != nil {
+		return err
+	}
+	return pl.sk.EnsureTopics(ctx, []sink.TopicSpec{{Name: cfg.Sink.WatermarkTopic, Compact: true}})
+}
+
+// restore reads the server's timeline and the watermark topic into a new tracker. The topic is
+// folded as it is read (only each export's latest record is kept, whatever the topic's age), and
+// every value is checked against the end of the server's WAL (restorecheck.go).
+func (pl *plan) restore(ctx context.Context, cfg Config) error {
+	timeline, err := replication.ReadTimeline(ctx, cfg.PGURL, cfg.timeouts())
+	if err != nil {
+		return err
+	}
+	pl.timeline = timeline
+	wmRead := watermark.NewTopicReader()
+	var primary pgcat.Querier
+	if pl.src.primary != nil {
+		primary = pl.src.primary
+	}
+	guard := newRestoreGuard(pl.conn, primary)
+	if err := guard.start(ctx, wmRead); err != nil {
+		return err
+	}
+	if err := pl.sk.ReadWatermarks(ctx, guard.add(ctx, wmRead)); err != nil {
+		if guard.err != nil {
+			return guard.err
+		}
+		var bad *sink.RecordError
+		if errors.As(err, &bad) {
+			if past, ok := errors.AsType[*pastWALError](err); ok {
+				return refuseRestore(cfg, bad, past, timeline)
+			}
+			// A record this build cannot read (too large, not a watermark record, a newer
+			// version): retrying reads the same record again.
+			return fatal(fmt.Errorf("watermark topic: %w", err))
+		}
+		return fmt.Errorf("read watermark topic %s: %w", cfg.Sink.WatermarkTopic, err)
+	}
+	recs, checkpoint := wmRead.Result()
+	pl.tracker = watermark.NewTracker(cfg.Watermark)
+	pl.tracker.Restore(recs)
+	if checkpoint != nil {
+		pl.tracker.RestoreCheckpoint(checkpoint.Position)
+	}
+	pl.checkpoint = checkpoint
+	pl.resume = pl.tracker.Resume()
+	return checkChunkedOnStandby(pl.src, pl.tracker, pl.resume)
+}
+
+// ensureSlot reads the slot, refuses one that lost changes or that Kafka is past on a promoted
+// server, and creates it (or makes it a failover slot) as configured.
+func (pl *plan) ensureSlot(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	slot, err := replication.ReadSlot(ctx, pl.conn, cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if err := checkSlot(cfg, slot, pl.timeline, pl.resume, pl.published); err != nil {
+		return err
+	}
+	if err := checkPromotion(cfg, slot, pl.timeline, pl.checkpoint, pl.resume, pl.published); err != nil {
+		return err
+	}
+	pl.slot = slot
+	if !slot.Exists {
+		if err := createSlot(ctx, cfg, pl.src, log.With("stage", "pipeline")); err != nil {
+			return err
+		}
+		if pl.slot, err = replication.ReadSlot(ctx, pl.conn, cfg.Slot); err != nil {
+			return err
+		}
+		log.Info("created replication slot", "slot", cfg.Slot, "lsn", pl.slot.Confirmed.String(), "failover", cfg.SlotFailover)
+		return nil
+	}
+	if !cfg.SlotFailover {
+		return nil
+	}
+	failover, err := replication.ReadFailover(ctx, pl.conn, cfg.Slot)
+	if err != nil || failover {
+		return err
+	}
+	if err := replication.SetFailover(ctx, cfg.PGURL, cfg.Slot, cfg.timeouts()); err != nil {
+		return err
+	}
+	log.Info("made the replication slot a failover slot", "slot", cfg.Slot)
+	return nil
 }
 
 // checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports

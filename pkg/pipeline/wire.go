@@ -18,87 +18,115 @@ import (
 	"github.com/tidemark/cdc/pkg/snapshot"
 )
 
-// wire connects the stages of one life with channels and runs them until ctx ends or one
-// fails, then stops them in order:
+// stages are one life's stages and the channels between them, built from the start-up plan in
+// one step (build), then run until ctx ends or one fails (run), then stopped in order within
+// ShutdownTimeout (stop):
 //
 //	replication ──units──┐                      ┌──acks──► owner ──records (reply)──┐
 //	reconciler ──units───┼──► mergeUnits ──► sink                                  │
 //	snapshot ────bulk────┘                      └◄─────────────────────────────────┘
 //	chunker ──windows, chunks──► replication
 //	poller, snapshot, chunker, reconciler, HTTP ──events──► owner ──commands──► stages
-func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int, pl *plan, stopAt *atomic.Int64) error {
-	log, conn, sk, tracker, slot, codecCfg, markerTag := cfg.Logger, pl.conn, pl.sk, pl.tracker, pl.slot, pl.codec, pl.markerTag
-	checkpoint, published, resume := pl.checkpoint, pl.published, pl.resume
-	o := newOwner(cfg, tracker, log.With("stage", "pipeline"))
-	o.startLSN = slot.Confirmed
-	o.origin = originOf(pl.timeline)
-	o.topics = sk
+//
+// The stages hold the owner's inbox, made first; the owner, made last, is given the stages.
+type stages struct {
+	cfg     Config
+	pl      *plan
+	life    *lifeRegistry
+	attempt int
+
+	in      *inbox
+	o       *owner
+	repl    *replication.Stage
+	snap    *snapshot.Stage
+	chunker *snapshot.Chunker
+	poll    *poller
+	recon   *reconciler
+	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
+	// through mergeUnits (merged), stream first.
+	units, bulk, merged chan *change.Unit
+}
+
+// build makes every stage and channel of a life from the start-up plan pl.
+func build(cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int, pl *plan) (*stages, error) {
+	s := &stages{cfg: cfg, pl: pl, life: life, attempt: attempt, in: newInbox(),
+		units: make(chan *change.Unit, unitBuffer), bulk: make(chan *change.Unit, bulkBuffer), merged: make(chan *change.Unit, 2)}
+	log := cfg.Logger
 	pgConnect := func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
-	replCfg := cfg.Replication
-	replCfg.ConnString, replCfg.Slot, replCfg.Publication = cfg.PGURL, cfg.Slot, cfg.Publication
-	replCfg.SessionParams, replCfg.MarkerTag, replCfg.Timeouts = pgcat.SessionParams(), markerTag, cfg.timeouts()
-	replCfg.StalePID, replCfg.Codec, replCfg.Logger = life.walsender.Load(), codecCfg, log
-	repl := replication.New(replCfg, &keyColumns{connect: pgConnect})
-	defer func() { life.walsender.Store(repl.BackendPID()) }()
-	snapCfg := cfg.Snapshot
-	snapCfg.Publication, snapCfg.ConnString, snapCfg.SlotPrefix = cfg.Publication, cfg.PGURL, cfg.Slot
-	snapCfg.Codec, snapCfg.BatchBytes, snapCfg.Limiter = codecCfg, snapshotBatchBytes, snapshot.NewLimiter(cfg.SnapshotMaxRowsPerSecond)
-	snapCfg.Timeouts, snapCfg.Logger, snapCfg.Registerer = cfg.timeouts(), log, reg
-	if pl.src.standby {
-		// Copies read on the standby; what they must write goes to the primary.
-		snapCfg.Standby = true
-		if pl.src.primary != nil {
-			snapCfg.PrimaryConnString = cfg.PrimaryURL
-		}
-	}
+	s.repl = replication.New(s.replicationConfig(), &keyColumns{connect: pgConnect})
+	snapCfg := s.snapshotConfig(reg)
 	// The chunker's windows and chunks go to the replication stage directly; its failures and
 	// the snapshot stage's reports go to the owner as events.
-	chunker, err := snapshot.NewChunker(snapCfg, markerTag, chunkWiring{repl: repl, snapshotEvents: snapshotEvents{o}})
-	if err != nil {
-		return fatal(err)
+	var err error
+	if s.chunker, err = snapshot.NewChunker(snapCfg, pl.markerTag, chunkWiring{repl: s.repl, snapshotEvents: snapshotEvents{s.in}}); err != nil {
+		return nil, fatal(err)
 	}
-	snap, err := snapshot.New(snapCfg, snapshotEvents{o})
-	if err != nil {
-		return fatal(err)
+	if s.snap, err = snapshot.New(snapCfg, snapshotEvents{s.in}); err != nil {
+		return nil, fatal(err)
 	}
-	o.repl, o.chunks, o.facts = repl, chunker, repl.Facts()
-	if checkpoint != nil && checkpoint.Partial != nil {
+	s.poll = newPoller(cfg, pgConnect, s.in, log)
+	s.poll.toast = &life.toast
+	s.recon = &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: pl.codec, sink: pl.sk, in: s.in}
+	s.o = newOwner(cfg, pl.tracker, log.With("stage", "pipeline"), s.in,
+		targets{repl: s.repl, chunks: s.chunker, topics: pl.sk, facts: s.repl.Facts()})
+	s.o.startLSN = pl.slot.Confirmed
+	s.o.origin = originOf(pl.timeline)
+	if cp := pl.checkpoint; cp != nil && cp.Partial != nil {
 		// A transaction published in pieces was cut short: its durable changes are skipped
 		// when the server sends it again, and watermarks wait for the rest.
-		p := *checkpoint.Partial
-		o.partial = &p
-		repl.ResumePartial(p)
+		p := *cp.Partial
+		s.o.partial = &p
+		s.repl.ResumePartial(p)
 		log.Info("resuming a transaction published in part", "commit_lsn", p.Commit.String(), "changes_published", p.Changes)
 	}
-	poll := newPoller(cfg, pgConnect, o, log)
-	poll.toast = &life.toast
-	recon := &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: codecCfg, sink: sk, owner: o}
+	return s, nil
+}
+
+func (s *stages) replicationConfig() replication.Config {
+	c := s.cfg.Replication
+	c.ConnString, c.Slot, c.Publication = s.cfg.PGURL, s.cfg.Slot, s.cfg.Publication
+	c.SessionParams, c.MarkerTag, c.Timeouts = pgcat.SessionParams(), s.pl.markerTag, s.cfg.timeouts()
+	c.StalePID, c.Codec, c.Logger = s.life.walsender.Load(), s.pl.codec, s.cfg.Logger
+	return c
+}
+
+func (s *stages) snapshotConfig(reg prometheus.Registerer) snapshot.Config {
+	c := s.cfg.Snapshot
+	c.Publication, c.ConnString, c.SlotPrefix = s.cfg.Publication, s.cfg.PGURL, s.cfg.Slot
+	c.Codec, c.BatchBytes, c.Limiter = s.pl.codec, snapshotBatchBytes, snapshot.NewLimiter(s.cfg.SnapshotMaxRowsPerSecond)
+	c.Timeouts, c.Logger, c.Registerer = s.cfg.timeouts(), s.cfg.Logger, reg
+	if s.pl.src.standby {
+		// Copies read on the standby; what they must write goes to the primary.
+		c.Standby = true
+		if s.pl.src.primary != nil {
+			c.PrimaryConnString = s.cfg.PrimaryURL
+		}
+	}
+	return c
+}
+
+// run resumes the exports restored from the watermark topic, runs the stages until ctx ends or
+// one fails, and stops them (stop).
+func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
+	defer func() { s.life.walsender.Store(s.repl.BackendPID()) }()
+	pl, log := s.pl, s.cfg.Logger
 	// Exports restored from the watermark topic go on; their topics must exist.
-	if err := o.resume(ctx, connCatalog{conn: conn, pub: cfg.Publication}, published, slot.Confirmed); err != nil {
+	if err := s.o.resume(ctx, connCatalog{conn: pl.conn, pub: s.cfg.Publication}, pl.published, pl.slot.Confirmed); err != nil {
 		return err
 	}
-
-	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
-	// through mergeUnits, stream first. The sink reports what Kafka holds to the owner (acks).
-	units := make(chan *change.Unit, unitBuffer)
-	bulk := make(chan *change.Unit, bulkBuffer)
-	merged := make(chan *change.Unit, 2)
 	sinkCtx, sinkCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer sinkCancel()
-	go mergeUnits(sinkCtx, units, bulk, merged)
-	sinkErr := make(chan error, 1)
-	sinkDone := make(chan struct{})
+	go mergeUnits(sinkCtx, s.units, s.bulk, s.merged)
+	sk := &sinkRun{err: make(chan error, 1), done: make(chan struct{}), cancel: sinkCancel}
 	go func() {
-		defer close(sinkDone)
-		sinkErr <- sk.Run(sinkCtx, merged, o.acks)
+		defer close(sk.done)
+		sk.err <- pl.sk.Run(sinkCtx, s.merged, s.in.acks)
 	}()
-
 	g, gctx := errgroup.WithContext(ctx)
-	sinkStopped := false
 	g.Go(func() error {
 		select {
-		case err := <-sinkErr:
-			sinkStopped = true
+		case err := <-sk.err:
+			sk.stopped = true
 			if err == nil {
 				err = errors.New("sink stopped")
 			}
@@ -107,89 +135,115 @@ func wire(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus.Re
 			return nil
 		}
 	})
-	g.Go(func() error { return o.run(gctx) })
-	g.Go(func() error { return repl.Run(gctx, units) })
-	g.Go(func() error { return snap.Run(gctx, o.requests, bulk) })
-	g.Go(func() error { return poll.run(gctx) })
-	g.Go(func() error { return recon.run(gctx, o.reconciles, units) })
-	g.Go(func() error { return chunker.Run(gctx) })
-	life.owner.Store(&running{owner: o, streaming: repl.Streaming, kafkaWaiting: sk.Waiting})
-	defer life.owner.Store(nil)
-	life.ran.Store(true)
-	log.Info("pipeline running", "attempt", attempt, "exports", len(published), "resumed", len(resume),
-		"watermark_mode", string(tracker.Mode()), "delivery", string(sk.Delivery()), "snapshot_strategy", string(cfg.SnapshotStrategy.OrDefault()))
-	err = g.Wait()
+	g.Go(func() error { return s.o.run(gctx) })
+	g.Go(func() error { return s.repl.Run(gctx, s.units) })
+	g.Go(func() error { return s.snap.Run(gctx, s.in.requests, s.bulk) })
+	g.Go(func() error { return s.poll.run(gctx) })
+	g.Go(func() error { return s.recon.run(gctx, s.in.reconciles, s.units) })
+	g.Go(func() error { return s.chunker.Run(gctx) })
+	s.life.owner.Store(&running{owner: s.o, streaming: s.repl.Streaming, kafkaWaiting: pl.sk.Waiting})
+	defer s.life.owner.Store(nil)
+	s.life.ran.Store(true)
+	log.Info("pipeline running", "attempt", s.attempt, "exports", len(pl.published), "resumed", len(pl.resume),
+		"watermark_mode", string(pl.tracker.Mode()), "delivery", string(pl.sk.Delivery()), "snapshot_strategy", string(s.cfg.SnapshotStrategy.OrDefault()))
+	return s.stop(ctx, g.Wait(), sk, stopAt)
+}
 
-	// Orderly stop: the stages have stopped sending; let the sink drain what it has, then
-	// confirm what Kafka holds, within ShutdownTimeout of the stop's start.
+// sinkRun is the sink's goroutine: its outcome, its end, and whether it stopped first.
+type sinkRun struct {
+	err     chan error
+	done    chan struct{}
+	cancel  context.CancelFunc
+	stopped bool
+	// abandoned: its abort did not end within a second of the drain's end; the client is
+	// closed, and the goroutine waited for, after the slot is confirmed.
+	abandoned bool
+}
+
+// stop is the orderly stop after the stages ended with err: the stages have stopped sending;
+// the sink drains what it has, then the slot is confirmed where Kafka holds, within
+// ShutdownTimeout of the stop's start.
+func (s *stages) stop(ctx context.Context, err error, sk *sinkRun, stopAt *atomic.Int64) error {
 	begin := time.Now()
 	if at := stopAt.Load(); at != 0 {
 		begin = time.Unix(0, at)
 	}
-	drainBy, confirmBy := stopBudget(begin, cfg.ShutdownTimeout)
+	drainBy, confirmBy := stopBudget(begin, s.cfg.ShutdownTimeout)
 	// The owner's loop has ended: it answers the sink alone while the sink drains.
 	stopDrain, drained := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(drained)
-		o.drain(sinkDone, stopDrain)
+		s.o.drain(sk.done, stopDrain)
 	}()
-	if !sinkStopped {
-		close(units)
-		close(bulk)
-		drain := time.NewTimer(time.Until(drainBy))
-		select {
-		case serr := <-sinkErr:
-			if serr != nil && err == nil {
-				err = serr
-			}
-		case <-drain.C:
-			log.Warn("kafka did not take the last changes within the shutdown budget; they are sent again at the next start",
-				"shutdown_timeout", cfg.ShutdownTimeout.String())
-			sinkCancel()
-			// The sink aborts its open transaction. Waiting for a Kafka that does not answer
-			// would spend the budget of the confirmation: the broker aborts the transaction at
-			// its timeout anyway, and the next instance fences it. Closing the client ends
-			// the abort.
-			select {
-			case <-sinkErr:
-			case <-time.After(time.Second):
-				defer func() {
-					sk.Close()
-					<-sinkErr
-				}()
-			}
+	if !sk.stopped {
+		if serr := s.drainSink(sk, drainBy); serr != nil && err == nil {
+			err = serr
 		}
-		drain.Stop()
 	}
 	close(stopDrain)
 	<-drained
 	// Not on a promoted server (another timeline): what Kafka holds is checked against its
 	// WAL at the next start-up (checkPromotion), and confirming could skip its own changes.
-	if lsn, ok := o.confirmable(); ok && !errors.Is(err, replication.ErrServerChanged) {
+	if lsn, ok := s.o.confirmable(); ok && !errors.Is(err, replication.ErrServerChanged) {
 		fctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), confirmBy)
-		same := true
-		if conn.IsClosed() { // the server restarted under it, or another one took over
-			if c, err := connect(fctx, cfg.PGURL, cfg.timeouts()); err == nil {
-				defer c.Close(context.Background())
-				conn = c
-			}
-			tl, err := replication.ReadTimeline(fctx, cfg.PGURL, cfg.timeouts())
-			same = err == nil && tl.ID == pl.timeline.ID
-		}
-		if same {
-			confirmFinal(fctx, conn, cfg.Slot, lsn, log)
-		}
+		s.confirmAtStop(fctx, lsn)
 		cancel()
+	}
+	if sk.abandoned {
+		s.pl.sk.Close()
+		<-sk.err
 	}
 	if ctx.Err() != nil {
 		return nil
 	}
 	if errors.Is(err, sink.ErrFenced) {
-		if h, held := otherHolder(ctx, cfg, repl.BackendPID()); held {
-			return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, cfg.Slot, h))
+		if h, held := otherHolder(ctx, s.cfg, s.repl.BackendPID()); held {
+			return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, s.cfg.Slot, h))
 		}
 	}
 	return err
+}
+
+// drainSink closes the stages' channels and lets the sink write what it holds until drainBy.
+func (s *stages) drainSink(sk *sinkRun, drainBy time.Time) error {
+	close(s.units)
+	close(s.bulk)
+	drain := time.NewTimer(time.Until(drainBy))
+	defer drain.Stop()
+	select {
+	case err := <-sk.err:
+		return err
+	case <-drain.C:
+	}
+	s.cfg.Logger.Warn("kafka did not take the last changes within the shutdown budget; they are sent again at the next start",
+		"shutdown_timeout", s.cfg.ShutdownTimeout.String())
+	sk.cancel()
+	// The sink aborts its open transaction. Waiting for a Kafka that does not answer would
+	// spend the budget of the confirmation: the broker aborts the transaction at its timeout
+	// anyway, and the next instance fences it. Closing the client ends the abort.
+	select {
+	case <-sk.err:
+	case <-time.After(time.Second):
+		sk.abandoned = true // closed once the slot is confirmed (stop)
+	}
+	return nil
+}
+
+// confirmAtStop confirms the slot at lsn, on start-up's connection (a new one when the server
+// restarted under it), unless the server is not the one this life read (another timeline).
+func (s *stages) confirmAtStop(ctx context.Context, lsn change.LSN) {
+	conn := s.pl.conn
+	if conn.IsClosed() { // the server restarted under it, or another one took over
+		if c, err := connect(ctx, s.cfg.PGURL, s.cfg.timeouts()); err == nil {
+			defer c.Close(context.Background())
+			conn = c
+		}
+		tl, err := replication.ReadTimeline(ctx, s.cfg.PGURL, s.cfg.timeouts())
+		if err != nil || tl.ID != s.pl.timeline.ID {
+			return
+		}
+	}
+	confirmFinal(ctx, conn, s.cfg.Slot, lsn, s.cfg.Logger)
 }
 
 // DefaultShutdownTimeout is Config.ShutdownTimeout's default: within Kubernetes' default grace
