@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark/cdc/internal/preflight"
 	"github.com/tidemark/cdc/internal/shutdown"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
@@ -92,19 +93,15 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 	stop.Configured(log, cfg.ShutdownTimeout)
 
 	if cmd == "check" {
-		wait, err := parseCheckArgs(args[1:])
+		wait, err := preflight.ParseArgs(args[1:])
 		if err != nil {
 			fmt.Fprintf(stderr, "cdc check: %v\n", err)
 			return exitConfig
 		}
-		if wait > 0 && !waitFailoverReady(ctx, cfg, wait, stdout) {
-			if ctx.Err() == nil {
-				fmt.Fprintln(stdout)
-				runCheck(ctx, cfg, settings.TLS, stdout)
-			}
+		if !preflight.Check(ctx, cfg, settings.TLS, wait, stdout) {
 			return exitFailed
 		}
-		return runCheck(ctx, cfg, settings.TLS, stdout)
+		return exitOK
 	}
 	if cmd == "watermarks" {
 		if err := printWatermarks(ctx, cfg, stdout); err != nil {
