@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark/cdc/internal/httpapi"
 	"github.com/tidemark/cdc/internal/preflight"
 	"github.com/tidemark/cdc/internal/shutdown"
 	"github.com/tidemark/cdc/pkg/change"
@@ -118,8 +119,8 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 	logPostures(log, settings.TLS)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
-		board := newStatusBoard(cfg, settings.TLS, p, log)
-		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, board, log)
+		board := httpapi.NewStatusBoard(cfg, settings.TLS, p, log)
+		stop, err := httpapi.Serve(cfg.HTTPAddr, settings.HTTP, version, p, board, log)
 		if err != nil {
 			log.Error("stopped", "err", err)
 			return exitFailed
@@ -127,7 +128,7 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 		defer stop()
 		sampled := make(chan struct{})
 		bctx, cancel := context.WithCancel(ctx)
-		go func() { defer close(sampled); board.run(bctx) }()
+		go func() { defer close(sampled); board.Run(bctx) }()
 		defer func() { cancel(); <-sampled }()
 	}
 	if err := runLives(ctx, p, log); err != nil {

@@ -4,7 +4,7 @@
 // Inputs: the validated pipeline.Config and the connections' TLS postures (internal/posture),
 // both from cmd/cdc's configuration; a writer for the report. Output: the report, and whether
 // every check passed (Run, Check); warnings (a posture short of verified TLS, new topics on one
-// replica, a standby whose copy of the slot is not synchronised yet) do not fail it.
+// replica, no reachable standby to read a failover slot's copy on) do not fail it.
 //
 // What it reads: the server's settings, the role, replication capacity, the publication and
 // its tables, the slot, and with a failover slot or a standby source the set-up on both
