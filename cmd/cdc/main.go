@@ -22,6 +22,7 @@ import (
 	"github.com/tidemark/cdc/internal/httpapi"
 	"github.com/tidemark/cdc/internal/preflight"
 	"github.com/tidemark/cdc/internal/shutdown"
+	"github.com/tidemark/cdc/internal/supervise"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 )
@@ -131,7 +132,7 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 		go func() { defer close(sampled); board.Run(bctx) }()
 		defer func() { cancel(); <-sampled }()
 	}
-	if err := runLives(ctx, p, log); err != nil {
+	if err := supervise.Run(ctx, p, log); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailed
 	}
