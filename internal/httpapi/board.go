@@ -30,8 +30,8 @@ const (
 	statusRing = int(statusWindow/statusEvery) + 1
 )
 
-// exportSource is what the status board reads of the pipeline.
-type exportSource interface {
+// Source is what the status board reads of the pipeline (a *pipeline.Pipeline; tests fake it).
+type Source interface {
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
 	Failover() *pipeline.FailoverState
@@ -43,7 +43,7 @@ type exportSource interface {
 // PostgreSQL connection (application_name tidemark-status) and one Kafka client of its own.
 type StatusBoard struct {
 	cfg      pipeline.Config
-	src      exportSource
+	src      Source
 	postures []posture.Posture
 	started  time.Time
 	log      *slog.Logger
@@ -124,7 +124,7 @@ func (c *copyRate) perSecond(rows int64, now time.Time) (float64, bool) {
 
 // NewStatusBoard returns a board of the pipeline src, configured by cfg, that shows the
 // connections' postures; it samples once Run starts.
-func NewStatusBoard(cfg pipeline.Config, postures []posture.Posture, src exportSource, log *slog.Logger) *StatusBoard {
+func NewStatusBoard(cfg pipeline.Config, postures []posture.Posture, src Source, log *slog.Logger) *StatusBoard {
 	return &StatusBoard{cfg: cfg, src: src, postures: postures, started: time.Now(), log: log.With("stage", "status"),
 		pg: connStatus{State: "unknown"}, kafka: connStatus{State: "unknown"}, slot: slotStatus{Name: cfg.Slot},
 		wal: newRing[walSample](statusRing), lag: map[string]*lagRing{}, rate: map[string]*copyRate{}}

@@ -51,7 +51,7 @@ func TestStatusAssets(t *testing.T) {
 	}
 }
 
-func newTestBoard(src exportSource) *StatusBoard {
+func newTestBoard(src Source) *StatusBoard {
 	return NewStatusBoard(pipeline.Config{Slot: "tidemark"}, []posture.Posture{posture.Kafka(kafkaconn.Security{})}, src, slog.New(slog.DiscardHandler))
 }
 
