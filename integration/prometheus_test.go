@@ -32,7 +32,7 @@ import (
 //   - a table made to fail (a row over Kafka's record limit) fires TidemarkExportFailed for that
 //     table alone.
 //
-// /metrics is open like /healthz (cmd/cdc/http.go): cdc runs with an admin token, and
+// /metrics is open like /healthz (internal/httpapi/server.go): cdc runs with an admin token, and
 // Prometheus scrapes without one.
 func TestPrometheusScrapesCDC(t *testing.T) {
 	promBin := prometheusBinary(t)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/internal/envdoc"
+	"github.com/tidemark/cdc/internal/httpapi"
 
 	"github.com/caarlos0/env/v11"
 
@@ -98,7 +99,7 @@ type Env struct {
 type Settings struct {
 	Pipeline pipeline.Config
 	// HTTP is the HTTP endpoints' settings apart from the address (Pipeline.HTTPAddr).
-	HTTP httpConfig
+	HTTP httpapi.Config
 	// MemoryLimit is the Go runtime's soft memory limit in bytes; 0 leaves it alone.
 	MemoryLimit int64
 	LogLevel    slog.Level

@@ -6,21 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark/cdc/internal/httpapi"
 	"github.com/tidemark/cdc/pkg/conffile"
 	"github.com/tidemark/cdc/pkg/secret"
 )
-
-// httpConfig is the HTTP endpoints' configuration apart from their address.
-type httpConfig struct {
-	// Token guards the admin endpoints; unset, they are off.
-	Token secret.Token
-	// Pprof serves /debug/pprof/ (behind Token).
-	Pprof bool
-	// IdleTimeout closes an idle keep-alive connection.
-	IdleTimeout time.Duration
-	// WriteTimeout bounds writing an answer (0: httpWriteTimeout); tests shorten it.
-	WriteTimeout time.Duration
-}
 
 // minTokenLen is the shortest CDC_HTTP_TOKEN accepted: 16 random characters are beyond guessing
 // over HTTP, and a shorter one is most likely a placeholder.
@@ -31,8 +20,8 @@ const maxTokenFileBytes = 4 << 10
 
 // httpConfig checks CDC_HTTP_TOKEN, CDC_HTTP_TOKEN_FILE, CDC_HTTP_PPROF and
 // CDC_HTTP_IDLE_TIMEOUT.
-func (c *checker) httpConfig(e Env) httpConfig {
-	h := httpConfig{IdleTimeout: c.durationBetween("CDC_HTTP_IDLE_TIMEOUT", e.HTTPIdleTimeout, time.Second, time.Hour)}
+func (c *checker) httpConfig(e Env) httpapi.Config {
+	h := httpapi.Config{IdleTimeout: c.durationBetween("CDC_HTTP_IDLE_TIMEOUT", e.HTTPIdleTimeout, time.Second, time.Hour)}
 	token, name := e.HTTPToken, "CDC_HTTP_TOKEN"
 	switch {
 	case e.HTTPToken != "" && e.HTTPTokenFile != "":

@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// testToken is a well-formed admin token.
+const testToken = "test-token-0123456789abcdef"
+
 func TestLoadConfigHTTP(t *testing.T) {
 	dir := t.TempDir()
 	file := func(name, content string) string {

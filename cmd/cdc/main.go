@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark/cdc/internal/httpapi"
+	"github.com/tidemark/cdc/internal/preflight"
 	"github.com/tidemark/cdc/internal/shutdown"
+	"github.com/tidemark/cdc/internal/supervise"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
 )
@@ -92,19 +95,15 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 	stop.Configured(log, cfg.ShutdownTimeout)
 
 	if cmd == "check" {
-		wait, err := parseCheckArgs(args[1:])
+		wait, err := preflight.ParseArgs(args[1:])
 		if err != nil {
 			fmt.Fprintf(stderr, "cdc check: %v\n", err)
 			return exitConfig
 		}
-		if wait > 0 && !waitFailoverReady(ctx, cfg, wait, stdout) {
-			if ctx.Err() == nil {
-				fmt.Fprintln(stdout)
-				runCheck(ctx, cfg, settings.TLS, stdout)
-			}
+		if !preflight.Check(ctx, cfg, settings.TLS, wait, stdout) {
 			return exitFailed
 		}
-		return runCheck(ctx, cfg, settings.TLS, stdout)
+		return exitOK
 	}
 	if cmd == "watermarks" {
 		if err := printWatermarks(ctx, cfg, stdout); err != nil {
@@ -121,8 +120,8 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 	logPostures(log, settings.TLS)
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
-		board := newStatusBoard(cfg, settings.TLS, p, log)
-		stop, err := serveHTTP(cfg.HTTPAddr, settings.HTTP, p, board, log)
+		board := httpapi.NewStatusBoard(cfg, settings.TLS, p, log)
+		stop, err := httpapi.Serve(cfg.HTTPAddr, settings.HTTP, version, p, board, log)
 		if err != nil {
 			log.Error("stopped", "err", err)
 			return exitFailed
@@ -130,10 +129,10 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 		defer stop()
 		sampled := make(chan struct{})
 		bctx, cancel := context.WithCancel(ctx)
-		go func() { defer close(sampled); board.run(bctx) }()
+		go func() { defer close(sampled); board.Run(bctx) }()
 		defer func() { cancel(); <-sampled }()
 	}
-	if err := runLives(ctx, p, log); err != nil {
+	if err := supervise.Run(ctx, p, log); err != nil {
 		log.Error("stopped", "err", err)
 		return exitFailed
 	}

@@ -15,9 +15,6 @@ import (
 // error when it has a Warning or is Required.
 type tlsPosture = posture.Posture
 
-// pgVerifyFix is the advice for any PostgreSQL posture short of verify-full.
-var pgVerifyFix = posture.PGFix("CDC_PG_URL")
-
 // pgPosture classifies CDC_PG_URL's parsed configuration (posture.PG).
 func pgPosture(cfg *pgconn.Config) tlsPosture { return posture.PG(cfg, "PostgreSQL", "CDC_PG_URL") }
 

@@ -1,4 +1,4 @@
-package main
+package supervise
 
 import (
 	"context"
@@ -18,13 +18,10 @@ import (
 	"github.com/tidemark/cdc/pkg/sink"
 )
 
-// Exit classification: which errors end the service and which start a new life of the
-// pipeline. The pipeline runs one life at a time (pipeline.Life); this file decides.
-
-// runLives runs lives of p until ctx ends (the last one stops in order; then it returns nil) or
-// an error ends the service (exitNow). Other errors start a new life after a capped exponential
+// Run runs lives of p until ctx ends (the last one stops in order; then it returns nil) or an
+// error ends the service (exitNow). Other errors start a new life after a capped exponential
 // backoff.
-func runLives(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) error {
+func Run(ctx context.Context, p *pipeline.Pipeline, log *slog.Logger) error {
 	defer p.Monitor(ctx)()
 	backoff := time.Second
 	for attempt := 1; ; attempt++ {

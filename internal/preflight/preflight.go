@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -32,36 +33,36 @@ type checkLine struct {
 	fix  string
 }
 
-// checker runs the preflight checks of `cdc check` and collects their lines.
-type preflight struct {
+// checker runs the checks and collects their lines.
+type checker struct {
 	cfg   pipeline.Config
 	lines []checkLine
 	// user and database: who and where the PostgreSQL checks run (for the fixes they print).
 	user, database string
-	// pgMode is the sslmode the PostgreSQL configuration amounts to (see pgPosture).
+	// pgMode is the sslmode the PostgreSQL configuration amounts to (its posture's Mode).
 	pgMode string
 }
 
-func (p *preflight) pass(format string, args ...any) {
+func (p *checker) pass(format string, args ...any) {
 	p.lines = append(p.lines, checkLine{ok: true, what: fmt.Sprintf(format, args...)})
 }
 
 // warn records a line that does not fail the check but says what is at risk and the fix.
-func (p *preflight) warn(fix, format string, args ...any) {
+func (p *checker) warn(fix, format string, args ...any) {
 	p.lines = append(p.lines, checkLine{ok: true, warn: true, what: fmt.Sprintf(format, args...), fix: fix})
 }
 
-func (p *preflight) fail(fix, format string, args ...any) {
+func (p *checker) fail(fix, format string, args ...any) {
 	p.lines = append(p.lines, checkLine{what: fmt.Sprintf(format, args...), fix: fix})
 }
 
-// runCheck is `cdc check`: it prints each connection's TLS posture, connects to PostgreSQL and
+// Run is `cdc check`: it prints each connection's TLS posture, connects to PostgreSQL and
 // Kafka, prints one line per prerequisite (✓, ! for a warning, or ✗, the last two with the fix)
-// and returns exit code 0 only when everything needed holds; warnings do not fail it.
+// to w and reports whether everything needed holds; warnings do not fail it.
 // It changes nothing on either side: it only reads catalogs and metadata, and asks Kafka to
 // validate a topic creation without creating it.
-func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w io.Writer) int {
-	p := &preflight{cfg: cfg}
+func Run(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, w io.Writer) (ok bool) {
+	p := &checker{cfg: cfg}
 	for _, tp := range postures {
 		if tp.Conn == "PostgreSQL" {
 			p.pgMode = tp.Mode
@@ -74,8 +75,23 @@ func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w
 	}
 	p.postgres(ctx)
 	p.kafka(ctx)
-	failed, warned := 0, 0
-	for _, l := range p.lines {
+	failed, warned := writeLines(w, p.lines)
+	if failed > 0 {
+		fmt.Fprintf(w, "\n%d of %d checks failed.\n", failed, len(p.lines))
+		return false
+	}
+	if warned > 0 {
+		fmt.Fprintf(w, "\nAll %d checks passed, %d with a warning (!).\n", len(p.lines), warned)
+		return true
+	}
+	fmt.Fprintf(w, "\nAll %d checks passed.\n", len(p.lines))
+	return true
+}
+
+// writeLines prints lines, a mark and the text each and their fixes indented below, and counts
+// the failures and warnings among them.
+func writeLines(w io.Writer, lines []checkLine) (failed, warned int) {
+	for _, l := range lines {
 		mark := "✓"
 		switch {
 		case !l.ok:
@@ -90,19 +106,13 @@ func runCheck(ctx context.Context, cfg pipeline.Config, postures []tlsPosture, w
 			fmt.Fprintf(w, "    fix: %s\n", l.fix)
 		}
 	}
-	if failed > 0 {
-		fmt.Fprintf(w, "\n%d of %d checks failed.\n", failed, len(p.lines))
-		return exitFailed
-	}
-	if warned > 0 {
-		fmt.Fprintf(w, "\nAll %d checks passed, %d with a warning (!).\n", len(p.lines), warned)
-		return exitOK
-	}
-	fmt.Fprintf(w, "\nAll %d checks passed.\n", len(p.lines))
-	return exitOK
+	return failed, warned
 }
 
-func (p *preflight) postgres(ctx context.Context) {
+// pgVerifyFix is the advice for a PostgreSQL connection that turned out not to be encrypted.
+var pgVerifyFix = posture.PGFix("CDC_PG_URL")
+
+func (p *checker) postgres(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
@@ -147,7 +157,7 @@ func (p *preflight) postgres(ctx context.Context) {
 
 // connectionTLS reports whether the connection just made is actually encrypted: with
 // sslmode=prefer or allow, that depends on the server, which the configuration cannot tell.
-func (p *preflight) connectionTLS(conn *pgcat.Conn) {
+func (p *checker) connectionTLS(conn *pgcat.Conn) {
 	if tc, ok := conn.PgConn().Conn().(*tls.Conn); ok {
 		p.pass("PostgreSQL connection: encrypted (%s)", tls.VersionName(tc.ConnectionState().Version))
 		return
@@ -167,7 +177,7 @@ func (p *preflight) connectionTLS(conn *pgcat.Conn) {
 // capacity checks headroom in replication slots and WAL senders: the main slot (unless it
 // exists) and its stream need one each; a copy with the copy strategy needs one more of each
 // while it starts.
-func (p *preflight) capacity(ctx context.Context, conn *pgcat.Conn) {
+func (p *checker) capacity(ctx context.Context, conn *pgcat.Conn) {
 	var maxSlots, usedSlots, maxSenders, usedSenders int
 	var haveSlot bool
 	err := conn.QueryRow(ctx, `SELECT current_setting('max_replication_slots')::int,
@@ -201,7 +211,7 @@ func (p *preflight) capacity(ctx context.Context, conn *pgcat.Conn) {
 
 // publication checks the publication (or, with CDC_TABLES, that it can be created or extended)
 // and returns the tables to check.
-func (p *preflight) publication(ctx context.Context, conn *pgcat.Conn) []change.ExportID {
+func (p *checker) publication(ctx context.Context, conn *pgcat.Conn) []change.ExportID {
 	pub := p.cfg.Publication
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
@@ -268,7 +278,7 @@ func containsExport(list []change.ExportID, e change.ExportID) bool {
 }
 
 // table checks that t exists, can be read, and what its replica identity means.
-func (p *preflight) table(ctx context.Context, conn *pgcat.Conn, t change.ExportID) {
+func (p *checker) table(ctx context.Context, conn *pgcat.Conn, t change.ExportID) {
 	var ident string
 	var hasPK, canSelect, toastable bool
 	err := conn.QueryRow(ctx, `SELECT c.relreplident::text,
@@ -317,7 +327,7 @@ func (p *preflight) table(ctx context.Context, conn *pgcat.Conn, t change.Export
 }
 
 // slot reports the main slot's state, the WAL it holds and max_slot_wal_keep_size.
-func (p *preflight) slot(ctx context.Context, conn *pgcat.Conn) {
+func (p *checker) slot(ctx context.Context, conn *pgcat.Conn) {
 	slot := p.cfg.Slot
 	var (
 		plugin, walStatus *string
@@ -362,7 +372,7 @@ func (p *preflight) slot(ctx context.Context, conn *pgcat.Conn) {
 	}
 }
 
-func (p *preflight) kafka(ctx context.Context) {
+func (p *checker) kafka(ctx context.Context) {
 	cfg := p.cfg
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

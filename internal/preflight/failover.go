@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"context"
@@ -21,7 +21,7 @@ const failoverDoc = "docs/production.md, Failover"
 // and on the standby (when CDC_PG_URL names it as another host) the slot's copy is failover-ready and
 // sync_replication_slots and hot_standby_feedback are on. Without CDC_SLOT_FAILOVER and without
 // a failover slot it says nothing, unless the server has streaming standbys.
-func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
+func (p *checker) failover(ctx context.Context, conn *pgcat.Conn) {
 	version := conn.PgConn().ParameterStatus("server_version")
 	if pgcat.ServerMajor(version) < replication.FailoverMajor {
 		if p.cfg.SlotFailover {
@@ -44,7 +44,7 @@ func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
 		return
 	}
 	if inRecovery {
-		// Capture from the standby: its own lines (checkstandby.go) say what it needs.
+		// Capture from the standby: its own lines (standby.go) say what it needs.
 		return
 	}
 	wanted := p.cfg.SlotFailover || failover
@@ -77,7 +77,7 @@ func (p *preflight) failover(ctx context.Context, conn *pgcat.Conn) {
 }
 
 // standbySlot reports the physical slot name of synchronized_standby_slots on the primary.
-func (p *preflight) standbySlot(ctx context.Context, conn *pgcat.Conn, name string) {
+func (p *checker) standbySlot(ctx context.Context, conn *pgcat.Conn, name string) {
 	var kind string
 	var active bool
 	var state, app *string
@@ -113,7 +113,7 @@ func (p *preflight) standbySlot(ctx context.Context, conn *pgcat.Conn, name stri
 // there is failover-ready, in PostgreSQL's own terms (synced, not temporary, not invalidated);
 // without one it says what to verify on the standby. exists says whether the slot exists on
 // the primary: before cdc's first start it does not, and the standby cannot have a copy yet.
-func (p *preflight) standby(ctx context.Context, exists bool) {
+func (p *checker) standby(ctx context.Context, exists bool) {
 	slot := p.cfg.Slot
 	verify := fmt.Sprintf("on the standby: sync_replication_slots = on, hot_standby_feedback = on, primary_slot_name set, primary_conninfo with dbname, and SELECT synced AND NOT temporary AND invalidation_reason IS NULL FROM pg_replication_slots WHERE slot_name = '%s' is true before a promotion", slot)
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -160,7 +160,7 @@ func (p *preflight) standby(ctx context.Context, exists bool) {
 const waitFailoverReadyFix = "promote only once it is: cdc check --wait-failover-ready waits for it (" + failoverDoc + ")"
 
 // standbyCopy reports the standby's copy s of the slot, which exists on the primary or not.
-func (p *preflight) standbyCopy(host string, exists bool, s replication.StandbySlot) {
+func (p *checker) standbyCopy(host string, exists bool, s replication.StandbySlot) {
 	slot := p.cfg.Slot
 	// inactive_since is the last synchronisation of a synced copy; of a temporary one, only the
 	// last attempt.

@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 	"github.com/tidemark/cdc/pkg/replication"
 )
 
-func TestParseCheckArgs(t *testing.T) {
+func TestParseArgs(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want time.Duration
@@ -22,9 +22,9 @@ func TestParseCheckArgs(t *testing.T) {
 		{args: []string{"--wait-failover-ready=soon"}, err: true},
 		{args: []string{"--verbose"}, err: true},
 	} {
-		got, err := parseCheckArgs(tc.args)
+		got, err := ParseArgs(tc.args)
 		if got != tc.want || (err != nil) != tc.err {
-			t.Errorf("parseCheckArgs(%q) = %s, %v; want %s (error %v)", tc.args, got, err, tc.want, tc.err)
+			t.Errorf("ParseArgs(%q) = %s, %v; want %s (error %v)", tc.args, got, err, tc.want, tc.err)
 		}
 	}
 }
@@ -48,7 +48,7 @@ func TestStandbyCopyLines(t *testing.T) {
 		{name: "the standby's own", exists: true, copy: replication.StandbySlot{Exists: true}, says: "not synced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &preflight{cfg: pipeline.Config{Slot: "tidemark"}}
+			p := &checker{cfg: pipeline.Config{Slot: "tidemark"}}
 			p.standbyCopy("127.0.0.1:5433", tc.exists, tc.copy)
 			if len(p.lines) != 1 {
 				t.Fatalf("lines = %+v", p.lines)

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -29,21 +30,21 @@ const (
 	statusRing = int(statusWindow/statusEvery) + 1
 )
 
-// exportSource is what the status board reads of the pipeline.
-type exportSource interface {
+// Source is what the status board reads of the pipeline (a *pipeline.Pipeline; tests fake it).
+type Source interface {
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
 	Failover() *pipeline.FailoverState
 }
 
-// statusBoard samples, every statusEvery, what the status page shows beyond /exports: the
+// StatusBoard samples, every statusEvery, what the status page shows beyond /exports: the
 // server's WAL position, the slot's retained WAL, whether PostgreSQL and Kafka answer, and per
 // export its lag (in bytes and seconds, for 15 minutes) and copy rate. It uses one ordinary
 // PostgreSQL connection (application_name tidemark-status) and one Kafka client of its own.
-type statusBoard struct {
+type StatusBoard struct {
 	cfg      pipeline.Config
-	src      exportSource
-	postures []tlsPosture
+	src      Source
+	postures []posture.Posture
 	started  time.Time
 	log      *slog.Logger
 
@@ -121,14 +122,16 @@ func (c *copyRate) perSecond(rows int64, now time.Time) (float64, bool) {
 	return 0, false
 }
 
-func newStatusBoard(cfg pipeline.Config, postures []tlsPosture, src exportSource, log *slog.Logger) *statusBoard {
-	return &statusBoard{cfg: cfg, src: src, postures: postures, started: time.Now(), log: log.With("stage", "status"),
+// NewStatusBoard returns a board of the pipeline src, configured by cfg, that shows the
+// connections' postures; it samples once Run starts.
+func NewStatusBoard(cfg pipeline.Config, postures []posture.Posture, src Source, log *slog.Logger) *StatusBoard {
+	return &StatusBoard{cfg: cfg, src: src, postures: postures, started: time.Now(), log: log.With("stage", "status"),
 		pg: connStatus{State: "unknown"}, kafka: connStatus{State: "unknown"}, slot: slotStatus{Name: cfg.Slot},
 		wal: newRing[walSample](statusRing), lag: map[string]*lagRing{}, rate: map[string]*copyRate{}}
 }
 
 // run samples until ctx ends.
-func (b *statusBoard) run(ctx context.Context) {
+func (b *StatusBoard) Run(ctx context.Context) {
 	var pg *pgx.Conn
 	var kc *kgo.Client
 	defer func() {
@@ -155,7 +158,7 @@ func (b *statusBoard) run(ctx context.Context) {
 
 // samplePostgres reads the WAL position and the slot on conn (connecting first when conn is
 // nil) and returns the connection to use next time (nil after an error).
-func (b *statusBoard) samplePostgres(ctx context.Context, conn *pgx.Conn) *pgx.Conn {
+func (b *StatusBoard) samplePostgres(ctx context.Context, conn *pgx.Conn) *pgx.Conn {
 	ctx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
 	st := connStatus{CheckedAt: time.Now()}
@@ -222,7 +225,7 @@ func (b *statusBoard) samplePostgres(ctx context.Context, conn *pgx.Conn) *pgx.C
 
 // sampleKafka asks the brokers for their metadata on kc (a new client when nil) and returns the
 // client to use next time.
-func (b *statusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Client {
+func (b *StatusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Client {
 	ctx, cancel := context.WithTimeout(ctx, statusEvery)
 	defer cancel()
 	st := connStatus{CheckedAt: time.Now()}
@@ -251,7 +254,7 @@ func (b *statusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Clie
 
 // sampleExports records each export's lag and copy rate at now, against the last WAL sample,
 // and forgets exports the pipeline no longer has.
-func (b *statusBoard) sampleExports(now time.Time) {
+func (b *StatusBoard) sampleExports(now time.Time) {
 	exports := b.src.Exports()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -296,7 +299,7 @@ func (b *statusBoard) sampleExports(now time.Time) {
 // sample, and in seconds, since the WAL passed the watermark (at the first sample past it; at
 // least the window's length when that is older). Exports without a watermark have no lag.
 // Call with b.mu held.
-func (b *statusBoard) lagOf(s pipeline.ExportState, now time.Time) (bytes int64, seconds float64, ok bool) {
+func (b *StatusBoard) lagOf(s pipeline.ExportState, now time.Time) (bytes int64, seconds float64, ok bool) {
 	last, have := b.wal.last()
 	if s.Watermark == nil || !have || s.State == watermark.StateRemoved {
 		return 0, 0, false

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"cmp"
@@ -32,8 +32,8 @@ const (
 	httpResnapshotWait = 10 * time.Second
 )
 
-// serveHTTP serves the service's HTTP endpoints on addr (CDC_HTTP_ADDR) until the returned stop
-// is called.
+// Serve serves the service's HTTP endpoints on addr (CDC_HTTP_ADDR) until the returned stop
+// is called; version is the one GET /status shows.
 //
 // Open to anyone who reaches the port (probes, Prometheus):
 //
@@ -58,12 +58,12 @@ const (
 //     cross-site (guardStateChange);
 //   - GET /debug/pprof/...: profiles, with CDC_HTTP_PPROF=true;
 //   - GET /readyz and /exports with the full error texts.
-func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) (stop func(), err error) {
+func Serve(addr string, cfg Config, version string, p *pipeline.Pipeline, board *StatusBoard, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("CDC_HTTP_ADDR: listen on %s: %w", addr, err)
 	}
-	srv := newHTTPServer(cfg, httpHandler(cfg, p, board, log), log)
+	srv := newHTTPServer(cfg, httpHandler(cfg, version, p, board, log), log)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
@@ -81,7 +81,7 @@ func serveHTTP(addr string, cfg httpConfig, p *pipeline.Pipeline, board *statusB
 // the wait for the next request on a kept-alive connection. net/http's own complaints about
 // clients (a malformed request, a failed TLS handshake) go to log at debug level: anyone who
 // reaches the port can cause them.
-func newHTTPServer(cfg httpConfig, h http.Handler, log *slog.Logger) *http.Server {
+func newHTTPServer(cfg Config, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: httpReadHeaderTimeout,
@@ -106,7 +106,7 @@ type service interface {
 	Failover() *pipeline.FailoverState
 }
 
-func httpHandler(cfg httpConfig, p *pipeline.Pipeline, board *statusBoard, log *slog.Logger) http.Handler {
+func httpHandler(cfg Config, version string, p *pipeline.Pipeline, board *StatusBoard, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.Metrics(), promhttp.HandlerOpts{}))
 	addServiceRoutes(mux, p, cfg.Token, log)

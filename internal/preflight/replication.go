@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"context"
@@ -54,7 +54,7 @@ const replicationDoc = "docs/production.md#kafka-cluster"
 // replica on a cluster that has more than one broker, a min.insync.replicas of at least 2 where
 // there are 3 replicas or more, and, in exactly-once mode, a transaction state log that is
 // replicated and in sync. Data on one replica is a failure (✗); the rest are warnings (!).
-func (p *preflight) replication(ctx context.Context, cl *kgo.Client, brokers []int32) {
+func (p *checker) replication(ctx context.Context, cl *kgo.Client, brokers []int32) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	f := readReplicationFacts(ctx, cl, brokers, p.cfg.TopicPrefix, p.cfg.Sink)
@@ -149,7 +149,7 @@ func newTopicLayout(ctx context.Context, cl *kgo.Client, name string) (replicas,
 }
 
 // replicationLines turns the facts into check lines.
-func (p *preflight) replicationLines(f replicationFacts) {
+func (p *checker) replicationLines(f replicationFacts) {
 	p.newTopicReplicas(f)
 	p.existingTopicReplicas(f)
 	if f.exactlyOnce {
@@ -161,7 +161,7 @@ func (p *preflight) replicationLines(f replicationFacts) {
 func safeRF(n int) int { return min(3, n) }
 
 // newTopicReplicas: what topics cdc creates from now on get.
-func (p *preflight) newTopicReplicas(f replicationFacts) {
+func (p *checker) newTopicReplicas(f replicationFacts) {
 	rf, from := int(f.configured), fmt.Sprintf("CDC_TOPIC_REPLICATION_FACTOR=%d", f.configured)
 	if f.configured < 0 {
 		rf, from = f.defaultRF, fmt.Sprintf("the brokers' default.replication.factor=%d", f.defaultRF)
@@ -188,7 +188,7 @@ func (p *preflight) newTopicReplicas(f replicationFacts) {
 }
 
 // existingTopicReplicas: cdc's topics as they are.
-func (p *preflight) existingTopicReplicas(f replicationFacts) {
+func (p *checker) existingTopicReplicas(f replicationFacts) {
 	if len(f.topics) == 0 {
 		return
 	}
@@ -247,7 +247,7 @@ func (p *preflight) existingTopicReplicas(f replicationFacts) {
 
 // transactionLogReplicas: the transaction state log, which holds every open transaction of
 // exactly-once mode and where its coordinator is.
-func (p *preflight) transactionLogReplicas(f replicationFacts) {
+func (p *checker) transactionLogReplicas(f replicationFacts) {
 	fix := fmt.Sprintf("set transaction.state.log.replication.factor=%d and transaction.state.log.min.isr=2 on the brokers; an existing %s is raised with kafka-reassign-partitions (see %s)",
 		safeRF(f.brokers), transactionStateTopic, replicationDoc)
 	t := f.txnLog

@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"context"
@@ -18,7 +18,7 @@ const standbyDoc = "docs/production.md, Capture from a standby"
 // primary (CDC_PG_PRIMARY_URL) wal_level = logical, the same cluster, and the right to ask for
 // running-transactions records. Without CDC_PG_PRIMARY_URL it says what that implies. On a
 // primary it says nothing, except that CDC_PG_PRIMARY_URL is not used.
-func (p *preflight) standbySource(ctx context.Context, conn *pgcat.Conn) (standby bool) {
+func (p *checker) standbySource(ctx context.Context, conn *pgcat.Conn) (standby bool) {
 	inRecovery, err := pgcat.InRecovery(ctx, conn)
 	if err != nil {
 		p.fail("", "%v", err)
@@ -70,7 +70,7 @@ func (p *preflight) standbySource(ctx context.Context, conn *pgcat.Conn) (standb
 
 // publicationOnStandby fails when CDC_TABLES asks for a publication change that only the
 // primary can make and there is no connection to it.
-func (p *preflight) publicationOnStandby(ctx context.Context, conn *pgcat.Conn) {
+func (p *checker) publicationOnStandby(ctx context.Context, conn *pgcat.Conn) {
 	if len(p.cfg.Tables) == 0 {
 		return
 	}
@@ -92,7 +92,7 @@ func (p *preflight) publicationOnStandby(ctx context.Context, conn *pgcat.Conn) 
 
 // primary checks CDC_PG_PRIMARY_URL: it connects, is the standby's primary, has wal_level =
 // logical, may call pg_log_standby_snapshot(), and holds the standby's physical slot.
-func (p *preflight) primary(ctx context.Context, standby *pgcat.Conn, primarySlot string) {
+func (p *checker) primary(ctx context.Context, standby *pgcat.Conn, primarySlot string) {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	conn, err := pgcat.Connect(cctx, p.cfg.PrimaryURL, pgcat.Timeouts{Connect: p.cfg.ConnectTimeout})

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"bufio"
@@ -223,7 +223,7 @@ func TestHealthEndpoints(t *testing.T) {
 }
 
 // startServer serves the pprof routes and a /healthz with newHTTPServer's limits.
-func startServer(t *testing.T, cfg httpConfig) string {
+func startServer(t *testing.T, cfg Config) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
@@ -250,14 +250,14 @@ func TestPprof(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	off := startServer(t, httpConfig{Token: secret.NewToken(testToken), IdleTimeout: time.Minute})
+	off := startServer(t, Config{Token: secret.NewToken(testToken), IdleTimeout: time.Minute})
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1", "/debug/pprof/cmdline"} {
 		if code, body := get(off+p, testToken); code != http.StatusNotFound || !strings.Contains(body, "CDC_HTTP_PPROF=true") {
 			t.Errorf("pprof off: %s: %d %q, want 404 saying how to turn it on", p, code, body)
 		}
 	}
 	// A profile longer than the server's write timeout streams to its end.
-	on := startServer(t, httpConfig{Token: secret.NewToken(testToken), Pprof: true, IdleTimeout: time.Minute, WriteTimeout: time.Second})
+	on := startServer(t, Config{Token: secret.NewToken(testToken), Pprof: true, IdleTimeout: time.Minute, WriteTimeout: time.Second})
 	if code, _ := get(on+"/debug/pprof/heap", ""); code != http.StatusUnauthorized {
 		t.Errorf("pprof without the token: %d, want 401", code)
 	}
@@ -276,7 +276,7 @@ func TestPprof(t *testing.T) {
 // within the idle timeout, and a connection that never finishes its header within the header
 // timeout.
 func TestIdleConnectionClosed(t *testing.T) {
-	url := startServer(t, httpConfig{IdleTimeout: 300 * time.Millisecond})
+	url := startServer(t, Config{IdleTimeout: 300 * time.Millisecond})
 	addr := strings.TrimPrefix(url, "http://")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -305,7 +305,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 // TestSlowHeaderClosed: a client that sends its header a byte at a time (slowloris) is cut off
 // at the header timeout, however steadily it trickles.
 func TestSlowHeaderClosed(t *testing.T) {
-	url := startServer(t, httpConfig{IdleTimeout: time.Minute})
+	url := startServer(t, Config{IdleTimeout: time.Minute})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"compress/gzip"
@@ -77,7 +77,7 @@ type statusReport struct {
 }
 
 // report builds GET /status at now; full keeps the error texts, which can quote row values.
-func (b *statusBoard) report(now time.Time, version string, full bool, token secret.Token) statusReport {
+func (b *StatusBoard) report(now time.Time, version string, full bool, token secret.Token) statusReport {
 	ready, reasons, failed := b.src.Ready()
 	exports := b.src.Exports()
 	b.mu.Lock()
@@ -141,7 +141,7 @@ type lagSeries struct {
 }
 
 // lagHistory returns the lag history of the named exports (unknown names are left out).
-func (b *statusBoard) lagHistory(names []string) map[string]lagSeries {
+func (b *StatusBoard) lagHistory(names []string) map[string]lagSeries {
 	now := time.Now().Unix()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -168,7 +168,7 @@ func (b *statusBoard) lagHistory(names []string) map[string]lagSeries {
 //     texts are redacted without the admin token, as on /exports;
 //   - GET /status/lag?export=schema.table&...: the last 15 minutes of lag of up to
 //     statusMaxLagExports exports.
-func addStatusRoutes(mux *http.ServeMux, b *statusBoard, version string, token secret.Token, log *slog.Logger) {
+func addStatusRoutes(mux *http.ServeMux, b *StatusBoard, version string, token secret.Token, log *slog.Logger) {
 	mux.HandleFunc("GET /{$}", asset("status/index.html", "text/html; charset=utf-8"))
 	mux.HandleFunc("GET /ui/app.js", asset("status/app.js", "text/javascript; charset=utf-8"))
 	mux.HandleFunc("GET /ui/app.css", asset("status/app.css", "text/css; charset=utf-8"))

@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/replication"
@@ -19,9 +20,9 @@ const defaultFailoverWait = 10 * time.Minute
 // failoverPoll is how often the wait reads the standby's copy of the slot.
 const failoverPoll = 500 * time.Millisecond
 
-// parseCheckArgs reads the options of `cdc check`: --wait-failover-ready[=DURATION] (0: do
-// not wait).
-func parseCheckArgs(args []string) (wait time.Duration, err error) {
+// ParseArgs reads the options of `cdc check`: --wait-failover-ready[=DURATION] (0: do not
+// wait).
+func ParseArgs(args []string) (wait time.Duration, err error) {
 	for _, a := range args {
 		name, value, hasValue := strings.Cut(a, "=")
 		if name != "--wait-failover-ready" && name != "-wait-failover-ready" {
@@ -37,11 +38,26 @@ func parseCheckArgs(args []string) (wait time.Duration, err error) {
 	return wait, nil
 }
 
-// waitFailoverReady reads the standby's copy of the slot (a standby among CDC_PG_URL's hosts)
+// Check is `cdc check` with its options: with wait > 0 it first waits up to wait for the
+// standby's copy of the slot to be failover-ready (WaitFailoverReady), and when it does not
+// become so it still runs the checks (unless ctx ended) but fails. It reports whether every
+// check passed.
+func Check(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, wait time.Duration, w io.Writer) (ok bool) {
+	if wait > 0 && !WaitFailoverReady(ctx, cfg, wait, w) {
+		if ctx.Err() == nil {
+			fmt.Fprintln(w)
+			Run(ctx, cfg, postures, w)
+		}
+		return false
+	}
+	return Run(ctx, cfg, postures, w)
+}
+
+// WaitFailoverReady reads the standby's copy of the slot (a standby among CDC_PG_URL's hosts)
 // until it is failover-ready in PostgreSQL's terms (synced, not temporary, not invalidated) or
 // timeout passes, and prints each condition that held it back and for how long. It reports
 // whether the copy became ready.
-func waitFailoverReady(ctx context.Context, cfg pipeline.Config, timeout time.Duration, w io.Writer) bool {
+func WaitFailoverReady(ctx context.Context, cfg pipeline.Config, timeout time.Duration, w io.Writer) bool {
 	begin := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

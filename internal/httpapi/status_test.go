@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"compress/gzip"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pipeline"
@@ -50,11 +51,11 @@ func TestStatusAssets(t *testing.T) {
 	}
 }
 
-func newTestBoard(src exportSource) *statusBoard {
-	return newStatusBoard(pipeline.Config{Slot: "tidemark"}, []tlsPosture{kafkaPosture(kafkaconn.Security{})}, src, slog.New(slog.DiscardHandler))
+func newTestBoard(src Source) *StatusBoard {
+	return NewStatusBoard(pipeline.Config{Slot: "tidemark"}, []posture.Posture{posture.Kafka(kafkaconn.Security{})}, src, slog.New(slog.DiscardHandler))
 }
 
-func statusMux(b *statusBoard, token secret.Token) *http.ServeMux {
+func statusMux(b *StatusBoard, token secret.Token) *http.ServeMux {
 	mux := http.NewServeMux()
 	addStatusRoutes(mux, b, "v1.2.3", token, slog.New(slog.DiscardHandler))
 	return mux

@@ -1,4 +1,4 @@
-package main
+package httpapi
 
 import (
 	"context"
@@ -102,7 +102,7 @@ const pprofMaxSeconds = 120
 
 // addPprofRoutes serves Go's profiles behind the admin token with CDC_HTTP_PPROF=true, and a 404
 // saying how to turn them on otherwise.
-func addPprofRoutes(mux *http.ServeMux, cfg httpConfig, log *slog.Logger) {
+func addPprofRoutes(mux *http.ServeMux, cfg Config, log *slog.Logger) {
 	if !cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "pprof is off: set CDC_HTTP_PPROF=true and CDC_HTTP_TOKEN to serve it behind the token", http.StatusNotFound)

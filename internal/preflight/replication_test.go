@@ -1,4 +1,4 @@
-package main
+package preflight
 
 import (
 	"strings"
@@ -112,7 +112,7 @@ func TestReplicationLines(t *testing.T) {
 			want: []string{"✓ Kafka: topics cdc creates get the brokers' default replication factor (the brokers would not say"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &preflight{}
+			p := &checker{}
 			p.replicationLines(tc.facts)
 			out := renderLines(p.lines)
 			for _, w := range tc.want {
@@ -129,21 +129,9 @@ func TestReplicationLines(t *testing.T) {
 	}
 }
 
-// renderLines prints lines as runCheck does.
+// renderLines prints lines as Run does.
 func renderLines(lines []checkLine) string {
 	var b strings.Builder
-	for _, l := range lines {
-		mark := "✓"
-		switch {
-		case !l.ok:
-			mark = "✗"
-		case l.warn:
-			mark = "!"
-		}
-		b.WriteString(mark + " " + l.what + "\n")
-		if l.fix != "" {
-			b.WriteString("    fix: " + l.fix + "\n")
-		}
-	}
+	writeLines(&b, lines)
 	return b.String()
 }
