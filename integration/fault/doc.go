@@ -10,7 +10,13 @@
 // (testenv.StartCluster): it kills a partition leader, the transaction coordinator, the active
 // controller, and two of three nodes at once, and checks the same invariants after each.
 //
-// The non-test part of the package is the TCP proxy the suite puts between cdc and the servers.
+// TestTopicCreationHeldBack (heldtopics_test.go) adds a table to the publication while a
+// HoldProxy in front of the broker holds back every CreateTopics request for 30 s, and checks that
+// the tables already streaming keep a watermark lag under 1 s at the 99th percentile meanwhile.
+//
+// The non-test part of the package is the TCP proxies the suite puts between cdc and the servers:
+// Proxy, which cuts and stalls connections, and HoldProxy, which reads Kafka request frames and
+// holds back those of chosen API keys.
 //
 // Run it with
 //

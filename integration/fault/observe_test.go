@@ -21,6 +21,7 @@ type wmEntry struct {
 	partition int32
 	offset    int64
 	produced  time.Time // the record's timestamp, set by cdc when it produced it
+	seen      time.Time // when the recorder read it (read-committed: when a consumer could)
 	rec       watermark.Record
 	// checkpoint: a checkpoint record (rec is empty); cp is its position.
 	checkpoint bool
@@ -56,6 +57,7 @@ func startRecorder(t testing.TB, brokers []string, topic string) *wmRecorder {
 		defer cl.Close()
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)
+			seen := time.Now()
 			fs.EachRecord(func(kr *kgo.Record) {
 				if kr.Value == nil {
 					return
@@ -67,7 +69,7 @@ func startRecorder(t testing.TB, brokers []string, topic string) *wmRecorder {
 						r.bad = append(r.bad, fmt.Sprintf("offset %d: %v", kr.Offset, err))
 						return
 					}
-					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, checkpoint: true, cp: cp.Position})
+					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, seen: seen, checkpoint: true, cp: cp.Position})
 					return
 				}
 				// Read as a consumer does: a quiet record gives each export it speaks for a new
@@ -79,7 +81,7 @@ func startRecorder(t testing.TB, brokers []string, topic string) *wmRecorder {
 				}
 				for _, e := range changed {
 					rec, _ := r.view.Get(e)
-					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, rec: rec})
+					r.entries = append(r.entries, wmEntry{partition: kr.Partition, offset: kr.Offset, produced: kr.Timestamp, seen: seen, rec: rec})
 					r.latest[rec.Export] = rec
 				}
 			})
