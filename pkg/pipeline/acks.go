@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -8,12 +9,12 @@ import (
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
-// The acknowledgement path: the sink reports what Kafka holds (sink.Ack), the owner applies it
+// The acknowledgement path: the sink reports what Kafka holds (sink.Acker, ackPort), the owner applies it
 // to the tracker and answers with the records to write (watermarks, the quiet record, the
 // checkpoint), as data.
 
 // durable applies units the sink made durable, in order, and returns the watermark records due.
-func (o *owner) durable(units []*change.Unit, offsets sink.Offsets) []change.Record {
+func (o *owner) durable(units []*change.Unit, offsets change.Offsets) []change.Record {
 	now := time.Now()
 	var stop []change.ExportID
 	pieces := false
@@ -170,5 +171,61 @@ func (o *owner) committed() {
 	}
 	for _, e := range done {
 		o.repl.CopyDone(e)
+	}
+}
+
+// ackKind says what an ack reports: the calls of sink.Acker, in their order per batch.
+type ackKind uint8
+
+const (
+	ackProduced ackKind = iota + 1
+	ackDurable
+	ackCommitted
+)
+
+// ack is a report of the sink to the owner, made by ackPort: data on the owner's acks channel.
+// reply (capacity 1) takes the records to produce; nil for ackCommitted.
+type ack struct {
+	kind    ackKind
+	units   []*change.Unit
+	offsets change.Offsets
+	reply   chan []change.Record
+}
+
+// ackPort is the sink's Acker: each call becomes an ack on the owner's channel, and the sink
+// waits only for the reply of Produced and Durable.
+type ackPort struct{ in *inbox }
+
+var _ sink.Acker = ackPort{}
+
+func (p ackPort) ask(ctx context.Context, a ack) ([]change.Record, error) {
+	a.reply = make(chan []change.Record, 1)
+	select {
+	case p.in.acks <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case recs := <-a.reply:
+		return recs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p ackPort) Produced(ctx context.Context, units []*change.Unit) ([]change.Record, error) {
+	return p.ask(ctx, ack{kind: ackProduced, units: units})
+}
+
+func (p ackPort) Durable(ctx context.Context, units []*change.Unit, offsets change.Offsets) ([]change.Record, error) {
+	return p.ask(ctx, ack{kind: ackDurable, units: units, offsets: offsets})
+}
+
+func (p ackPort) Committed(ctx context.Context) error {
+	select {
+	case p.in.acks <- ack{kind: ackCommitted}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -6,7 +6,7 @@
 //	reconciler ─ evReconciled/evFailed ───┐││ │   │
 //	                                      ▼▼▼ ▼   ▼
 //	                                   owner (one goroutine: phases, tracker)
-//	       ┌─ sink.Ack (produced, durable, committed) ─┘ │ ▲
+//	       ┌─ acks (produced, durable, committed) ─────┘ │ ▲
 //	      sink ◄─ records to write (reply, as data) ─────┘ │
 //	                    commands: Detect, SetConsistentPoint, CopyDone, Remove, Fail, Restart,
 //	                    StartChunking, Confirm ──► replication; Add, Stop ──► Chunker;
@@ -32,8 +32,8 @@
 // poller's (takeIn), topics are made by a topic administrator beside the loop (evTopics), and
 // the sink's acknowledgements are served before any other event.
 //
-// The acknowledgement path runs one way (acks.go): the sink reports what Kafka holds as
-// sink.Ack values; the owner applies them to the tracker and replies with the records to write
+// The acknowledgement path runs one way (acks.go): the sink reports what Kafka holds by calling
+// its sink.Acker, which ackPort turns into acks on the owner's channel; the owner applies them to the tracker and replies with the records to write
 // (watermarks, the quiet record, the checkpoint), as data, in the same batch or Kafka
 // transaction. It pushes what the slot may confirm to the replication stage (Confirm). The
 // units' byte budgets go back to their stages as change.Claim values the sink returns.

@@ -34,7 +34,8 @@ import (
 //	evReconciled    reconciler    rows of earlier attempts are deleted: release the hold
 //	evResnapshot    HTTP          an operator asks for a re-copy (reply: error; then nil once
 //	                              the record announcing it is durable: recopy.go)
-//	sink.Ack        sink          units produced, durable, committed (reply: records to write)
+//	ack             sink          units produced, durable, committed (reply: records to write;
+//	                (ackPort)     the sink calls its sink.Acker, which sends these)
 //	replication.Fact replication  a relation of a table that is not exported
 //
 // Commands go to the replication stage (replicationControl: route, hold, release, remove,
@@ -154,7 +155,7 @@ type targets struct {
 // it instead of the owner; the owner, made last, is given the stages at construction.
 type inbox struct {
 	events  chan event
-	acks    chan sink.Ack
+	acks    chan ack
 	stopped chan struct{}
 	// wake asks the poller to poll now; requests go to the snapshot stage, reconciles to the
 	// reconciler, topicJobs to the topic administrator.
@@ -167,7 +168,7 @@ type inbox struct {
 func newInbox() *inbox {
 	return &inbox{
 		events:     make(chan event, 64),
-		acks:       make(chan sink.Ack),
+		acks:       make(chan ack),
 		stopped:    make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		requests:   make(chan snapshot.Request),
@@ -387,9 +388,9 @@ func (o *owner) outbound(out *outbound) {
 }
 
 // served handles an ack in the loop.
-func (o *owner) served(a sink.Ack) {
+func (o *owner) served(a ack) {
 	o.ack(a)
-	if a.Kind == sink.AckCommitted {
+	if a.kind == ackCommitted {
 		o.publishView()
 	}
 	o.confirm()
@@ -457,13 +458,13 @@ func (o *owner) handle(ev event) {
 }
 
 // ack handles a report of the sink.
-func (o *owner) ack(a sink.Ack) {
-	switch a.Kind {
-	case sink.AckProduced:
-		a.Reply <- o.carry(a.Units)
-	case sink.AckDurable:
-		a.Reply <- o.durable(a.Units, a.Offsets)
-	case sink.AckCommitted:
+func (o *owner) ack(a ack) {
+	switch a.kind {
+	case ackProduced:
+		a.reply <- o.carry(a.units)
+	case ackDurable:
+		a.reply <- o.durable(a.units, a.offsets)
+	case ackCommitted:
 		o.committed()
 	}
 }

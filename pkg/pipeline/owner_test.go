@@ -300,17 +300,17 @@ func (statesReader) isEvent()        {}
 func (r statesReader) read(o *owner) { r.reply <- o.states() }
 
 // ask sends an ack as the sink does and returns the records of the reply.
-func (l *loop) ask(a sink.Ack) []change.Record {
+func (l *loop) ask(a ack) []change.Record {
 	l.t.Helper()
 	l.start()
-	a.Reply = make(chan []change.Record, 1)
+	a.reply = make(chan []change.Record, 1)
 	select {
 	case l.o.acks <- a:
 	case <-time.After(10 * time.Second):
 		l.t.Fatal("the owner does not take acks")
 	}
 	select {
-	case r := <-a.Reply:
+	case r := <-a.reply:
 		return r
 	case <-time.After(10 * time.Second):
 		l.t.Fatal("the owner does not answer")
@@ -320,12 +320,12 @@ func (l *loop) ask(a sink.Ack) []change.Record {
 
 // Carry, Durable and Committed are the sink's reports of one batch.
 func (l *loop) Carry(units []*change.Unit) []change.Record {
-	return l.ask(sink.Ack{Kind: sink.AckProduced, Units: units})
+	return l.ask(ack{kind: ackProduced, units: units})
 }
 
-func (l *loop) Durable(units []*change.Unit, offsets sink.Offsets) []change.Record {
+func (l *loop) Durable(units []*change.Unit, offsets change.Offsets) []change.Record {
 	l.t.Helper()
-	out := l.ask(sink.Ack{Kind: sink.AckDurable, Units: units, Offsets: offsets})
+	out := l.ask(ack{kind: ackDurable, units: units, offsets: offsets})
 	l.checkRecords(out)
 	return out
 }
@@ -347,7 +347,7 @@ func (l *loop) checkRecords(recs []change.Record) {
 
 func (l *loop) Committed() {
 	l.start()
-	l.o.acks <- sink.Ack{Kind: sink.AckCommitted}
+	l.o.acks <- ack{kind: ackCommitted}
 	l.sync()
 }
 

@@ -37,12 +37,17 @@ func (o *owner) copyDurable(e change.ExportID) bool {
 
 // reconciler serves the owner's reconcile jobs on its own goroutine and reports each outcome
 // as an event: evReconciled, or evFailed for an export that cannot be reconciled.
+// keyScanner reads the keys a topic holds (sink.Sink.ScanKeys): what a reconcile deletes.
+type keyScanner interface {
+	ScanKeys(ctx context.Context, topic string, from, cut, atLeast map[int32]int64, truncate change.Header) (sink.TopicKeys, error)
+}
+
 type reconciler struct {
 	cfg     Config
 	log     *slog.Logger
 	connect func(context.Context) (*pgcat.Conn, error)
 	codec   codec.Config
-	sink    *sink.Sink
+	sink    keyScanner
 	in      *inbox
 }
 

@@ -37,6 +37,7 @@ type stages struct {
 
 	in      *inbox
 	o       *owner
+	sink    kafkaSink
 	repl    *replication.Stage
 	snap    *snapshot.Stage
 	chunker *snapshot.Chunker
@@ -49,7 +50,7 @@ type stages struct {
 
 // build makes every stage and channel of a life from the start-up plan pl.
 func build(cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt int, pl *plan) (*stages, error) {
-	s := &stages{cfg: cfg, pl: pl, life: life, attempt: attempt, in: newInbox(),
+	s := &stages{cfg: cfg, pl: pl, life: life, attempt: attempt, in: newInbox(), sink: pl.sk,
 		units: make(chan *change.Unit, unitBuffer), bulk: make(chan *change.Unit, bulkBuffer), merged: make(chan *change.Unit, 2)}
 	log := cfg.Logger
 	pgConnect := func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) }
@@ -66,9 +67,9 @@ func build(cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt in
 	}
 	s.poll = newPoller(cfg, pgConnect, s.in, log)
 	s.poll.toast = &life.toast
-	s.recon = &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: pl.codec, sink: pl.sk, in: s.in}
+	s.recon = &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: pl.codec, sink: s.sink, in: s.in}
 	s.o = newOwner(cfg, pl.tracker, log.With("stage", "pipeline"), s.in,
-		targets{repl: s.repl, chunks: s.chunker, topics: pl.sk, facts: s.repl.Facts()})
+		targets{repl: s.repl, chunks: s.chunker, topics: s.sink, facts: s.repl.Facts()})
 	s.o.startLSN = pl.slot.Confirmed
 	s.o.origin = originOf(pl.timeline)
 	if cp := pl.checkpoint; cp != nil && cp.Partial != nil {
@@ -120,7 +121,7 @@ func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
 	sk := &sinkRun{err: make(chan error, 1), done: make(chan struct{}), cancel: sinkCancel}
 	go func() {
 		defer close(sk.done)
-		sk.err <- pl.sk.Run(sinkCtx, s.merged, s.in.acks)
+		sk.err <- s.sink.Run(sinkCtx, s.merged, ackPort{s.in})
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -141,13 +142,28 @@ func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
 	g.Go(func() error { return s.poll.run(gctx) })
 	g.Go(func() error { return s.recon.run(gctx, s.in.reconciles, s.units) })
 	g.Go(func() error { return s.chunker.Run(gctx) })
-	s.life.owner.Store(&running{owner: s.o, streaming: s.repl.Streaming, kafkaWaiting: pl.sk.Waiting})
+	s.life.owner.Store(&running{owner: s.o, streaming: s.repl.Streaming, kafkaWaiting: s.sink.Waiting})
 	defer s.life.owner.Store(nil)
 	s.life.ran.Store(true)
 	log.Info("pipeline running", "attempt", s.attempt, "exports", len(pl.published), "resumed", len(pl.resume),
-		"watermark_mode", string(pl.tracker.Mode()), "delivery", string(pl.sk.Delivery()), "snapshot_strategy", string(s.cfg.SnapshotStrategy.OrDefault()))
+		"watermark_mode", string(pl.tracker.Mode()), "delivery", string(s.sink.Delivery()), "snapshot_strategy", string(s.cfg.SnapshotStrategy.OrDefault()))
 	return s.stop(ctx, g.Wait(), sk, stopAt)
 }
+
+// kafkaSink is what a life's stages need of Kafka once start-up is done: the sink's loop, the
+// topics the owner has made, the reconciler's scan of a topic's keys, and how long a batch has
+// waited. Start-up's plan holds the *sink.Sink (it initialises it and reads the watermark
+// topic); the stages hold only this.
+type kafkaSink interface {
+	topicControl
+	keyScanner
+	Run(ctx context.Context, in <-chan *change.Unit, acks sink.Acker) error
+	Waiting() time.Duration
+	Delivery() sink.Delivery
+	Close()
+}
+
+var _ kafkaSink = (*sink.Sink)(nil)
 
 // sinkRun is the sink's goroutine: its outcome, its end, and whether it stopped first.
 type sinkRun struct {
@@ -190,7 +206,7 @@ func (s *stages) stop(ctx context.Context, err error, sk *sinkRun, stopAt *atomi
 		cancel()
 	}
 	if sk.abandoned {
-		s.pl.sk.Close()
+		s.sink.Close()
 		<-sk.err
 	}
 	if ctx.Err() != nil {

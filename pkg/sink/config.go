@@ -79,7 +79,7 @@ type Config struct {
 	MaxBulkBatchBytes int
 	// Linger is the longest a batch stays open collecting units. Default 100ms.
 	Linger time.Duration
-	// Tick is how often an AckDurable without units goes while no unit arrives. Default 200ms.
+	// Tick is how often a Durable call (Acker) without units goes while no unit arrives. Default 200ms.
 	Tick time.Duration
 	// TransactionTimeout is the Kafka transaction timeout (exactly-once). Default 60s.
 	TransactionTimeout time.Duration

@@ -4,19 +4,19 @@
 //
 // Inputs: *change.Unit values from a channel (Run), in the order the pipeline wants them
 // published. Outputs: Kafka records, one per change.Record (a record with Partition
-// AllPartitions becomes one copy per partition of its topic), and Ack values on a channel to the
-// owner of the watermark records (the pipeline's owner goroutine), which says which units are
-// durable and replies with the records that cover them, as data. The sink calls nothing back:
-// it waits only for the reply of an AckProduced or AckDurable. Once a unit is durable the sink
+// AllPartitions becomes one copy per partition of its topic), and calls of the Acker it is
+// given, the owner of the watermark records (in the pipeline, its owner goroutine), which say
+// which units are durable and return the records that cover them, as data. The sink calls nothing back:
+// it waits only for the answer of Acker.Produced or Acker.Durable. Once a unit is durable the sink
 // returns its Claim to the budget of the stage that made it.
 //
 // Run gathers units into batches: a batch opens with the first unit after an idle spell and
 // stays open for at most Config.Linger or until it holds Config.MaxBatchBytes. Records are
 // produced as the units arrive; when the batch closes the producer is flushed, every record's
-// outcome is checked, and an AckDurable carries the batch's units in order together with
+// outcome is checked, and Acker.Durable gets the batch's units in order together with
 // the next offset of every partition produced to so far. The records of its reply are produced
-// in the same batch, flushed, and then an AckCommitted follows. While no unit arrives, an
-// AckDurable without units goes every Config.Tick, so heartbeats flow.
+// in the same batch, flushed, and then Acker.Committed follows. While no unit arrives, an
+// Acker.Durable without units is called every Config.Tick, so heartbeats flow.
 //
 // Guarantees:
 //   - The producer is idempotent with acks=all; per partition, records land in the order the

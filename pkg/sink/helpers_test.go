@@ -190,14 +190,14 @@ type fakeProgress struct {
 
 type durableCall struct {
 	units   []*change.Unit
-	offsets Offsets
+	offsets change.Offsets
 }
 
 func newFakeProgress(respond func(int, []*change.Unit) []change.Record) *fakeProgress {
 	return &fakeProgress{respond: respond, signal: make(chan struct{}, 1)}
 }
 
-func (p *fakeProgress) Durable(units []*change.Unit, offsets Offsets) []change.Record {
+func (p *fakeProgress) Durable(units []*change.Unit, offsets change.Offsets) []change.Record {
 	p.mu.Lock()
 	p.events = append(p.events, "D")
 	p.durable = append(p.durable, durableCall{units: slices.Clone(units), offsets: offsets})
@@ -221,17 +221,17 @@ func (p *fakeProgress) Committed() {
 	}
 }
 
-// serve answers the sink's acks as the pipeline's owner does, until ctx ends, and returns the
-// channel to give Run.
-func (p *fakeProgress) serve(ctx context.Context) chan<- Ack {
+// serve answers the sink's acks as the pipeline's owner does (on its own goroutine, which the
+// sink waits for), until ctx ends, and returns the Acker to give Run.
+func (p *fakeProgress) serve(ctx context.Context) Acker {
 	acks, _ := p.serveUntil(ctx)
 	return acks
 }
 
 // serveUntil is serve, and also returns a channel closed once the server stopped after ctx
 // ended: every ack it took is handled then.
-func (p *fakeProgress) serveUntil(ctx context.Context) (chan<- Ack, <-chan struct{}) {
-	acks := make(chan Ack)
+func (p *fakeProgress) serveUntil(ctx context.Context) (Acker, <-chan struct{}) {
+	acks := make(chanAcker)
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -240,18 +240,57 @@ func (p *fakeProgress) serveUntil(ctx context.Context) (chan<- Ack, <-chan struc
 			case <-ctx.Done():
 				return
 			case a := <-acks:
-				switch a.Kind {
-				case AckProduced:
-					a.Reply <- p.Carry(a.Units)
-				case AckDurable:
-					a.Reply <- p.Durable(a.Units, a.Offsets)
-				case AckCommitted:
+				switch a.kind {
+				case 'P':
+					a.reply <- p.Carry(a.units)
+				case 'D':
+					a.reply <- p.Durable(a.units, a.offsets)
+				case 'C':
 					p.Committed()
+					a.reply <- nil
 				}
 			}
 		}
 	}()
 	return acks, stopped
+}
+
+// chanAcker hands each call to the goroutine that serves the channel, and waits for its reply.
+type chanAcker chan testAck
+
+type testAck struct {
+	kind    byte // 'P'roduced, 'D'urable, 'C'ommitted
+	units   []*change.Unit
+	offsets change.Offsets
+	reply   chan []change.Record
+}
+
+func (c chanAcker) ask(ctx context.Context, a testAck) ([]change.Record, error) {
+	a.reply = make(chan []change.Record, 1)
+	select {
+	case c <- a:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case recs := <-a.reply:
+		return recs, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c chanAcker) Produced(ctx context.Context, units []*change.Unit) ([]change.Record, error) {
+	return c.ask(ctx, testAck{kind: 'P', units: units})
+}
+
+func (c chanAcker) Durable(ctx context.Context, units []*change.Unit, offsets change.Offsets) ([]change.Record, error) {
+	return c.ask(ctx, testAck{kind: 'D', units: units, offsets: offsets})
+}
+
+func (c chanAcker) Committed(ctx context.Context) error {
+	_, err := c.ask(ctx, testAck{kind: 'C'})
+	return err
 }
 
 func (p *fakeProgress) calls() ([]string, []durableCall) {

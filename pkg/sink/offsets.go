@@ -1,32 +1,19 @@
 package sink
 
-import "sync"
+import (
+	"sync"
 
-// Offsets maps topic -> partition -> next offset: the last offset Kafka acknowledged + 1 (or,
-// before anything was produced, the end offset EnsureTopics found).
-type Offsets map[string]map[int32]int64
-
-// Clone returns a deep copy.
-func (o Offsets) Clone() Offsets {
-	c := make(Offsets, len(o))
-	for topic, parts := range o {
-		cp := make(map[int32]int64, len(parts))
-		for p, off := range parts {
-			cp[p] = off
-		}
-		c[topic] = cp
-	}
-	return c
-}
+	"github.com/tidemark/cdc/pkg/change"
+)
 
 // offsetTracker is written by produce promises and read by Run. Its methods only take a
 // short lock and never block on anything else.
 type offsetTracker struct {
 	mu   sync.Mutex
-	next Offsets
+	next change.Offsets
 }
 
-func newOffsetTracker() *offsetTracker { return &offsetTracker{next: Offsets{}} }
+func newOffsetTracker() *offsetTracker { return &offsetTracker{next: change.Offsets{}} }
 
 // advance records that Kafka holds offset off of topic/partition.
 func (t *offsetTracker) advance(topic string, partition int32, off int64) {
@@ -56,7 +43,7 @@ func (t *offsetTracker) raiseLocked(topic string, partition int32, next int64) {
 }
 
 // snapshot returns a copy of every topic's next offsets.
-func (t *offsetTracker) snapshot() Offsets {
+func (t *offsetTracker) snapshot() change.Offsets {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.next.Clone()

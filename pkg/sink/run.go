@@ -12,52 +12,25 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 )
 
-// AckKind says what an Ack reports.
-type AckKind uint8
-
-// What the sink reports about a batch, in this order: Produced (exactly-once only), Durable,
-// Committed. Every Durable is followed by exactly one Committed unless Run fails in between.
-const (
-	// AckProduced: the batch's units are produced and not flushed yet (exactly-once mode).
-	// Reply takes the records that must commit in the same transaction and need no offsets
-	// (a checkpoint); producing them with the units saves a round trip.
-	AckProduced AckKind = iota + 1
-	// AckDurable: every record of Units is acknowledged by Kafka (in exactly-once mode: while
-	// their transaction is still open, after Flush). Units may be empty (a tick with nothing
-	// new). Offsets are the next offsets per topic and partition (a copy the receiver may
-	// keep). Reply takes the records to produce in the same batch or transaction, typically
+// Acker is who the sink reports each batch to, and who says what else the batch writes (in the
+// pipeline, the owner of the watermark records). The sink calls it, so it is declared here; it
+// waits for each call, never for anything else. In this order per batch: Produced (exactly-once
+// only), Durable, Committed; every Durable is followed by exactly one Committed unless Run fails
+// in between. A call returns ctx's error when ctx ends first.
+type Acker interface {
+	// Produced: the batch's units are produced and not flushed yet (exactly-once mode). It
+	// returns the records that must commit in the same transaction and need no offsets (a
+	// checkpoint); producing them with the units saves a round trip.
+	Produced(ctx context.Context, units []*change.Unit) ([]change.Record, error)
+	// Durable: every record of units is acknowledged by Kafka (in exactly-once mode: while
+	// their transaction is still open, after Flush). units may be empty (a tick with nothing
+	// new). offsets are the next offsets per topic and partition (a copy the receiver may
+	// keep). It returns the records to produce in the same batch or transaction, typically
 	// watermarks; they may target any topic.
-	AckDurable
-	// AckCommitted: the records of the previous AckDurable's reply are durable too
-	// (acknowledged, or the transaction committed). It has no reply.
-	AckCommitted
-)
-
-// Ack is the sink's report of a batch to the owner of the watermark records (the pipeline's
-// lifecycle owner). It is data on a channel: the sink waits for the Reply of AckProduced and
-// AckDurable (the records to write), never for anything else.
-type Ack struct {
-	Kind    AckKind
-	Units   []*change.Unit
-	Offsets Offsets
-	// Reply (capacity 1) takes the records to produce; nil for AckCommitted.
-	Reply chan []change.Record
-}
-
-// ask sends an ack and waits for its reply.
-func ask(ctx context.Context, acks chan<- Ack, a Ack) ([]change.Record, error) {
-	a.Reply = make(chan []change.Record, 1)
-	select {
-	case acks <- a:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	select {
-	case recs := <-a.Reply:
-		return recs, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	Durable(ctx context.Context, units []*change.Unit, offsets change.Offsets) ([]change.Record, error)
+	// Committed: the records Durable returned are durable too (acknowledged, or the
+	// transaction committed).
+	Committed(ctx context.Context) error
 }
 
 // batch is the state of one batch (one transaction in exactly-once mode).
@@ -74,7 +47,7 @@ type batch struct {
 // Run consumes units until in is closed (it then finishes the open batch and returns nil) or
 // ctx ends (it returns ctx's error; in exactly-once mode the open transaction is aborted).
 // Any produce or transaction error ends Run with that error.
-func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack) error {
+func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks Acker) error {
 	tick := time.NewTicker(s.cfg.Tick)
 	defer tick.Stop()
 	linger := time.NewTimer(s.cfg.Linger)
@@ -117,7 +90,7 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks chan<- Ack)
 // the acknowledged units on acks, produces the records of the reply and makes it all durable.
 // With first nil it is a tick: only the reply's records are produced. It reports whether in
 // was closed.
-func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks chan<- Ack) (closed bool, err error) {
+func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks Acker) (closed bool, err error) {
 	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
 	s.inFlight.Store(b.start.UnixNano())
 	defer s.inFlight.Store(0)
@@ -143,7 +116,7 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 			return closed, err
 		}
 		if s.cfg.Delivery == ExactlyOnce {
-			recs, err := ask(ctx, acks, Ack{Kind: AckProduced, Units: b.units})
+			recs, err := acks.Produced(ctx, b.units)
 			if err != nil {
 				return closed, err
 			}
@@ -160,7 +133,7 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		}
 	}
 
-	recs, err := ask(ctx, acks, Ack{Kind: AckDurable, Units: b.units, Offsets: s.offsets.snapshot()})
+	recs, err := acks.Durable(ctx, b.units, s.offsets.snapshot())
 	if err != nil {
 		return closed, err
 	}
@@ -183,10 +156,8 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 	}
 	// Every record of the batch was flushed: their promises ran, and the slabs can be reused.
 	s.recycleSlabs()
-	select {
-	case acks <- Ack{Kind: AckCommitted}:
-	case <-ctx.Done():
-		return closed, ctx.Err()
+	if err := acks.Committed(ctx); err != nil {
+		return closed, err
 	}
 
 	if len(b.units) > 0 || b.records > 0 {
