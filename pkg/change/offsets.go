@@ -16,4 +16,3 @@ func (o Offsets) Clone() Offsets {
 	}
 	return c
 }
-
