@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark/cdc/internal/posture"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
+	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
@@ -34,7 +35,7 @@ const (
 type Source interface {
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
-	Failover() *pipeline.FailoverState
+	Failover() *monitor.FailoverState
 }
 
 // StatusBoard samples, every statusEvery, what the status page shows beyond /exports: the

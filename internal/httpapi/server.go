@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 )
@@ -103,7 +104,7 @@ type service interface {
 	resnapshotter
 	Ready() (bool, []string, []pipeline.ExportState)
 	Exports() []pipeline.ExportState
-	Failover() *pipeline.FailoverState
+	Failover() *monitor.FailoverState
 }
 
 func httpHandler(cfg Config, version string, p *pipeline.Pipeline, board *StatusBoard, log *slog.Logger) http.Handler {
@@ -147,9 +148,9 @@ func addServiceRoutes(mux *http.ServeMux, p service, token secret.Token, log *sl
 		// The standby's copy of a failover slot is reported, and does not make cdc unready:
 		// cdc streams either way; what it tells is whether a promotion now would keep the slot.
 		_ = json.NewEncoder(w).Encode(struct {
-			Ready    bool                    `json:"ready"`
-			Reasons  []string                `json:"reasons,omitempty"`
-			Failover *pipeline.FailoverState `json:"failover,omitempty"`
+			Ready    bool                   `json:"ready"`
+			Reasons  []string               `json:"reasons,omitempty"`
+			Failover *monitor.FailoverState `json:"failover,omitempty"`
 		}{ready, reasons, p.Failover()})
 	})
 	mux.HandleFunc("GET /exports", func(w http.ResponseWriter, r *http.Request) {

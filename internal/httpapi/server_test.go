@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 )
@@ -150,10 +151,10 @@ type fakeService struct {
 	reasons []string
 	exports []pipeline.ExportState
 	// failover: the standby's copy of the slot, as the pipeline sampled it.
-	failover *pipeline.FailoverState
+	failover *monitor.FailoverState
 }
 
-func (f fakeService) Failover() *pipeline.FailoverState { return f.failover }
+func (f fakeService) Failover() *monitor.FailoverState { return f.failover }
 
 func (f fakeService) Ready() (bool, []string, []pipeline.ExportState) {
 	var failed []pipeline.ExportState
@@ -341,7 +342,7 @@ func TestSlowHeaderClosed(t *testing.T) {
 // is not failover-ready does not make cdc unready.
 func TestReadyzFailover(t *testing.T) {
 	since := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
-	svc := fakeService{ready: true, failover: &pipeline.FailoverState{Standby: "127.0.0.1:5433", Condition: "temporary",
+	svc := fakeService{ready: true, failover: &monitor.FailoverState{Standby: "127.0.0.1:5433", Condition: "temporary",
 		Reason: "temporary (synchronisation held back)", Since: since, SampledAt: since.Add(12 * time.Second)}}
 	mux := http.NewServeMux()
 	addServiceRoutes(mux, svc, secret.NewToken(""), slog.New(slog.DiscardHandler))

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -65,7 +66,7 @@ type statusReport struct {
 	Slot     slotStatus `json:"slot"`
 	// Failover is the standby's copy of a failover slot (CDC_SLOT_FAILOVER with a standby among
 	// CDC_PG_URL's hosts): failover-ready or the condition that fails, and since when.
-	Failover *pipeline.FailoverState `json:"failover,omitempty"`
+	Failover *monitor.FailoverState `json:"failover,omitempty"`
 	// SampledAt is the last sample of lag, rates and connections, taken every SampleSeconds.
 	SampledAt     time.Time `json:"sampled_at,omitzero"`
 	SampleSeconds float64   `json:"sample_interval_seconds"`

@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
@@ -37,7 +38,7 @@ const (
 type Pipeline struct {
 	cfg   Config
 	life  *lifeRegistry
-	mon   *monitor
+	mon   *monitor.Monitor
 	lives prometheus.Counter
 }
 
@@ -46,7 +47,8 @@ func New(cfg Config) *Pipeline {
 	life := &lifeRegistry{base: prometheus.NewRegistry()}
 	life.base.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p := &Pipeline{cfg: cfg.withDefaults(), life: life}
-	p.mon = newMonitor(p)
+	p.mon = monitor.New(monitor.Config{PGURL: p.cfg.PGURL, Slot: p.cfg.Slot, Timeouts: p.cfg.timeouts(),
+		SlotFailover: p.cfg.SlotFailover, Logger: p.cfg.Logger}, monitorSource{p})
 	p.lives = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tidemark_pipeline_lives_total",
 		Help: "Lives of the pipeline started: 1, plus one per restart after an error (start-up included).",
@@ -58,7 +60,28 @@ func New(cfg Config) *Pipeline {
 // Monitor samples the server's WAL position and the slot for the metrics (lag in seconds, WAL
 // the slot retains) until ctx ends or stop is called, across lives: call it once, beside the
 // lives. stop returns when sampling ended.
-func (p *Pipeline) Monitor(ctx context.Context) (stop func()) { return p.mon.start(ctx) }
+func (p *Pipeline) Monitor(ctx context.Context) (stop func()) { return p.mon.Start(ctx) }
+
+// Failover returns the standby's copy of the failover slot as last sampled: nil without
+// CDC_SLOT_FAILOVER, with one host in CDC_PG_URL, or before the first sample.
+func (p *Pipeline) Failover() *monitor.FailoverState { return p.mon.Failover() }
+
+// monitorSource is what the monitor reads of the pipeline at scrape time.
+type monitorSource struct{ p *Pipeline }
+
+func (s monitorSource) Ready() bool {
+	ready, _, _ := s.p.Ready()
+	return ready
+}
+
+func (s monitorSource) Exports() []monitor.Export {
+	states := s.p.Exports()
+	out := make([]monitor.Export, len(states))
+	for i, e := range states {
+		out[i] = monitor.Export{Name: e.Export.String(), State: e.State, Phase: e.Phase, Watermark: e.Watermark}
+	}
+	return out
+}
 
 // Metrics gathers the process's metrics and those of the pipeline's current life.
 func (p *Pipeline) Metrics() prometheus.Gatherer { return p.life }

@@ -1,4 +1,4 @@
-package pipeline
+package monitor
 
 import (
 	"context"
@@ -69,12 +69,39 @@ type slotSample struct {
 	safe     *int64 // safe_wal_size
 }
 
-// monitor samples, on a connection of its own, the server's WAL position and the slot's WAL
+// Config is what the monitor samples: the server of URL, with timeouts, and the slot.
+type Config struct {
+	PGURL    string
+	Slot     string
+	Timeouts pgcat.Timeouts
+	// SlotFailover: the slot is a failover slot, whose copy on a standby among PGURL's hosts
+	// is watched (failover.go).
+	SlotFailover bool
+	Logger       *slog.Logger
+}
+
+// Export is what the monitor reports of one export beside the samples.
+type Export struct {
+	Name  string
+	State watermark.State
+	Phase string
+	// Watermark is the export's watermark, nil before its first.
+	Watermark *change.LSN
+}
+
+// Source is what the monitor reads of the pipeline at scrape time.
+type Source interface {
+	// Ready is what /readyz answers.
+	Ready() bool
+	Exports() []Export
+}
+
+// Monitor samples, on a connection of its own, the server's WAL position and the slot's WAL
 // retention, and reports them at scrape time beside the exports' states, readiness and
-// watermark lag. It runs for the whole of Pipeline.Run, across the pipeline's restarts: a slot
-// retaining WAL matters most while the pipeline cannot run.
-type monitor struct {
-	p       *Pipeline
+// watermark lag. It runs for the whole of the pipeline's run, across its restarts: a slot
+// retaining WAL matters most while the pipeline cannot run. It is a prometheus.Collector.
+type Monitor struct {
+	src     Source
 	slot    string
 	connect func(context.Context) (*pgcat.Conn, error)
 	log     *slog.Logger
@@ -88,20 +115,29 @@ type monitor struct {
 	last slotSample  // the latest sample (zero at: none yet)
 }
 
-func newMonitor(p *Pipeline) *monitor {
-	cfg := p.cfg
-	return &monitor{
-		p:        p,
+// New returns a monitor of cfg's server and slot, reporting src's exports; it samples once
+// Start is called.
+func New(cfg Config, src Source) *Monitor {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Monitor{
+		src:      src,
 		slot:     cfg.Slot,
-		connect:  func(ctx context.Context) (*pgcat.Conn, error) { return connect(ctx, cfg.PGURL, cfg.timeouts()) },
+		connect:  func(ctx context.Context) (*pgcat.Conn, error) { return pgcat.Connect(ctx, cfg.PGURL, cfg.Timeouts) },
 		log:      cfg.Logger.With("stage", "monitor"),
 		now:      time.Now,
 		failover: newFailoverWatch(cfg),
 	}
 }
 
-// start samples every monitorInterval until stop is called; stop returns when sampling ended.
-func (m *monitor) start(ctx context.Context) (stop func()) {
+// Failover returns the standby's copy of the failover slot as last sampled: nil without
+// SlotFailover, with one host in the URL, or before the first sample.
+func (m *Monitor) Failover() *FailoverState { return m.failover.current() }
+
+// Start samples every monitorInterval until stop is called or ctx ends; stop returns when
+// sampling ended.
+func (m *Monitor) Start(ctx context.Context) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -121,7 +157,7 @@ func (m *monitor) start(ctx context.Context) (stop func()) {
 	}
 }
 
-func (m *monitor) run(ctx context.Context) {
+func (m *Monitor) run(ctx context.Context) {
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	var conn *pgcat.Conn
@@ -156,7 +192,7 @@ func (m *monitor) run(ctx context.Context) {
 }
 
 // sample reads the server's WAL position and the slot, connecting first if *conn is nil.
-func (m *monitor) sample(ctx context.Context, conn **pgcat.Conn) error {
+func (m *Monitor) sample(ctx context.Context, conn **pgcat.Conn) error {
 	if *conn == nil {
 		c, err := m.connect(ctx)
 		if err != nil {
@@ -199,7 +235,7 @@ func (m *monitor) sample(ctx context.Context, conn **pgcat.Conn) error {
 }
 
 // record keeps a sample: the WAL position when it moved, and the slot's state.
-func (m *monitor) record(w walSample, s slotSample) {
+func (m *Monitor) record(w walSample, s slotSample) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := len(m.wal); n == 0 || w.lsn > m.wal[n-1].lsn {
@@ -222,17 +258,16 @@ func lagSeconds(wal []walSample, w change.LSN, now time.Time) float64 {
 	return max(0, now.Sub(wal[i].at).Seconds())
 }
 
-func (m *monitor) Describe(ch chan<- *prometheus.Desc) {
+func (m *Monitor) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{readyDesc, exportStateDesc, lagBytesDesc, lagSecondsDesc,
 		slotRetainedDesc, slotKeepDesc, slotSafeDesc, slotStatusDesc, failoverReadyDesc, failoverUnreadyDesc} {
 		ch <- d
 	}
 }
 
-func (m *monitor) Collect(ch chan<- prometheus.Metric) {
-	ready, _, _ := m.p.Ready()
-	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, boolValue(ready))
-	exports := m.p.Exports()
+func (m *Monitor) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(readyDesc, prometheus.GaugeValue, boolValue(m.src.Ready()))
+	exports := m.src.Exports()
 
 	now := m.now()
 	if m.failover != nil {
@@ -247,7 +282,7 @@ func (m *monitor) Collect(ch chan<- prometheus.Metric) {
 		m.collectSlot(ch, end)
 	}
 	for _, s := range exports {
-		ch <- prometheus.MustNewConstMetric(exportStateDesc, prometheus.GaugeValue, 1, s.Export.String(), string(s.State), s.Phase)
+		ch <- prometheus.MustNewConstMetric(exportStateDesc, prometheus.GaugeValue, 1, s.Name, string(s.State), s.Phase)
 		if !fresh || s.State != watermark.StateHydrated || s.Watermark == nil {
 			continue
 		}
@@ -256,14 +291,14 @@ func (m *monitor) Collect(ch chan<- prometheus.Metric) {
 		if end > w {
 			behind = float64(end - w)
 		}
-		ch <- prometheus.MustNewConstMetric(lagBytesDesc, prometheus.GaugeValue, behind, s.Export.String())
-		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, lagSeconds(m.wal, w, now), s.Export.String())
+		ch <- prometheus.MustNewConstMetric(lagBytesDesc, prometheus.GaugeValue, behind, s.Name)
+		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, lagSeconds(m.wal, w, now), s.Name)
 	}
 }
 
 // collectSlot reports the last slot sample, end being the WAL position sampled with it. Call
 // with m.mu held.
-func (m *monitor) collectSlot(ch chan<- prometheus.Metric, end change.LSN) {
+func (m *Monitor) collectSlot(ch chan<- prometheus.Metric, end change.LSN) {
 	s := m.last
 	if !s.exists {
 		return

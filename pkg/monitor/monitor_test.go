@@ -1,4 +1,4 @@
-package pipeline
+package monitor
 
 import (
 	"strings"
@@ -38,7 +38,7 @@ func TestLagSeconds(t *testing.T) {
 }
 
 func TestMonitorRecordKeepsMovesWithinHistory(t *testing.T) {
-	m := newMonitor(New(Config{Slot: "s"}))
+	m := New(Config{Slot: "s"}, notReady{})
 	t0 := time.Now()
 	for i := range walHistory + 10 {
 		at := t0.Add(time.Duration(i) * time.Second)
@@ -119,7 +119,7 @@ tidemark_ready 0
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := newMonitor(New(Config{Slot: "s"}))
+			m := New(Config{Slot: "s"}, notReady{})
 			m.now = func() time.Time { return t0.Add(tc.age) }
 			tc.slot.at = t0
 			m.record(walSample{at: t0, lsn: 0x2000}, tc.slot)
@@ -136,3 +136,9 @@ tidemark_ready 0
 		})
 	}
 }
+
+// notReady is a pipeline that is not ready and has no exports.
+type notReady struct{}
+
+func (notReady) Ready() bool       { return false }
+func (notReady) Exports() []Export { return nil }

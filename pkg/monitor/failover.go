@@ -1,4 +1,4 @@
-package pipeline
+package monitor
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/tidemark/cdc/pkg/replication"
 )
 
-// FailoverState is the standby's copy of the failover slot as the pipeline last sampled it
+// FailoverState is the standby's copy of the failover slot as the monitor last sampled it
 // (CDC_SLOT_FAILOVER, and a standby among CDC_PG_URL's hosts): whether it is failover-ready in
 // PostgreSQL 17's terms (synced, not temporary, not invalidated), and if not, the condition that
 // fails and since when the samples saw it fail.
@@ -76,7 +76,7 @@ func (w *failoverWatch) run(ctx context.Context) {
 		var err error
 		if conn == nil {
 			cctx, cancel := context.WithTimeout(ctx, monitorInterval)
-			conn, err = pgcat.ConnectStandby(cctx, w.cfg.PGURL, w.cfg.timeouts().ConnectOnly())
+			conn, err = pgcat.ConnectStandby(cctx, w.cfg.PGURL, w.cfg.Timeouts.ConnectOnly())
 			cancel()
 			if errors.Is(err, pgcat.ErrOneHost) {
 				return // nothing to watch: the docs say what to verify on the standby
@@ -184,6 +184,3 @@ func (w *failoverWatch) collect(ch chan<- prometheus.Metric, now time.Time) {
 	}
 }
 
-// Failover returns the standby's copy of the failover slot as last sampled: nil without
-// CDC_SLOT_FAILOVER, with one host in CDC_PG_URL, or before the first sample.
-func (p *Pipeline) Failover() *FailoverState { return p.mon.failover.current() }
