@@ -183,4 +183,3 @@ func (w *failoverWatch) collect(ch chan<- prometheus.Metric, now time.Time) {
 		ch <- prometheus.MustNewConstMetric(failoverUnreadyDesc, prometheus.GaugeValue, now.Sub(s.Since).Seconds(), w.cfg.Slot, s.Condition)
 	}
 }
-
