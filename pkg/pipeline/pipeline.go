@@ -273,7 +273,7 @@ type lifeRegistry struct {
 	// owner is the current life's owner while its stages run (the control endpoints).
 	owner atomic.Pointer[running]
 	// toast warns once per process about tables whose updates may omit unchanged values.
-	toast toastWarnings
+	toast pgcat.ToastWarnings
 	// ran is set once a life has started its stages: from then on a failure is not a start-up
 	// problem, however soon it comes.
 	ran atomic.Bool

@@ -22,7 +22,7 @@ type poller struct {
 	in      *inbox
 	log     *slog.Logger
 	// toast, when set, warns about newly published tables whose updates may omit values.
-	toast *toastWarnings
+	toast *pgcat.ToastWarnings
 }
 
 func newPoller(cfg Config, connect func(context.Context) (*pgcat.Conn, error), in *inbox, log *slog.Logger) *poller {
@@ -73,7 +73,7 @@ func (p *poller) poll(ctx context.Context) error {
 		return fmt.Errorf("poll publication: %w", err)
 	}
 	if p.toast != nil {
-		p.toast.check(ctx, p.conn, p.cfg, published, p.log)
+		p.toast.Check(ctx, p.conn, p.cfg.Publication, p.cfg.UnchangedToast, p.cfg.UnchangedPlaceholder, published, p.log)
 	}
 	leaves, err := pgcat.PartitionLeaves(ctx, p.conn, p.cfg.Publication)
 	if err != nil {

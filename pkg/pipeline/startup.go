@@ -31,10 +31,10 @@ func runOnce(ctx context.Context, cfg Config, life *lifeRegistry, attempt int) e
 		return err
 	}
 	defer pl.close()
-	if pl.src.standby && pl.src.primary == nil && cfg.SnapshotStrategy.OrDefault() == snapshot.StrategyChunked {
+	if pl.src.Standby && pl.src.Primary == nil && cfg.SnapshotStrategy.OrDefault() == snapshot.StrategyChunked {
 		// The chunked strategy writes its markers into the WAL; a standby cannot.
 		cfg.Logger.Info("tables are copied with the copy strategy: CDC_PG_URL names a standby, and the chunked strategy writes its markers on the primary (CDC_PG_PRIMARY_URL is not set)",
-			"stage", "pipeline", "doc", standbyDoc)
+			"stage", "pipeline", "doc", replication.StandbyDoc)
 		cfg.SnapshotStrategy = snapshot.StrategyCopy
 	}
 	s, err := build(cfg, life, reg, attempt, pl)
@@ -54,7 +54,7 @@ type plan struct {
 	tracker    *watermark.Tracker
 	checkpoint *watermark.Checkpoint
 	slot       replication.SlotInfo
-	src        source
+	src        replication.Source
 	timeline   replication.Timeline
 	resume     map[change.ExportID]change.LSN
 	codec      codec.Config
@@ -64,7 +64,7 @@ type plan struct {
 }
 
 func (pl *plan) close() {
-	pl.src.close()
+	pl.src.Close()
 	if pl.sk != nil {
 		pl.sk.Close()
 	}
@@ -142,7 +142,12 @@ func (pl *plan) openServer(ctx context.Context, cfg Config) (string, error) {
 			return "", err
 		}
 	}
-	if pl.src, err = checkSource(ctx, cfg, conn, cfg.Logger.With("stage", "pipeline")); err != nil {
+	pl.src, err = replication.OpenSource(ctx, conn, replication.SourceConfig{PrimaryURL: cfg.PrimaryURL,
+		SlotFailover: cfg.SlotFailover, Timeouts: cfg.timeouts(), Logger: cfg.Logger.With("stage", "pipeline")})
+	if errors.Is(err, replication.ErrSetup) || errors.Is(err, pgcat.ErrConfig) {
+		return "", fatal(err)
+	}
+	if err != nil {
 		return "", err
 	}
 	var database string
@@ -169,7 +174,7 @@ func (pl *plan) openSink(ctx context.Context, cfg Config, life *lifeRegistry, da
 
 // readPublication makes sure the publication is there and reads the tables it publishes.
 func (pl *plan) readPublication(ctx context.Context, cfg Config) error {
-	if err := ensurePublication(ctx, cfg, pl.conn, pl.src); err != nil {
+	if err := pl.src.EnsurePublication(ctx, pl.conn, cfg.Publication, cfg.Tables); err != nil {
 		return err
 	}
 	published, err := pgcat.PublishedTables(ctx, pl.conn, cfg.Publication)
@@ -218,8 +223,8 @@ func (pl *plan) restore(ctx context.Context, cfg Config) error {
 	pl.timeline = timeline
 	wmRead := watermark.NewTopicReader()
 	var primary pgcat.Querier
-	if pl.src.primary != nil {
-		primary = pl.src.primary
+	if pl.src.Primary != nil {
+		primary = pl.src.Primary
 	}
 	guard := newRestoreGuard(pl.conn, primary)
 	if err := guard.start(ctx, wmRead); err != nil {
@@ -267,7 +272,7 @@ func (pl *plan) ensureSlot(ctx context.Context, cfg Config) error {
 	}
 	pl.slot = slot
 	if !slot.Exists {
-		if err := createSlot(ctx, cfg, pl.src, log.With("stage", "pipeline")); err != nil {
+		if err := pl.src.CreateSlot(ctx, cfg.PGURL, cfg.Slot, cfg.SlotFailover, cfg.timeouts(), log.With("stage", "pipeline")); err != nil {
 			return err
 		}
 		if pl.slot, err = replication.ReadSlot(ctx, pl.conn, cfg.Slot); err != nil {
@@ -355,6 +360,20 @@ func checkPromotion(cfg Config, slot replication.SlotInfo, tl replication.Timeli
 	if kafka > slot.Confirmed {
 		cfg.Logger.Warn("failover: this server was promoted and its replication slot is behind what Kafka holds; the stream replays from the slot and skips what Kafka holds, nothing is copied again",
 			"slot", cfg.Slot, "timeline", tl.ID, "promoted_at", tl.SwitchPoint.String(), "slot_lsn", slot.Confirmed.String(), "kafka_lsn", kafka.String(), "export", ahead.String())
+	}
+	return nil
+}
+
+// checkChunkedOnStandby refuses to go on with a chunked copy that an earlier life began when
+// nothing can write its markers now.
+func checkChunkedOnStandby(src replication.Source, tracker *watermark.Tracker, resume map[change.ExportID]change.LSN) error {
+	if !src.Standby || src.Primary != nil {
+		return nil
+	}
+	for e := range resume {
+		if _, _, chunked := tracker.Chunked(e); chunked {
+			return fatal(pgcat.SetupError(fmt.Errorf("export %s has a chunked copy in progress, which writes its markers on the primary, and CDC_PG_URL names a standby without CDC_PG_PRIMARY_URL: set CDC_PG_PRIMARY_URL, or point CDC_PG_URL at the primary, until the copy is done (%s)", e, replication.StandbyDoc)))
+		}
 	}
 	return nil
 }

@@ -96,10 +96,10 @@ func (s *stages) snapshotConfig(reg prometheus.Registerer) snapshot.Config {
 	c.Publication, c.ConnString, c.SlotPrefix = s.cfg.Publication, s.cfg.PGURL, s.cfg.Slot
 	c.Codec, c.BatchBytes, c.Limiter = s.pl.codec, snapshotBatchBytes, snapshot.NewLimiter(s.cfg.SnapshotMaxRowsPerSecond)
 	c.Timeouts, c.Logger, c.Registerer = s.cfg.timeouts(), s.cfg.Logger, reg
-	if s.pl.src.standby {
+	if s.pl.src.Standby {
 		// Copies read on the standby; what they must write goes to the primary.
 		c.Standby = true
-		if s.pl.src.primary != nil {
+		if s.pl.src.Primary != nil {
 			c.PrimaryConnString = s.cfg.PrimaryURL
 		}
 	}
@@ -213,7 +213,7 @@ func (s *stages) stop(ctx context.Context, err error, sk *sinkRun, stopAt *atomi
 		return nil
 	}
 	if errors.Is(err, sink.ErrFenced) {
-		if h, held := otherHolder(ctx, s.cfg, s.repl.BackendPID()); held {
+		if h, held := replication.OtherHolder(ctx, s.cfg.PGURL, s.cfg.Slot, s.repl.BackendPID(), s.cfg.timeouts()); held {
 			return fatal(fmt.Errorf("%w; this instance stops: another instance took over slot %q (%s)", err, s.cfg.Slot, h))
 		}
 	}

