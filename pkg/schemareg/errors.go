@@ -73,10 +73,13 @@ func (c *Client) explain(err error) error {
 		hostErr   x509.HostnameError
 		recordErr tls.RecordHeaderError
 	)
-	if re, ok := errors.AsType[*sr.ResponseError](err); ok &&
-		(re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("%w (HTTP %d): check CDC_SCHEMA_REGISTRY_USERNAME and CDC_SCHEMA_REGISTRY_PASSWORD, and the user's rights: %w",
-			ErrUnauthorized, re.StatusCode, err)
+	if re, ok := errors.AsType[*sr.ResponseError](err); ok {
+		if re.StatusCode == http.StatusUnauthorized || re.StatusCode == http.StatusForbidden {
+			return fmt.Errorf("%w (HTTP %d): check CDC_SCHEMA_REGISTRY_USERNAME and CDC_SCHEMA_REGISTRY_PASSWORD, and the user's rights: %w",
+				ErrUnauthorized, re.StatusCode, err)
+		}
+		// The request's URL carries no credentials (Config refuses user info).
+		return fmt.Errorf("HTTP %d to %s %s: %w", re.StatusCode, re.Method, re.URL, err)
 	}
 	switch {
 	case errors.As(err, &unknownCA):
