@@ -66,6 +66,9 @@
 #   TIDEMARK_REGISTRY_VERSION         Apicurio Registry version [3.3.3]
 #   TIDEMARK_REGISTRY_HEAP            its JVM flags [-Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
 #   TIDEMARK_REGISTRY_START_TIMEOUT   seconds to wait for it to listen [90]
+#   TIDEMARK_REGISTRY_TLS_CERT        with TIDEMARK_REGISTRY_TLS_KEY (PEM files): the registry serves
+#                                     HTTPS only, with this certificate, on its port [plain HTTP]
+#   TIDEMARK_REGISTRY_TLS_KEY         the certificate's private key
 #   TIDEMARK_JAVA21_HOME              a Java of 21 or later for the registry [found as java21 says]
 #   TIDEMARK_JVM_DIR                  folder of installed Java homes that java21 searches [/usr/lib/jvm]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
@@ -91,6 +94,10 @@ REGISTRY_VERSION="${TIDEMARK_REGISTRY_VERSION:-3.3.3}"
 REGISTRY_HOME="$CACHE/apicurio-registry-$REGISTRY_VERSION"
 REGISTRY_HEAP="${TIDEMARK_REGISTRY_HEAP:--Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 REGISTRY_START_TIMEOUT="${TIDEMARK_REGISTRY_START_TIMEOUT:-90}"
+REGISTRY_TLS_CERT="${TIDEMARK_REGISTRY_TLS_CERT:-}"
+REGISTRY_TLS_KEY="${TIDEMARK_REGISTRY_TLS_KEY:-}"
+REGISTRY_SCHEME=http
+[ -z "$REGISTRY_TLS_CERT" ] || REGISTRY_SCHEME=https
 JVM_DIR="${TIDEMARK_JVM_DIR:-/usr/lib/jvm}"
 PG_VERSION="${TIDEMARK_PG_VERSION:-15}"
 
@@ -623,7 +630,7 @@ kafka_down() {
 # Apicurio Registry
 
 print_registry_env() {
-	printf "export CDC_TEST_SCHEMA_REGISTRY_URL='http://127.0.0.1:%s/apis/ccompat/v7'\n" "$REGISTRY_PORT"
+	printf "export CDC_TEST_SCHEMA_REGISTRY_URL='%s://127.0.0.1:%s/apis/ccompat/v7'\n" "$REGISTRY_SCHEME" "$REGISTRY_PORT"
 }
 
 registry_pid() {
@@ -645,20 +652,30 @@ registry_up() {
 	fi
 	local home
 	home="$(java21_home)" || exit 1
+	# HTTP on the port, or with a certificate HTTPS only (the plain port is then not opened).
+	local listen=(-Dquarkus.http.port="$REGISTRY_PORT")
+	if [ -n "$REGISTRY_TLS_CERT$REGISTRY_TLS_KEY" ]; then
+		[ -r "$REGISTRY_TLS_CERT" ] && [ -r "$REGISTRY_TLS_KEY" ] ||
+			die "TIDEMARK_REGISTRY_TLS_CERT and TIDEMARK_REGISTRY_TLS_KEY must both name readable PEM files"
+		listen=(-Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$REGISTRY_PORT"
+			-Dquarkus.http.ssl.certificate.files="$REGISTRY_TLS_CERT"
+			-Dquarkus.http.ssl.certificate.key-files="$REGISTRY_TLS_KEY"
+			-Dquarkus.http.insecure-requests=disabled)
+	fi
 	mkdir -p "$REGISTRY_DIR"
 	: >"$REGISTRY_LOG"
-	log "starting Apicurio Registry $REGISTRY_VERSION on 127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
+	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
 	# setsid: its own session, as Kafka's; the subshell's cd keeps anything it writes in its folder.
 	# shellcheck disable=SC2086
 	(cd "$REGISTRY_DIR" && exec setsid nohup "$home/bin/java" $REGISTRY_HEAP \
-		-Dquarkus.http.host=127.0.0.1 -Dquarkus.http.port="$REGISTRY_PORT" \
+		-Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port=0 \
 		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
 		-jar "$REGISTRY_HOME/quarkus-run.jar" >"$REGISTRY_LOG" 2>&1 </dev/null) &
 	local pid=$!
 	echo "$pid" >"$REGISTRY_PID"
 	local waited=0
-	while ! grep -q "Listening on: http://127.0.0.1:$REGISTRY_PORT" "$REGISTRY_LOG" 2>/dev/null; do
+	while ! grep -q "Listening on: $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT" "$REGISTRY_LOG" 2>/dev/null; do
 		if ! kill -0 "$pid" 2>/dev/null; then
 			registry_fail "Apicurio Registry exited during start-up"
 		fi

@@ -62,7 +62,7 @@ func acquireRegistry() (string, *testsvc.Registry, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 	defer cancel()
-	reg, err := testsvc.StartRegistry(ctx, testsvc.Options{StatePrefix: "tidemark-testenv-registry-"})
+	reg, err := testsvc.StartRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-testenv-registry-"})
 	if err != nil {
 		return "", nil, err
 	}
@@ -106,16 +106,24 @@ type RegistryServer struct {
 	reg *testsvc.Registry
 }
 
+// RegistryOptions tunes StartRegistry.
+type RegistryOptions struct {
+	// TLSCert and TLSKey (PEM files, NewTestCA's Issue makes them), when set, make the registry
+	// serve HTTPS only, with this certificate; URL is then https://.
+	TLSCert, TLSKey string
+}
+
 // StartRegistry starts a private registry for t, skipping or failing as Registry does when it
 // cannot.
-func StartRegistry(t testing.TB) *RegistryServer {
+func StartRegistry(t testing.TB, opts RegistryOptions) *RegistryServer {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("testenv: integration test skipped in -short mode")
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
-	reg, err := testsvc.StartRegistry(ctx, testsvc.Options{StatePrefix: "tidemark-private-registry-"})
+	reg, err := testsvc.StartRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-private-registry-",
+		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey})
 	cancel()
 	if err != nil {
 		registryUnavailable(t, err)

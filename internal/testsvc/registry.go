@@ -23,15 +23,24 @@ const RegistryAPI = "/apis/ccompat/v7"
 type Registry struct {
 	State string
 	Port  int
+	TLS   bool // HTTPS (RegistryOptions.TLSCert)
 
 	script string
 	env    []string
 }
 
-// StartRegistry starts a registry and returns once it listens. Of opts, State and StatePrefix
-// apply. A watchdog of services.sh stops it, and removes its state, when this process dies
-// without calling Stop.
-func StartRegistry(ctx context.Context, opts Options) (*Registry, error) {
+// RegistryOptions tunes StartRegistry.
+type RegistryOptions struct {
+	// State and StatePrefix are Options'.
+	State, StatePrefix string
+	// TLSCert and TLSKey (PEM files), when set, make the registry serve HTTPS only, with this
+	// certificate.
+	TLSCert, TLSKey string
+}
+
+// StartRegistry starts a registry and returns once it listens. A watchdog of services.sh stops
+// it, and removes its state, when this process dies without calling Stop.
+func StartRegistry(ctx context.Context, opts RegistryOptions) (*Registry, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
@@ -47,15 +56,17 @@ func StartRegistry(ctx context.Context, opts Options) (*Registry, error) {
 	if opts.StatePrefix == "" {
 		opts.StatePrefix = "tidemark-registry-"
 	}
-	state, temporary, err := stateFolder(opts)
+	state, temporary, err := stateFolder(Options{State: opts.State, StatePrefix: opts.StatePrefix})
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{State: state, Port: ports[0], script: script}
+	r := &Registry{State: state, Port: ports[0], TLS: opts.TLSCert != "", script: script}
 	r.env = append(os.Environ(),
 		"TIDEMARK_STATE="+state,
 		"TIDEMARK_REGISTRY_PORT="+strconv.Itoa(ports[0]),
 		"TIDEMARK_WATCH_PID="+strconv.Itoa(os.Getpid()),
+		"TIDEMARK_REGISTRY_TLS_CERT="+opts.TLSCert,
+		"TIDEMARK_REGISTRY_TLS_KEY="+opts.TLSKey,
 	)
 	if out, err := r.Run(ctx, "registry-up"); err != nil {
 		if temporary {
@@ -71,7 +82,11 @@ func StartRegistry(ctx context.Context, opts Options) (*Registry, error) {
 
 // URL is the base URL of the registry's Confluent-compatible API.
 func (r *Registry) URL() string {
-	return "http://127.0.0.1:" + strconv.Itoa(r.Port) + RegistryAPI
+	scheme := "http"
+	if r.TLS {
+		scheme = "https"
+	}
+	return scheme + "://127.0.0.1:" + strconv.Itoa(r.Port) + RegistryAPI
 }
 
 // Run runs `scripts/services.sh sub` (registry-up, registry-down, clean) for this registry and

@@ -2,9 +2,16 @@ package schemareg
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -258,5 +265,72 @@ func TestCompatibility(t *testing.T) {
 	}
 	if level, err := c.Compatibility(t.Context(), "t-value"); err != nil || level != sr.CompatNone {
 		t.Errorf("Compatibility(t-value) = %v, %v; want the subject's NONE", level, err)
+	}
+}
+
+// TestMutualTLS serves the fake registry behind a server that requires a client certificate
+// from the test's CA.
+func TestMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+		Subject: pkix.Name{CommonName: "tidemark"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, caCert, &clientKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	for file, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: clientDER}, keyFile: {Type: "PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+	srv := httptest.NewUnstartedServer(srfake.NewRegistry().Handler())
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool}
+	srv.StartTLS()
+	defer srv.Close()
+	serverCA := filepath.Join(dir, "server-ca.pem")
+	if err := os.WriteFile(serverCA, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	c := newClient(t, Config{URL: srv.URL, CAFile: serverCA, CertFile: certFile, KeyFile: keyFile})
+	if _, err := c.Register(t.Context(), "t-value", sr.TypeAvro, schemaV1); err != nil {
+		t.Fatalf("Register with the client certificate: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_, err = newClient(t, Config{URL: srv.URL, CAFile: serverCA}).Register(ctx, "t-value", sr.TypeAvro, schemaV1)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Register without a client certificate = %v, want a refusal at once", err)
+	}
+	if !strings.Contains(err.Error(), "CDC_SCHEMA_REGISTRY_TLS_CERT_FILE") {
+		t.Errorf("error %q does not name CDC_SCHEMA_REGISTRY_TLS_CERT_FILE", err)
+	}
+	if _, err := New(Config{URL: srv.URL, CertFile: certFile, KeyFile: filepath.Join(dir, "missing.pem")}); err == nil ||
+		!strings.Contains(err.Error(), "missing.pem") {
+		t.Errorf("New with a missing key file = %v, want an error naming it", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/twmb/franz-go/pkg/sr"
@@ -62,7 +63,15 @@ func tlsFailure(err error) bool {
 		alertError tls.AlertError
 	)
 	return errors.As(err, &unknownCA) || errors.As(err, &hostErr) || errors.As(err, &invalid) ||
-		errors.As(err, &recordErr) || errors.As(err, &verifyErr) || errors.As(err, &alertError)
+		errors.As(err, &recordErr) || errors.As(err, &verifyErr) || errors.As(err, &alertError) ||
+		tlsAlert(err) || errors.Is(err, http.ErrSchemeMismatch)
+}
+
+// tlsAlert reports whether the server ended the TLS handshake with an alert (crypto/tls returns
+// it as a *net.OpError of Op "remote error"): it refused the client's certificate, or its lack.
+func tlsAlert(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "remote error"
 }
 
 // explain turns the usual configuration mistakes into a sentence that says what to fix; other
@@ -86,8 +95,10 @@ func (c *Client) explain(err error) error {
 		return fmt.Errorf("the schema registry's TLS certificate is signed by an authority not in CDC_SCHEMA_REGISTRY_TLS_CA_FILE or the system's roots: set CDC_SCHEMA_REGISTRY_TLS_CA_FILE to the CA that signed it (%w)", err)
 	case errors.As(err, &hostErr):
 		return fmt.Errorf("the schema registry's TLS certificate is not valid for %q: set CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME to a name it is valid for, or use that name in CDC_SCHEMA_REGISTRY_URL (%w)", hostErr.Host, err)
-	case errors.As(err, &recordErr):
+	case errors.As(err, &recordErr) || errors.Is(err, http.ErrSchemeMismatch):
 		return fmt.Errorf("the schema registry does not speak TLS there: use its http:// URL, or its TLS port, in CDC_SCHEMA_REGISTRY_URL (%w)", err)
+	case tlsAlert(err):
+		return fmt.Errorf("the schema registry refused the TLS handshake, most often for want of a client certificate it trusts: set CDC_SCHEMA_REGISTRY_TLS_CERT_FILE and CDC_SCHEMA_REGISTRY_TLS_KEY_FILE to one (%w)", err)
 	}
 	return err
 }

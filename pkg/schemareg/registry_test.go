@@ -22,7 +22,8 @@ func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // subject is a subject name of the test's own on the shared registry.
 func subject(t testing.TB) string {
-	return fmt.Sprintf("%s-%d-value", strings.ToLower(t.Name()), time.Now().UnixNano())
+	name := strings.NewReplacer("/", "-", " ", "-", "'", "").Replace(strings.ToLower(t.Name()))
+	return fmt.Sprintf("%s-%d-value", name, time.Now().UnixNano())
 }
 
 // setLevel sets subject's compatibility level through the registry's API.
@@ -104,7 +105,7 @@ func TestApicurioRegisterLookupCompatibility(t *testing.T) {
 // TestApicurioRestart stops a registry of the test's own while a registration waits on it: the
 // client retries until the registry is back, then gets an id.
 func TestApicurioRestart(t *testing.T) {
-	reg := testenv.StartRegistry(t)
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{})
 	logRSS(t, reg, "after start")
 	c := newClient(t, Config{URL: reg.URL(), RetryMin: 100 * time.Millisecond, RetryMax: time.Second,
 		RequestTimeout: 5 * time.Second})
@@ -174,5 +175,57 @@ func logRSS(t testing.TB, reg *testenv.RegistryServer, when string) {
 		if strings.HasPrefix(line, "VmRSS:") {
 			t.Logf("registry RSS %s: %s", when, strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")))
 		}
+	}
+}
+
+// TestApicurioTLS runs a registry that serves HTTPS only, with a certificate for "localhost"
+// from a CA of the test's own, and checks the verification rules: the CA file and the server
+// name make it work; without either the client refuses at once, naming the variable to set; and
+// https:// to the shared registry's plain port is named as such.
+func TestApicurioTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testenv.NewTestCA(dir, "registry-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, key, err := ca.Issue(dir, "registry", []string{"localhost"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := testenv.StartRegistry(t, testenv.RegistryOptions{TLSCert: cert, TLSKey: key})
+	if !strings.HasPrefix(reg.URL(), "https://127.0.0.1:") {
+		t.Fatalf("URL = %s, want https://127.0.0.1:...", reg.URL())
+	}
+
+	c := newClient(t, Config{URL: reg.URL(), CAFile: ca.File, ServerName: "localhost"})
+	id, err := c.Register(t.Context(), subject(t), sr.TypeAvro, schemaV1)
+	if err != nil {
+		t.Fatalf("Register over TLS: %v", err)
+	}
+	if _, err := c.Schema(t.Context(), id); err != nil {
+		t.Fatalf("Schema(%d) over TLS: %v", id, err)
+	}
+
+	plain := testenv.Registry(t)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"no CA file", Config{URL: reg.URL(), ServerName: "localhost"}, "CDC_SCHEMA_REGISTRY_TLS_CA_FILE"},
+		{"certificate not for the URL's host", Config{URL: reg.URL(), CAFile: ca.File}, "CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME"},
+		{"https to a plain port", Config{URL: strings.Replace(plain, "http://", "https://", 1)}, "does not speak TLS"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer cancel()
+			_, err := newClient(t, tt.cfg).Register(ctx, subject(t), sr.TypeAvro, schemaV1)
+			if err == nil || errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Register = %v, want a refusal at once", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not say %q", err, tt.want)
+			}
+		})
 	}
 }

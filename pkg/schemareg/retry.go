@@ -12,18 +12,26 @@ import (
 // backing off exponentially with jitter between attempts. Each attempt's outcome updates Status.
 func (c *Client) retry(ctx context.Context, fn func(context.Context) error) error {
 	wait := c.retryMin
+	var last error // the last failure that was not the context's end
+	ended := func(attempts int) error {
+		if last == nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("schema registry unreachable after %d attempts: %w; last failure: %w", attempts, context.Cause(ctx), last)
+	}
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
 		if ctx.Err() != nil {
-			if err == nil || errors.Is(err, ctx.Err()) {
-				return context.Cause(ctx)
+			if err != nil && !errors.Is(err, ctx.Err()) {
+				last = err
 			}
-			return fmt.Errorf("%w; last attempt: %w", context.Cause(ctx), err)
+			return ended(attempt)
 		}
 		if err == nil || !transient(err) {
 			c.answered()
 			return err
 		}
+		last = err
 		c.failed(err)
 		// Half to all of wait: clients that lost the registry together do not return together.
 		sleep := wait/2 + rand.N(wait/2+1)
@@ -33,7 +41,7 @@ func (c *Client) retry(ctx context.Context, fn func(context.Context) error) erro
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("schema registry unreachable after %d attempts: %w; last attempt: %w", attempt, context.Cause(ctx), err)
+			return ended(attempt)
 		case <-t.C:
 		}
 		wait = min(wait*2, c.retryMax)
