@@ -12,7 +12,7 @@ VERSION  ?= $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Packages whose concurrency the race detector checks in test-unit (their dependencies are cheap
 # to build with -race; the whole tree with -race costs minutes on a cold cache). `make test-race`
 # runs every unit package with -race.
-RACE_PKGS = ./pkg/change/ ./pkg/codec/ ./pkg/replication/ ./pkg/watermark/ ./pkg/pipeline/ ./pkg/consumer/ ./pkg/sink/
+RACE_PKGS = ./pkg/change/ ./pkg/codec/ ./pkg/replication/ ./pkg/watermark/ ./pkg/pipeline/ ./pkg/consumer/ ./pkg/sink/ ./pkg/schemareg/
 UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # JVM flags of the Kafka broker that benchmarks start: kafka-server-start.sh's defaults (1 GiB
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
