@@ -643,7 +643,7 @@ registry_pid() {
 # registry_up starts the registry: Quarkus's HTTP server on 127.0.0.1 only, its management
 # interface (health, metrics) on a free port of 127.0.0.1 (by default 0.0.0.0:9000, where two
 # registries would collide; it cannot be turned off at run time), storage in an in-memory H2
-# database. Ready when Quarkus logs that it listens: it opens the port once
+# database, Vert.x's file cache in the state folder (not the shared /tmp/vertx-cache). Ready when Quarkus logs that it listens: it opens the port once
 # the storage is initialised.
 registry_up() {
 	if registry_pid >/dev/null; then
@@ -671,6 +671,7 @@ registry_up() {
 		-Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port=0 \
 		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
+		-Dvertx.cacheDirBase="$REGISTRY_DIR/vertx-cache" \
 		-jar "$REGISTRY_HOME/quarkus-run.jar" >"$REGISTRY_LOG" 2>&1 </dev/null) &
 	local pid=$!
 	echo "$pid" >"$REGISTRY_PID"

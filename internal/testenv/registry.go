@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -62,13 +63,30 @@ func acquireRegistry() (string, *testsvc.Registry, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 	defer cancel()
-	reg, err := testsvc.StartRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-testenv-registry-"})
+	reg, err := startRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-testenv-registry-"})
 	if err != nil {
 		return "", nil, err
 	}
 	fmt.Fprintf(os.Stderr, "testenv: schema registry (Apicurio, %s, state %s) ready in %s\n",
 		reg.URL(), reg.State, time.Since(start).Round(100*time.Millisecond))
 	return reg.URL(), reg, nil
+}
+
+// startRegistry is testsvc.StartRegistry, tried localAttempts times: the port picked as free
+// can be taken before the registry binds it.
+func startRegistry(ctx context.Context, opts testsvc.RegistryOptions) (*testsvc.Registry, error) {
+	var errs []error
+	for range localAttempts {
+		reg, err := testsvc.StartRegistry(ctx, opts)
+		if err == nil {
+			return reg, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
 }
 
 // release stops a registry that acquireRegistry started; the caller holds current.mu.
@@ -122,7 +140,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *RegistryServer {
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
-	reg, err := testsvc.StartRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-private-registry-",
+	reg, err := startRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-private-registry-",
 		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey})
 	cancel()
 	if err != nil {
