@@ -60,7 +60,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := cmp(cfg.RequestTimeout, DefaultRequestTimeout)
+	timeout := orDefault(cfg.RequestTimeout, DefaultRequestTimeout)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = tlsCfg
 	opts := []sr.ClientOpt{
@@ -81,14 +81,14 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{
 		sr: cl, url: cfg.URL, log: log,
-		retryMin: cmp(cfg.RetryMin, DefaultRetryMin), retryMax: cmp(cfg.RetryMax, DefaultRetryMax),
+		retryMin: orDefault(cfg.RetryMin, DefaultRetryMin), retryMax: orDefault(cfg.RetryMax, DefaultRetryMax),
 		ids: make(map[schemaKey]ID), schemas: make(map[ID]sr.Schema),
 	}
 	c.retryMax = max(c.retryMax, c.retryMin)
 	return c, nil
 }
 
-func cmp(d, def time.Duration) time.Duration {
+func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
 	}
@@ -160,11 +160,14 @@ func (c *Client) Schema(ctx context.Context, id ID) (sr.Schema, error) {
 // cdc check asks it once.
 func (c *Client) Compatibility(ctx context.Context, subject string) (sr.CompatibilityLevel, error) {
 	res := c.sr.Compatibility(sr.WithParams(ctx, sr.DefaultToGlobal), subject)[0]
-	if res.Err != nil {
+	if _, refused := errors.AsType[*sr.ResponseError](res.Err); res.Err == nil || refused {
+		c.answered()
+	} else {
 		c.failed(res.Err)
+	}
+	if res.Err != nil {
 		return 0, fmt.Errorf("compatibility level of %s: %w", subjectName(subject), c.explain(res.Err))
 	}
-	c.answered()
 	return res.Level, nil
 }
 

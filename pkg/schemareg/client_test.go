@@ -141,6 +141,9 @@ func TestIncompatibleIsTypedAndNotRetried(t *testing.T) {
 	if got := posts.Load(); got != 1 {
 		t.Errorf("registry saw %d registrations, want 1 (a refusal is not retried)", got)
 	}
+	if st := c.Status(); !st.Reachable() {
+		t.Errorf("Status after a refusal = %+v, want reachable: the registry answered", st)
+	}
 }
 
 func TestTransientFailuresAreRetried(t *testing.T) {
@@ -247,6 +250,9 @@ func TestTLSVerifiesAgainstCAFile(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "CDC_SCHEMA_REGISTRY_TLS_CA_FILE") {
 		t.Errorf("error %q does not name CDC_SCHEMA_REGISTRY_TLS_CA_FILE", err)
+	}
+	if st := untrusted.Status(); st.Reachable() || st.Attempts != 1 {
+		t.Errorf("Status after a refused certificate = %+v, want one failure", st)
 	}
 }
 

@@ -22,8 +22,9 @@
 //     naming the subject, the level and the fix; it is not retried.
 //   - A registry that cannot be reached, or answers 5xx, 408 or 429, is retried with
 //     exponential backoff until it answers or the caller's context ends; the error then wraps
-//     both the context's error and the last failure. Status says whether the last request
-//     failed, since when, and why, for /readyz and the status page.
+//     both the context's error and the last failure. Status says whether the last request got
+//     an answer (a refusal is one; a connection or a certificate that failed is not), since when
+//     it has not, and why, for /readyz and the status page.
 //   - Other refusals (401/403, a malformed schema, a certificate that does not verify) are
 //     returned at once: retrying cannot fix them. ErrUnauthorized marks bad credentials.
 package schemareg

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // retry calls fn until it succeeds, fails with an error that is not transient, or ctx ends,
@@ -21,14 +23,23 @@ func (c *Client) retry(ctx context.Context, fn func(context.Context) error) erro
 	}
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
+		if err == nil {
+			c.answered()
+			return nil
+		}
 		if ctx.Err() != nil {
-			if err != nil && !errors.Is(err, ctx.Err()) {
+			if !errors.Is(err, ctx.Err()) {
 				last = err
 			}
 			return ended(attempt)
 		}
-		if err == nil || !transient(err) {
-			c.answered()
+		if !transient(err) {
+			// A refusal is an answer; a certificate that does not verify is not.
+			if _, ok := errors.AsType[*sr.ResponseError](err); ok {
+				c.answered()
+			} else {
+				c.failed(err)
+			}
 			return err
 		}
 		last = err
