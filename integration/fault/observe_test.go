@@ -97,6 +97,27 @@ func (r *wmRecorder) stop() {
 	<-r.done
 }
 
+// drain stops the recorder once it has read everything cdc committed: call it after cdc
+// stopped. It waits until no record arrived for a second and a half (at most 20 s), so that the
+// last transaction cdc committed on its way out, which the slot's last confirmation may cover,
+// is among the entries.
+func (r *wmRecorder) drain() {
+	deadline := time.Now().Add(20 * time.Second)
+	n, quiet := -1, time.Now()
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		m := len(r.entries)
+		r.mu.Unlock()
+		if m != n {
+			n, quiet = m, time.Now()
+		} else if time.Since(quiet) >= 1500*time.Millisecond {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.stop()
+}
+
 // watermarkOf returns the export's latest watermark and whether it has one.
 func (r *wmRecorder) watermarkOf(e change.ExportID) (change.LSN, bool) {
 	r.mu.Lock()
