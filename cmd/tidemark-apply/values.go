@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tidemark/cdc/pkg/codec"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 )
 
 // Values reach PostgreSQL as text parameters of the target column's type ($n::<type>, sent in
@@ -246,9 +246,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 			return dst, fmt.Errorf("read date: %w", err)
 		}
 		switch d {
-		case codec.DatePosInfinity:
+		case connectjson.DatePosInfinity:
 			return append(dst, "infinity"...), nil
-		case codec.DateNegInfinity:
+		case connectjson.DateNegInfinity:
 			return append(dst, "-infinity"...), nil
 		}
 		return appendDate(dst, d, nil), nil
@@ -262,9 +262,9 @@ func appendConnect(dst []byte, raw json.RawMessage, f *connectField) ([]byte, er
 			unit = 1000
 		}
 		switch v {
-		case codec.TimestampPosInfinity / unit:
+		case connectjson.TimestampPosInfinity / unit:
 			return append(dst, "infinity"...), nil
-		case codec.TimestampNegInfinity / unit:
+		case connectjson.TimestampNegInfinity / unit:
 			return append(dst, "-infinity"...), nil
 		}
 		if v > math.MaxInt64/unit || v < math.MinInt64/unit {
@@ -392,7 +392,7 @@ func appendDecimal(dst []byte, b64 string, scale int) ([]byte, error) {
 // appendDate appends the proleptic Gregorian date of days since 1970-01-01 (with clock, if
 // any, after a space), years before 1 as PostgreSQL writes them: "0044-03-15 BC".
 func appendDate(dst []byte, days int64, clock []byte) []byte {
-	y, m, d := codec.CivilFromDays(days)
+	y, m, d := connectjson.CivilFromDays(days)
 	bc := y <= 0
 	if bc {
 		y = 1 - y
