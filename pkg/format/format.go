@@ -19,7 +19,53 @@ type Format interface {
 	// NewEncoder returns the encoder of t's records. t has at least one column, and its
 	// column names are unique and not empty.
 	NewEncoder(cfg Config, t *change.Table) (TableEncoder, error)
+	// Decoder returns the format's decoder, which reads what its encoders write.
+	Decoder() Decoder
 }
+
+// Decoder reads the records of one format. It keeps no state: one serves every goroutine.
+type Decoder interface {
+	// Recognizes reports, cheaply and without reading the whole value, whether value looks like
+	// a record value of this format (a consumer may read topics written in any format).
+	Recognizes(value []byte) bool
+	// Decode reads a record's value and key into r. The slices of r refer to value and key (no
+	// copy). A value that is not a change envelope of the format is an error wrapping
+	// ErrEnvelope.
+	Decode(r *Record, key, value []byte) error
+	// Key returns the key columns of a key this format wrote as a JSON object (json-with-schema:
+	// the key's payload), nil for nil; a slice of key when the format writes JSON.
+	Key(key []byte) []byte
+}
+
+// Record is a change record read back: the envelope of a change, with the row images and the
+// key as JSON objects whose values are written as the format writes them.
+type Record struct {
+	Op change.Op
+	// Before and After are the envelope's images (nil when null).
+	Before, After []byte
+	// Key is the key columns as a JSON object ({} for a truncate, nil for a keyless table).
+	Key []byte
+	// Schema is the format's description of the value's types (json-with-schema: the Connect
+	// schema), nil when the format has none in the record.
+	Schema []byte
+	Source RecordSource
+}
+
+// RecordSource is the envelope's source block as a consumer orders and groups by it.
+type RecordSource struct {
+	LSN      change.LSN
+	TxID     uint32
+	Sequence int64
+	TsMs     int64
+	Attempt  int
+	Snapshot bool // source.snapshot, or op r
+	DB       string
+	Schema   string
+	Table    string
+}
+
+// ErrEnvelope is wrapped by the error of a record that is not a change envelope of its format.
+var ErrEnvelope = errors.New("not a tidemark change envelope")
 
 // TableEncoder writes the key and value of one table's records. The envelope layer (pkg/codec)
 // decides which records a change becomes, with which op, key and headers; a TableEncoder only

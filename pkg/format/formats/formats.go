@@ -35,3 +35,24 @@ func Names() []string {
 	}
 	return names
 }
+
+// decoders are the decoders of All, in its order.
+var decoders = func() []format.Decoder {
+	d := make([]format.Decoder, len(All))
+	for i, f := range All {
+		d[i] = f.Decoder()
+	}
+	return d
+}()
+
+// Decoder returns the decoder of the first format in All that recognizes value, else the
+// default format's (whose error then says what the value lacks). A consumer reads a topic of
+// any format with it.
+func Decoder(value []byte) format.Decoder {
+	for _, d := range decoders {
+		if d.Recognizes(value) {
+			return d
+		}
+	}
+	return decoders[0]
+}

@@ -1,0 +1,30 @@
+package json
+
+import (
+	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
+	"github.com/tidemark/cdc/pkg/format/jsonscan"
+)
+
+// Decoder reads plain JSON records. Its zero value is ready to use.
+type Decoder struct{}
+
+// Decoder returns the format's decoder.
+func (Format) Decoder() format.Decoder { return Decoder{} }
+
+// Recognizes reports whether value is an object whose first field is "before", as the encoder
+// writes it.
+func (Decoder) Recognizes(value []byte) bool { return jsonscan.FirstFieldIs(value, "before") }
+
+// Decode reads the envelope value; the key is the key columns' object itself.
+func (Decoder) Decode(r *format.Record, key, value []byte) error {
+	*r = format.Record{}
+	if err := pgjson.DecodeEnvelope(r, value); err != nil {
+		return err
+	}
+	r.Key = key
+	return nil
+}
+
+// Key returns key: the key columns' object itself.
+func (Decoder) Key(key []byte) []byte { return key }
