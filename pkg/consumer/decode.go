@@ -28,7 +28,7 @@ func decodeChange(ch *Change, rec *format.Record, e change.ExportID, topic strin
 	if err := dec.Decode(rec, key, value); err != nil {
 		return fmt.Errorf("%s[%d] offset %d: %w", topic, partition, offset, err)
 	}
-	ch.Op, ch.Key, ch.Before, ch.After, ch.Schema = rec.Op, rec.Key, rec.Before, rec.After, rec.Schema
+	ch.Op, ch.Key, ch.Before, ch.After, ch.Schema, ch.Decoder = rec.Op, rec.Key, rec.Before, rec.After, rec.Schema, dec
 	s := &rec.Source
 	ch.Source = Source{LSN: s.LSN, TxID: s.TxID, Sequence: s.Sequence, Snapshot: s.Snapshot, Attempt: s.Attempt,
 		DB: s.DB, Schema: s.Schema, Table: s.Table, TsMs: s.TsMs}

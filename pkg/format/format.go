@@ -35,7 +35,46 @@ type Decoder interface {
 	// Key returns the key columns of a key this format wrote as a JSON object (json-with-schema:
 	// the key's payload), nil for nil; a slice of key when the format writes JSON.
 	Key(key []byte) []byte
+	// Schema parses a Record's Schema: the record's own description of its row's columns. It
+	// returns nil and no error when b is empty (the format's records carry none: json).
+	Schema(b []byte) (Schema, error)
+	// AppendText appends the PostgreSQL text of raw, one column's value in a Record's Key,
+	// Before or After, read as a value of col: for columns the record's Schema does not
+	// describe. ok is false for SQL NULL (nothing appended).
+	AppendText(dst, raw []byte, col *Column) (_ []byte, ok bool, err error)
 }
+
+// Schema is a record's description of its row's columns, as the format writes it.
+type Schema interface {
+	// Field returns the column called name, or nil when the schema has none.
+	Field(name string) Field
+	// Fields returns the columns in the row's order.
+	Fields() []Field
+}
+
+// Field is one column of a Schema.
+type Field interface {
+	// Name is the column's name.
+	Name() string
+	// PGType is the PostgreSQL type a column created for the field gets.
+	PGType() (string, error)
+	// AppendText appends the PostgreSQL text of raw, the field's value in a Record's Key,
+	// Before or After; ok is false for SQL NULL (nothing appended).
+	AppendText(dst, raw []byte) (_ []byte, ok bool, err error)
+}
+
+// Column is what a decoder needs to know of the PostgreSQL column a value without a Schema is
+// read into: plain JSON carries no types, so the target's type decides.
+type Column struct {
+	IsBytea bool    // bytea (or a domain over it)
+	IsJSON  bool    // json or jsonb
+	Elem    *Column // the element type of an array column, nil for others
+}
+
+// ErrBeyondPostgres is wrapped when a value read back is beyond what PostgreSQL can hold (a
+// decimal past numeric's digits, an array of more dimensions than PostgreSQL's limit, a
+// timestamp past int64 microseconds): no retry can apply it.
+var ErrBeyondPostgres = errors.New("beyond PostgreSQL's limits")
 
 // Record is a change record read back: the envelope of a change, with the row images and the
 // key as JSON objects whose values are written as the format writes them.

@@ -1,6 +1,8 @@
 package connectjson
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 
 	"github.com/tidemark/cdc/pkg/format"
@@ -65,3 +67,64 @@ func payloadOf(b []byte) []byte {
 }
 
 func envelopeError(msg string) error { return fmt.Errorf("%w: %s", format.ErrEnvelope, msg) }
+
+// Schema parses a value's Connect schema: the fields of its after struct (else before's).
+func (Decoder) Schema(b []byte) (format.Schema, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var env field
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("read schema: %w", err)
+	}
+	var s *schema
+	for _, f := range env.Fields {
+		if f.Field == "after" || f.Field == "before" && s == nil {
+			s = &schema{byName: make(map[string]*field, len(f.Fields))}
+			s.cols = make([]format.Field, len(f.Fields))
+			for i := range f.Fields {
+				s.byName[f.Fields[i].Field] = &f.Fields[i]
+				s.cols[i] = readField{&f.Fields[i]}
+			}
+		}
+	}
+	if s == nil {
+		return nil, nil
+	}
+	return s, nil
+}
+
+// AppendText reads a value the schema does not describe as plain JSON does.
+func (Decoder) AppendText(dst, raw []byte, col *format.Column) ([]byte, bool, error) {
+	return pgjson.AppendText(dst, raw, col)
+}
+
+// schema is a value's row fields.
+type schema struct {
+	byName map[string]*field
+	cols   []format.Field
+}
+
+func (s *schema) Field(name string) format.Field {
+	if f := s.byName[name]; f != nil {
+		return readField{f}
+	}
+	return nil
+}
+
+func (s *schema) Fields() []format.Field { return s.cols }
+
+// readField is a row field of a schema as a format.Field.
+type readField struct{ f *field }
+
+func (c readField) Name() string            { return c.f.Field }
+func (c readField) PGType() (string, error) { return pgTypeOf(c.f) }
+
+func (c readField) AppendText(dst, raw []byte) ([]byte, bool, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return dst, false, nil
+	}
+	dst, err := appendConnect(dst, raw, c.f)
+	return dst, err == nil, err
+}

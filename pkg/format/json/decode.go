@@ -28,3 +28,13 @@ func (Decoder) Decode(r *format.Record, key, value []byte) error {
 
 // Key returns key: the key columns' object itself.
 func (Decoder) Key(key []byte) []byte { return key }
+
+// Schema returns nil: plain JSON records carry no schema.
+func (Decoder) Schema([]byte) (format.Schema, error) { return nil, nil }
+
+// AppendText appends the PostgreSQL text of a column's JSON value read as col's type: bytea
+// from base64, arrays from JSON arrays, json and jsonb as the embedded JSON, strings unquoted,
+// numbers and booleans as written.
+func (Decoder) AppendText(dst, raw []byte, col *format.Column) ([]byte, bool, error) {
+	return pgjson.AppendText(dst, raw, col)
+}
