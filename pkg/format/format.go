@@ -42,6 +42,9 @@ type Decoder interface {
 	// Before or After, read as a value of col: for columns the record's Schema does not
 	// describe. ok is false for SQL NULL (nothing appended).
 	AppendText(dst, raw []byte, col *Column) (_ []byte, ok bool, err error)
+	// AppendJSON appends a record's key or value as JSON for people to read (tidemark-tail):
+	// the bytes themselves in the JSON formats; b when the format cannot read it.
+	AppendJSON(dst, b []byte) []byte
 }
 
 // Schema is a record's description of its row's columns, as the format writes it.

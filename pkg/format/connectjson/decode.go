@@ -128,3 +128,6 @@ func (c readField) AppendText(dst, raw []byte) ([]byte, bool, error) {
 	dst, err := appendConnect(dst, raw, c.f)
 	return dst, err == nil, err
 }
+
+// AppendJSON appends b: the records are JSON already.
+func (Decoder) AppendJSON(dst, b []byte) []byte { return append(dst, b...) }

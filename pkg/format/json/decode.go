@@ -38,3 +38,6 @@ func (Decoder) Schema([]byte) (format.Schema, error) { return nil, nil }
 func (Decoder) AppendText(dst, raw []byte, col *format.Column) ([]byte, bool, error) {
 	return pgjson.AppendText(dst, raw, col)
 }
+
+// AppendJSON appends b: the records are JSON already.
+func (Decoder) AppendJSON(dst, b []byte) []byte { return append(dst, b...) }
