@@ -113,3 +113,38 @@ func BenchmarkReadWithSchema(b *testing.B) {
 	recs := benchmarkRead(b, e)
 	b.ReportMetric(float64(len(recs[0].Value)), "value-bytes")
 }
+
+// BenchmarkUpdate encodes an update with its full old row (REPLICA IDENTITY FULL), key
+// unchanged: the old key is compared with the new one before the one record is written.
+func BenchmarkUpdate(b *testing.B) {
+	benchmarkUpdate(b, "1234567")
+}
+
+// BenchmarkUpdateKeyChange encodes an update that changes the key: a delete, its tombstone
+// and a create.
+func BenchmarkUpdateKeyChange(b *testing.B) {
+	benchmarkUpdate(b, "7654321")
+}
+
+func benchmarkUpdate(b *testing.B, newID string) {
+	e := benchEncoder(b)
+	before, err := SplitCopyText([]byte(benchLine), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	after := append([][]byte(nil), before...)
+	after[0] = []byte(newID)
+	after[3] = []byte("99.99")
+	src := Source{LSN: 0x1_0000_0000, Time: time.Now()}
+	recs := make([]change.Record, 0, 3)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		src.Seq++
+		if recs, err = e.Update(recs[:0], src, before, after, nil); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	reportRows(b, n)
+}

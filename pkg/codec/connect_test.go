@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/connectjson/connectcheck"
 )
 
@@ -294,7 +295,7 @@ func TestConnectDeleteKey(t *testing.T) {
 			t.Fatalf("before %v op %s", v.Payload.Before, v.Payload.Op)
 		}
 		for _, h := range del[0].Headers {
-			if h.Key == HeaderArrayDims {
+			if h.Key == connectjson.HeaderArrayDims {
 				t.Fatalf("stale %s header: %s", h.Key, h.Value)
 			}
 		}

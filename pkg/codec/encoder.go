@@ -11,7 +11,6 @@ import (
 	"github.com/tidemark/cdc/internal/slab"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
-	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/formats"
 )
 
@@ -24,11 +23,10 @@ const (
 	// HeaderUnchanged names, as a JSON array of column names, the columns of an update's after
 	// image whose values PostgreSQL did not send (unchanged TOAST without a full before-image).
 	HeaderUnchanged = "tidemark.unchanged"
-	// HeaderArrayDims (json-with-schema only) gives the shape of array values that are not one
-	// dimension starting at index 1, which the payload writes flattened:
-	// {"after":{"col":"[0:2]"},"before":{...}}.
-	HeaderArrayDims = connectjson.HeaderArrayDims
 )
+
+// A format may add a header of its own (json-with-schema: connectjson.HeaderArrayDims); the
+// record's tombstone carries it too.
 
 // Unchanged is what an encoder writes for a column whose value PostgreSQL did not send
 // (CDC_UNCHANGED_TOAST). The zero value is UnchangedOmit.
@@ -46,9 +44,6 @@ const (
 
 // DefaultPlaceholder is Debezium's unavailable.value.placeholder.
 const DefaultPlaceholder = "__debezium_unavailable_value"
-
-// Version is source.version in every envelope.
-const Version = "tidemark-1"
 
 // Config for encoders. The zero value is usable (empty prefix and database, no tombstones,
 // wall clock).
@@ -143,7 +138,6 @@ type Encoder struct {
 	// Reusable buffers.
 	ch      format.Change // the record being encoded
 	val     []byte        // a record too large for the arena's tail, under construction
-	key     []byte        // new key (updates)
 	oldKey  []byte        // old key (updates)
 	scratch []byte
 	merged  [][]byte        // after with unchanged columns resolved
@@ -243,8 +237,8 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 			return dst, err
 		}
 	}
-	if unchanged != nil && len(unchanged) != len(e.cols()) {
-		return dst, fmt.Errorf("encode update of %s: %w: %d unchanged flags for %d columns", e.table.Export, ErrRowShape, len(unchanged), len(e.cols()))
+	if unchanged != nil && len(unchanged) != len(e.table.Columns) {
+		return dst, fmt.Errorf("encode update of %s: %w: %d unchanged flags for %d columns", e.table.Export, ErrRowShape, len(unchanged), len(e.table.Columns))
 	}
 	resolved, unavail := e.resolve(before, after, unchanged)
 	if before == nil || len(e.keyIdx) == 0 {
@@ -262,8 +256,8 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	if err != nil {
 		return dst, err
 	}
-	if newKey := enc.Buf[enc.Value : enc.Value+enc.Key]; !bytes.Equal(e.oldKey, newKey) {
-		return e.keyChange(dst, src, before, resolved, unavail, newKey)
+	if !bytes.Equal(e.oldKey, enc.Buf[enc.Value:enc.Value+enc.Key]) {
+		return e.keyChange(dst, src, before, resolved, unavail) // the record is not kept
 	}
 	key, val, err := e.keep(enc, large)
 	if err != nil {
@@ -275,22 +269,24 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	}), nil
 }
 
-// keyChange appends the records of an update from the key in e.oldKey to newKey: a delete of
-// the old key, its tombstone when tombstones are on, and a create of the new key.
-func (e *Encoder) keyChange(dst []change.Record, src Source, before, resolved [][]byte, unavail []bool, newKey []byte) ([]change.Record, error) {
-	e.key = append(e.key[:0], newKey...) // newKey lies in the arena's tail, which the next record reuses
-	oldKey, newKey := e.own(e.oldKey), e.own(e.key)
-	lsn := e.lsnText(src.LSN)
-	unch := e.unchangedNames(unavail)
-	n := len(dst)
-	_, val, err := e.encodeKept(e.change(src, change.OpDelete, before, nil, nil))
+// keyChange appends the records of an update whose key changed: a delete of the old key, its
+// tombstone when tombstones are on, and a create of the new key, each naming both keys.
+func (e *Encoder) keyChange(dst []change.Record, src Source, before, resolved [][]byte, unavail []bool) ([]change.Record, error) {
+	oldKey, delVal, err := e.encodeKept(e.change(src, change.OpDelete, before, nil, nil))
 	if err != nil {
 		return dst, err
 	}
-	dst = e.appendDelete(dst, oldKey, val, lsn, oldKey, newKey)
-	if _, val, err = e.encodeKept(e.change(src, change.OpCreate, nil, resolved, unavail)); err != nil {
-		return dst[:n], err
+	delHdr := e.lastHdr
+	newKey, val, err := e.encodeKept(e.change(src, change.OpCreate, nil, resolved, unavail))
+	if err != nil {
+		return dst, err
 	}
+	createHdr := e.lastHdr
+	lsn := e.lsnText(src.LSN)
+	unch := e.unchangedNames(unavail)
+	e.lastHdr = delHdr
+	dst = e.appendDelete(dst, oldKey, delVal, lsn, oldKey, newKey)
+	e.lastHdr = createHdr
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: val,
 		Headers: e.headers(lsn, change.OpCreate, oldKey, newKey, unch),
@@ -412,8 +408,6 @@ func (e *Encoder) unchangedNames(unavail []bool) []byte {
 	e.scratch = b
 	return e.own(b)
 }
-
-func (e *Encoder) cols() []change.Column { return e.table.Columns }
 
 func (e *Encoder) checkRow(what string, row [][]byte) error {
 	if len(row) != len(e.table.Columns) {
