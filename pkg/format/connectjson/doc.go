@@ -14,7 +14,7 @@
 //     Key columns are required fields, all others optional: the stream cannot know NOT NULL (a
 //     Relation message does not carry it) and both stages must build identical schemas.
 //   - Types are described by nodes built from the column's type OID and typmod: built-in types
-//     statically (pgjson.scalarOf), everything else from a Types catalog (domains resolve to their base
+//     statically (scalarOf), everything else from a Types catalog (domains resolve to their base
 //     type with the domain's typmod, enums carry their labels, composites become structs). The
 //     catalog is shared by both stages and never refreshed while the process runs.
 //   - Values Connect cannot carry faithfully are refused with format.ErrNotRepresentable, which fails the

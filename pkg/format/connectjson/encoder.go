@@ -32,13 +32,13 @@ func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) e
 	if cfg.Types == nil || t == nil {
 		return nil
 	}
-	return cfg.Types.ResolveTable(ctx, t, pgjson.StaticType)
+	return cfg.Types.ResolveTable(ctx, t, staticType)
 }
 
 // column is the precomputed encoding state of one column.
 type column struct {
 	name []byte // `"name":`, JSON-escaped
-	node *pgjson.Node
+	node *node
 }
 
 // table is what an encoder of one table shares with its clones; it is never written after
@@ -60,7 +60,7 @@ type table struct {
 type encoder struct {
 	*table
 	spans   []int // value offsets in dst of the row encoded last, 2 per column (-1: left out)
-	conv    pgjson.Converter
+	conv    converter
 	dims    []byte // HeaderArrayDims of the record being encoded, or empty
 	dimsSec bool   // dims has an open section
 	section string // `"before"` or `"after"` while a row of the envelope is encoded
@@ -71,7 +71,7 @@ type encoder struct {
 func (Format) NewEncoder(cfg format.Config, t *change.Table) (format.TableEncoder, error) {
 	cols := make([]column, len(t.Columns))
 	for i, c := range t.Columns {
-		n, err := pgjson.BuildNode(cfg.Types, c.TypeOID, c.TypeMod, 0)
+		n, err := buildNode(cfg.Types, c.TypeOID, c.TypeMod, 0)
 		if err != nil {
 			return nil, fmt.Errorf("new encoder for %s: column %q: %w", t.Export, c.Name, err)
 		}
@@ -230,17 +230,17 @@ func (e *encoder) appendColumn(dst []byte, i int, row [][]byte, unavail []bool) 
 		// The value is unknown (UnchangedPlaceholder; UnchangedOmit never gets here). The
 		// placeholder string fits only a string column's schema; other columns get null, and the
 		// unchanged header names the column either way.
-		if c.node.IsString() {
+		if c.node.typ == "string" {
 			return append(dst, e.placeholder...), nil
 		}
 		return append(dst, "null"...), nil
 	}
-	e.conv.ResetShape()
-	out, err := e.conv.AppendConnect(dst, c.node, row[i], true)
+	e.conv.shape = e.conv.shape[:0]
+	out, err := e.conv.appendConnect(dst, c.node, row[i], true)
 	if err != nil {
 		return dst, &format.ValueError{Column: e.t.Columns[i].Name, Export: e.t.Export, Err: err}
 	}
-	if shape := e.conv.Shape(); len(shape) > 0 && e.section != "" {
+	if shape := e.conv.shape; len(shape) > 0 && e.section != "" {
 		if len(e.dims) == 0 {
 			e.dims = append(e.dims, '{')
 		}
@@ -275,7 +275,7 @@ func connectHeads(topic string, t *change.Table, cols []column) (val, key []byte
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = pgjson.AppendSchema(dst, c.node, !t.Columns[i].Key, t.Columns[i].Name)
+			dst = appendSchema(dst, c.node, !t.Columns[i].Key, t.Columns[i].Name)
 		}
 		dst = append(dst, `],"optional":`...)
 		if optional {

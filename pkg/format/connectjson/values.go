@@ -33,8 +33,6 @@ type field struct {
 	Fields     []field           `json:"fields,omitempty"`
 }
 
-const microsPerDay = 86_400_000_000
-
 func appendConnect(dst []byte, raw []byte, f *field) ([]byte, error) {
 	str := func() (string, error) {
 		var s string
@@ -73,7 +71,7 @@ func appendConnect(dst []byte, raw []byte, f *field) ([]byte, error) {
 		case DateNegInfinity:
 			return append(dst, "-infinity"...), nil
 		}
-		return appendDate(dst, d, nil), nil
+		return textDate(dst, d, nil), nil
 	case "io.debezium.time.MicroTimestamp", "io.debezium.time.Timestamp":
 		v, err := integer()
 		if err != nil {
@@ -97,7 +95,7 @@ func appendConnect(dst []byte, raw []byte, f *field) ([]byte, error) {
 		if rem < 0 {
 			days, rem = days-1, rem+microsPerDay
 		}
-		return appendDate(dst, days, appendClock(nil, rem)), nil
+		return textDate(dst, days, textClock(nil, rem)), nil
 	case "io.debezium.time.MicroTime", "io.debezium.time.Time":
 		v, err := integer()
 		if err != nil {
@@ -109,7 +107,7 @@ func appendConnect(dst []byte, raw []byte, f *field) ([]byte, error) {
 			}
 			v *= 1000
 		}
-		return append(dst, appendClock(nil, v)...), nil
+		return append(dst, textClock(nil, v)...), nil
 	case "io.debezium.time.MicroDuration":
 		v, err := strconv.ParseFloat(string(raw), 64)
 		if err != nil {
@@ -211,9 +209,9 @@ func appendDecimal(dst []byte, b64 string, scale int) ([]byte, error) {
 	return append(dst, s[len(s)-scale:]...), nil
 }
 
-// appendDate appends the proleptic Gregorian date of days since 1970-01-01 (with clock, if
+// textDate appends the proleptic Gregorian date of days since 1970-01-01 (with clock, if
 // any, after a space), years before 1 as PostgreSQL writes them: "0044-03-15 BC".
-func appendDate(dst []byte, days int64, clock []byte) []byte {
+func textDate(dst []byte, days int64, clock []byte) []byte {
 	y, m, d := CivilFromDays(days)
 	bc := y <= 0
 	if bc {
@@ -229,8 +227,8 @@ func appendDate(dst []byte, days int64, clock []byte) []byte {
 	return dst
 }
 
-// appendClock appends HH:MM:SS.ffffff of microseconds since midnight.
-func appendClock(dst []byte, micros int64) []byte {
+// textClock appends HH:MM:SS.ffffff of microseconds since midnight.
+func textClock(dst []byte, micros int64) []byte {
 	s := micros / 1_000_000
 	return fmt.Appendf(dst, "%02d:%02d:%02d.%06d", s/3600, s/60%60, s%60, micros%1_000_000)
 }

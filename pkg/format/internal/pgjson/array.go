@@ -20,10 +20,9 @@ type arrayParser struct {
 	kind    Kind
 	scratch *[]byte
 
-	// json-with-schema: elements convert as node through conn, and with flat set every level
-	// goes into one array (row-major); ndims and dims record the shape.
-	conn  *Converter
-	node  *Node
+	// With elems set (json-with-schema), elements are written by elems, and every level goes
+	// into one array (row-major, flat); ndims and dims record the shape.
+	elems ElementWriter
 	flat  bool
 	n     int // elements written (flat)
 	ndims int
@@ -202,8 +201,8 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 			return append(dst, "null"...), nil
 		}
 	}
-	if p.node != nil {
-		return p.conn.AppendConnect(dst, p.node, val, false)
+	if p.elems != nil {
+		return p.elems.AppendElement(dst, val)
 	}
 	return AppendKind(dst, p.kind, p.elem, val, p.scratch)
 }
@@ -223,4 +222,37 @@ func (p *arrayParser) unescape(s []byte) []byte {
 
 func isNullWord(b []byte) bool {
 	return len(b) == 4 && (b[0]|0x20) == 'n' && (b[1]|0x20) == 'u' && (b[2]|0x20) == 'l' && (b[3]|0x20) == 'l'
+}
+
+// ElementWriter writes the elements of a flat array as its format does (json-with-schema).
+type ElementWriter interface {
+	// AppendElement appends the value of one element whose text (not NULL) is text.
+	AppendElement(dst, text []byte) ([]byte, error)
+}
+
+// Shape is the shape of an array literal: its dimension decoration ("[0:1]" of "[0:1]={1,2}",
+// nil when the bounds are all 1), and the number and lengths of its dimensions.
+type Shape struct {
+	Decoration []byte
+	NDims      int
+	Dims       [maxArrayDepth]int
+}
+
+// AppendFlatArray appends the elements of the array literal text, every level into one JSON
+// array body (row-major, without the brackets, NULL elements null), each written by w, and
+// returns the literal's shape. scratch holds unescaped elements.
+func AppendFlatArray(dst, text []byte, w ElementWriter, scratch *[]byte) ([]byte, Shape, error) {
+	p := arrayParser{text: text, scratch: scratch, elems: w, flat: true}
+	deco, err := p.skipDecoration()
+	if err != nil {
+		return dst, Shape{}, err
+	}
+	out, err := p.level(dst, 1)
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return dst, Shape{}, err
+	}
+	return out, Shape{Decoration: deco, NDims: p.ndims, Dims: p.dims}, nil
 }

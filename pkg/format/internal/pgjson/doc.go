@@ -1,6 +1,7 @@
-// Package pgjson converts PostgreSQL's text rendering of values into JSON, for the two JSON
-// formats: the plain mapping (AppendValue, AppendKind) of pkg/format/json, and Kafka Connect's
-// (BuildNode, AppendSchema, Converter.AppendConnect) of pkg/format/connectjson, which shares the
-// array parser and the string, number and bytea writers of the plain one. It also writes the
-// source block and tail of the Debezium envelope both formats share (SourceHead, AppendTail).
+// Package pgjson is what the two JSON formats share: the plain mapping of PostgreSQL's text
+// renderings to JSON values (AppendValue, AppendKind) of pkg/format/json, whose array parser,
+// string, number and bytea writers pkg/format/connectjson's Kafka Connect conversion reuses
+// (AppendFlatArray with an ElementWriter); the source block and tail of the Debezium envelope
+// (SourceHead, AppendTail) and its decoding (DecodeEnvelope); and reading a plain JSON value back
+// as PostgreSQL text (AppendText).
 package pgjson

@@ -59,13 +59,3 @@ func AppendTail(dst, head []byte, ch *format.Change, snapshotText bool) []byte {
 	dst = strconv.AppendInt(dst, ch.TsMs, 10)
 	return append(dst, '}')
 }
-
-// IsString reports whether n's Connect type is string.
-func (n *Node) IsString() bool { return n.typ == "string" }
-
-// Shape returns the dimension decoration of the last top-level array AppendConnect wrote whose
-// shape is not one dimension starting at 1 ("[0:2]"), or nil; ResetShape clears it.
-func (c *Converter) Shape() []byte { return c.shape }
-
-// ResetShape clears Shape before a column's value is converted.
-func (c *Converter) ResetShape() { c.shape = c.shape[:0] }

@@ -345,3 +345,21 @@ func AppendString(dst []byte, s []byte) []byte { return format.AppendJSONString(
 
 // appendEscaped appends the body of a JSON string (no quotes).
 func appendEscaped(dst []byte, s []byte) []byte { return format.AppendJSONEscaped(dst, s) }
+
+// The kinds the Kafka Connect conversion reuses.
+const (
+	KindBool = kindBool
+	KindJSON = kindJSON
+)
+
+// IsJSONInt reports whether b is -?(0|[1-9][0-9]*).
+func IsJSONInt(b []byte) bool { return isJSONInt(b) }
+
+// IsJSONNumber reports whether b is a JSON number.
+func IsJSONNumber(b []byte) bool { return isJSONNumber(b) }
+
+// AppendBytea appends the base64 JSON string of bytea's text output.
+func AppendBytea(dst, text []byte) ([]byte, error) { return appendBytea(dst, text) }
+
+// ArrayElem returns the element type of the array types the plain mapping decodes.
+func ArrayElem(oid uint32) (uint32, bool) { return arrayElem(oid) }

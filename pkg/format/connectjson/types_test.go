@@ -1,4 +1,4 @@
-package pgjson
+package connectjson
 
 import (
 	"context"
@@ -34,22 +34,22 @@ func TestTypesResolve(t *testing.T) {
 		{Name: "ts", TypeOID: pgtype.TimestamptzArrayOID, TypeMod: -1},
 	}}
 	for range 2 {
-		if err := types.ResolveTable(t.Context(), tbl, StaticType); err != nil {
+		if err := types.ResolveTable(t.Context(), tbl, staticType); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if want := [][]uint32{{16504}, {16502}}; !slices.EqualFunc(asked, want, slices.Equal) {
 		t.Fatalf("asked for %v, want %v", asked, want)
 	}
-	if _, err := BuildNode(types, 16504, -1, 0); err != nil {
+	if _, err := buildNode(types, 16504, -1, 0); err != nil {
 		t.Fatal(err)
 	}
 
-	err := types.Resolve(t.Context(), []uint32{99999}, StaticType)
+	err := types.Resolve(t.Context(), []uint32{99999}, staticType)
 	if err == nil || !strings.Contains(err.Error(), "99999") {
 		t.Fatalf("missing type: got %v", err)
 	}
-	if err := format.NewTypes(nil).Resolve(t.Context(), []uint32{16500}, StaticType); err == nil {
+	if err := format.NewTypes(nil).Resolve(t.Context(), []uint32{16500}, staticType); err == nil {
 		t.Fatal("resolved a user type without a loader")
 	}
 }

@@ -1,4 +1,4 @@
-package pgjson
+package connectjson
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
 // conv is how one json-with-schema node turns PostgreSQL text into its payload.
@@ -46,7 +47,7 @@ const (
 
 // Node is the json-with-schema description of one type: its Connect schema and how its values
 // are converted.
-type Node struct {
+type node struct {
 	conv    conv
 	typ     string // Connect schema type
 	name    string // logical name, "" for none
@@ -55,13 +56,13 @@ type Node struct {
 	fields  string // fixed "fields" JSON of the Debezium structs (point, geometry, ...)
 	scale   int32  // cvDecimal
 	label   string // type name for errors
-	elem    *Node  // cvArray
+	elem    *node  // cvArray
 	members []member
 }
 
 type member struct {
 	name []byte // `"name":`
-	n    *Node
+	n    *node
 }
 
 var (
@@ -84,9 +85,9 @@ const (
 
 // scalarOf returns the json-with-schema node of a built-in scalar type, before its typmod is
 // applied (see withMod).
-func scalarOf(oid uint32) (*Node, bool) {
-	str := func(name string) *Node {
-		n := &Node{conv: cvString, typ: "string", name: name, label: typeLabel(oid)}
+func scalarOf(oid uint32) (*node, bool) {
+	str := func(name string) *node {
+		n := &node{conv: cvString, typ: "string", name: name, label: typeLabel(oid)}
 		if name != "" {
 			n.version = 1
 		}
@@ -94,38 +95,38 @@ func scalarOf(oid uint32) (*Node, bool) {
 	}
 	switch oid {
 	case pgtype.BoolOID:
-		return &Node{conv: cvBool, typ: "boolean"}, true
+		return &node{conv: cvBool, typ: "boolean"}, true
 	case pgtype.Int2OID:
-		return &Node{conv: cvInt, typ: "int16", label: "int2"}, true
+		return &node{conv: cvInt, typ: "int16", label: "int2"}, true
 	case pgtype.Int4OID:
-		return &Node{conv: cvInt, typ: "int32", label: "int4"}, true
+		return &node{conv: cvInt, typ: "int32", label: "int4"}, true
 	case pgtype.Int8OID, pgtype.OIDOID:
-		return &Node{conv: cvInt, typ: "int64", label: typeLabel(oid)}, true
+		return &node{conv: cvInt, typ: "int64", label: typeLabel(oid)}, true
 	case pgtype.Float4OID:
-		return &Node{conv: cvFloat, typ: "float", label: "float4"}, true
+		return &node{conv: cvFloat, typ: "float", label: "float4"}, true
 	case pgtype.Float8OID:
-		return &Node{conv: cvFloat, typ: "double", label: "float8"}, true
+		return &node{conv: cvFloat, typ: "double", label: "float8"}, true
 	case pgtype.NumericOID:
-		return &Node{conv: cvVarDecimal, typ: "struct", name: "io.debezium.data.VariableScaleDecimal", version: 1, fields: varDecimalFields, label: "numeric"}, true
+		return &node{conv: cvVarDecimal, typ: "struct", name: "io.debezium.data.VariableScaleDecimal", version: 1, fields: varDecimalFields, label: "numeric"}, true
 	case moneyOID:
-		return &Node{conv: cvMoney, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
+		return &node{conv: cvMoney, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
 			params: [][2]string{{"scale", "2"}}, scale: 2, label: "money"}, true
 	case pgtype.ByteaOID:
-		return &Node{conv: cvBytea, typ: "bytes"}, true
+		return &node{conv: cvBytea, typ: "bytes"}, true
 	case pgtype.BitOID, pgtype.VarbitOID:
-		return &Node{conv: cvBits, typ: "bytes", name: "io.debezium.data.Bits", version: 1, label: typeLabel(oid)}, true
+		return &node{conv: cvBits, typ: "bytes", name: "io.debezium.data.Bits", version: 1, label: typeLabel(oid)}, true
 	case pgtype.DateOID:
-		return &Node{conv: cvDate, typ: "int32", name: "io.debezium.time.Date", version: 1, label: "date"}, true
+		return &node{conv: cvDate, typ: "int32", name: "io.debezium.time.Date", version: 1, label: "date"}, true
 	case pgtype.TimeOID:
-		return &Node{conv: cvTimeMicro, typ: "int64", name: "io.debezium.time.MicroTime", version: 1, label: "time"}, true
+		return &node{conv: cvTimeMicro, typ: "int64", name: "io.debezium.time.MicroTime", version: 1, label: "time"}, true
 	case pgtype.TimestampOID:
-		return &Node{conv: cvTimestampMicro, typ: "int64", name: "io.debezium.time.MicroTimestamp", version: 1, label: "timestamp"}, true
+		return &node{conv: cvTimestampMicro, typ: "int64", name: "io.debezium.time.MicroTimestamp", version: 1, label: "timestamp"}, true
 	case pgtype.TimestamptzOID:
-		return &Node{conv: cvZonedTimestamp, typ: "string", name: "io.debezium.time.ZonedTimestamp", version: 1, label: "timestamptz"}, true
+		return &node{conv: cvZonedTimestamp, typ: "string", name: "io.debezium.time.ZonedTimestamp", version: 1, label: "timestamptz"}, true
 	case pgtype.TimetzOID:
-		return &Node{conv: cvZonedTime, typ: "string", name: "io.debezium.time.ZonedTime", version: 1, label: "timetz"}, true
+		return &node{conv: cvZonedTime, typ: "string", name: "io.debezium.time.ZonedTime", version: 1, label: "timetz"}, true
 	case pgtype.IntervalOID:
-		return &Node{conv: cvInterval, typ: "int64", name: "io.debezium.time.MicroDuration", version: 1, label: "interval"}, true
+		return &node{conv: cvInterval, typ: "int64", name: "io.debezium.time.MicroDuration", version: 1, label: "interval"}, true
 	case pgtype.JSONOID, pgtype.JSONBOID:
 		n := str("io.debezium.data.Json")
 		n.conv = cvJSON
@@ -137,14 +138,14 @@ func scalarOf(oid uint32) (*Node, bool) {
 	case pgtype.TSVectorOID:
 		return str("io.debezium.data.Tsvector"), true
 	case pgtype.PointOID:
-		return &Node{conv: cvPoint, typ: "struct", name: "io.debezium.data.geometry.Point", version: 1, fields: pointFields, label: "point"}, true
+		return &node{conv: cvPoint, typ: "struct", name: "io.debezium.data.geometry.Point", version: 1, fields: pointFields, label: "point"}, true
 	case pgtype.BoxOID, pgtype.LsegOID, pgtype.PathOID, pgtype.PolygonOID:
 		c := map[uint32]conv{pgtype.BoxOID: cvBox, pgtype.LsegOID: cvLseg, pgtype.PathOID: cvPath, pgtype.PolygonOID: cvPolygon}[oid]
-		return &Node{conv: c, typ: "struct", name: "io.debezium.data.geometry.Geometry", version: 2, fields: geometryFields, label: typeLabel(oid)}, true
+		return &node{conv: c, typ: "struct", name: "io.debezium.data.geometry.Geometry", version: 2, fields: geometryFields, label: typeLabel(oid)}, true
 	case pgtype.CircleOID:
-		return &Node{conv: cvCircle, typ: "struct", name: "io.debezium.data.geometry.Circle", version: 1, fields: circleFields, label: "circle"}, true
+		return &node{conv: cvCircle, typ: "struct", name: "io.debezium.data.geometry.Circle", version: 1, fields: circleFields, label: "circle"}, true
 	case pgtype.LineOID:
-		return &Node{conv: cvLine, typ: "struct", name: "io.debezium.data.geometry.Line", version: 1, fields: lineFields, label: "line"}, true
+		return &node{conv: cvLine, typ: "struct", name: "io.debezium.data.geometry.Line", version: 1, fields: lineFields, label: "line"}, true
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.QCharOID,
 		pgtype.InetOID, pgtype.CIDROID, pgtype.MacaddrOID, pgtype.Macaddr8OID, tsqueryOID,
 		pgtype.Int4rangeOID, pgtype.Int8rangeOID, pgtype.NumrangeOID, pgtype.TsrangeOID, pgtype.TstzrangeOID, pgtype.DaterangeOID,
@@ -172,13 +173,13 @@ func typeLabel(oid uint32) string {
 }
 
 // withMod applies a typmod to a scalar node.
-func withMod(n *Node, oid uint32, mod int32) *Node {
+func withMod(n *node, oid uint32, mod int32) *node {
 	switch oid {
 	case pgtype.NumericOID:
 		if mod >= 4 {
 			prec := ((mod - 4) >> 16) & 0xffff
 			scale := int32(int16(((mod-4)&0x7ff)<<5) >> 5) // 11-bit signed (PostgreSQL 15 allows negative scales)
-			return &Node{conv: cvDecimal, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
+			return &node{conv: cvDecimal, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
 				params: [][2]string{{"scale", strconv.Itoa(int(scale))}, {"connect.decimal.precision", strconv.Itoa(int(prec))}},
 				scale:  scale, label: "numeric"}
 		}
@@ -190,18 +191,18 @@ func withMod(n *Node, oid uint32, mod int32) *Node {
 			length = 1
 		}
 		if length == 1 {
-			return &Node{conv: cvBit1, typ: "boolean", label: n.label}
+			return &node{conv: cvBit1, typ: "boolean", label: n.label}
 		}
 		c := *n
 		c.params = [][2]string{{"length", strconv.Itoa(int(length))}}
 		return &c
 	case pgtype.TimeOID:
 		if mod >= 0 && mod <= 3 {
-			return &Node{conv: cvTimeMilli, typ: "int32", name: "io.debezium.time.Time", version: 1, label: "time"}
+			return &node{conv: cvTimeMilli, typ: "int32", name: "io.debezium.time.Time", version: 1, label: "time"}
 		}
 	case pgtype.TimestampOID:
 		if mod >= 0 && mod <= 3 {
-			return &Node{conv: cvTimestampMilli, typ: "int64", name: "io.debezium.time.Timestamp", version: 1, label: "timestamp"}
+			return &node{conv: cvTimestampMilli, typ: "int64", name: "io.debezium.time.Timestamp", version: 1, label: "timestamp"}
 		}
 	}
 	return n
@@ -212,19 +213,19 @@ func withMod(n *Node, oid uint32, mod int32) *Node {
 const maxTypeDepth = 16
 
 // BuildNode returns the node of type oid with typmod mod.
-func BuildNode(types *format.Types, oid uint32, mod int32, depth int) (*Node, error) {
+func buildNode(types *format.Types, oid uint32, mod int32, depth int) (*node, error) {
 	if depth > maxTypeDepth {
 		return nil, fmt.Errorf("type %d: types refer to one another more than %d levels deep", oid, maxTypeDepth)
 	}
 	if n, ok := scalarOf(oid); ok {
 		return withMod(n, oid, mod), nil
 	}
-	if e, ok := builtinArrayElem(oid); ok && StaticType(e) {
-		elem, err := BuildNode(types, e, mod, depth+1)
+	if e, ok := builtinArrayElem(oid); ok && staticType(e) {
+		elem, err := buildNode(types, e, mod, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		return &Node{conv: cvArray, typ: "array", elem: elem, label: typeLabel(oid)}, nil
+		return &node{conv: cvArray, typ: "array", elem: elem, label: typeLabel(oid)}, nil
 	}
 	ti := types.Get(oid)
 	if ti == nil {
@@ -233,28 +234,28 @@ func BuildNode(types *format.Types, oid uint32, mod int32, depth int) (*Node, er
 	label := ti.Schema + "." + ti.Name
 	switch {
 	case ti.IsArray():
-		elem, err := BuildNode(types, ti.Elem, mod, depth+1)
+		elem, err := buildNode(types, ti.Elem, mod, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		return &Node{conv: cvArray, typ: "array", elem: elem, label: label}, nil
+		return &node{conv: cvArray, typ: "array", elem: elem, label: label}, nil
 	case ti.Type == 'd':
 		m := mod
 		if ti.BaseMod >= 0 {
 			m = ti.BaseMod
 		}
-		return BuildNode(types, ti.Base, m, depth+1)
+		return buildNode(types, ti.Base, m, depth+1)
 	case ti.Type == 'e':
-		return &Node{conv: cvString, typ: "string", name: "io.debezium.data.Enum", version: 1,
+		return &node{conv: cvString, typ: "string", name: "io.debezium.data.Enum", version: 1,
 			params: [][2]string{{"allowed", strings.Join(ti.Labels, ",")}}, label: label}, nil
 	case ti.Type == 'c':
-		n := &Node{conv: cvStruct, typ: "struct", name: label, label: label} // named <schema>.<type>
+		n := &node{conv: cvStruct, typ: "struct", name: label, label: label} // named <schema>.<type>
 		for _, f := range ti.Fields {
-			fn, err := BuildNode(types, f.TypeOID, f.TypeMod, depth+1)
+			fn, err := buildNode(types, f.TypeOID, f.TypeMod, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("attribute %q of %s: %w", f.Name, label, err)
 			}
-			n.members = append(n.members, member{name: append(AppendString(nil, []byte(f.Name)), ':'), n: fn})
+			n.members = append(n.members, member{name: append(pgjson.AppendString(nil, []byte(f.Name)), ':'), n: fn})
 		}
 		return n, nil
 	}
@@ -262,33 +263,33 @@ func BuildNode(types *format.Types, oid uint32, mod int32, depth int) (*Node, er
 		// Extension types Debezium names (hstore.handling.mode=json).
 		switch ti.Name {
 		case "hstore":
-			return &Node{conv: cvHstore, typ: "string", name: "io.debezium.data.Json", version: 1, label: label}, nil
+			return &node{conv: cvHstore, typ: "string", name: "io.debezium.data.Json", version: 1, label: label}, nil
 		case "ltree":
-			return &Node{conv: cvString, typ: "string", name: "io.debezium.data.Ltree", version: 1, label: label}, nil
+			return &node{conv: cvString, typ: "string", name: "io.debezium.data.Ltree", version: 1, label: label}, nil
 		}
 	}
 	// Ranges, multiranges, other user base types (citext, ...) and pseudo-types: their text
 	// rendering.
-	return &Node{conv: cvString, typ: "string", label: label}, nil
+	return &node{conv: cvString, typ: "string", label: label}, nil
 }
 
 // AppendSchema appends n's Connect schema as JsonConverter writes it, with field set when the
 // schema is a struct field.
-func AppendSchema(dst []byte, n *Node, optional bool, field string) []byte {
+func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, n.typ...)
 	dst = append(dst, '"')
 	switch {
 	case n.conv == cvArray:
 		dst = append(dst, `,"items":`...)
-		dst = AppendSchema(dst, n.elem, true, "")
+		dst = appendSchema(dst, n.elem, true, "")
 	case n.conv == cvStruct:
 		dst = append(dst, `,"fields":[`...)
 		for i, m := range n.members {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = AppendSchema(dst, m.n, true, string(m.name[1:len(m.name)-2]))
+			dst = appendSchema(dst, m.n, true, string(m.name[1:len(m.name)-2]))
 		}
 		dst = append(dst, ']')
 	case n.fields != "":
@@ -299,7 +300,7 @@ func AppendSchema(dst []byte, n *Node, optional bool, field string) []byte {
 	dst = strconv.AppendBool(dst, optional)
 	if n.name != "" {
 		dst = append(dst, `,"name":`...)
-		dst = AppendString(dst, []byte(n.name))
+		dst = pgjson.AppendString(dst, []byte(n.name))
 		if n.version > 0 {
 			dst = append(dst, `,"version":`...)
 			dst = strconv.AppendInt(dst, int64(n.version), 10)
@@ -311,32 +312,34 @@ func AppendSchema(dst []byte, n *Node, optional bool, field string) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = AppendString(dst, []byte(p[0]))
+			dst = pgjson.AppendString(dst, []byte(p[0]))
 			dst = append(dst, ':')
-			dst = AppendString(dst, []byte(p[1]))
+			dst = pgjson.AppendString(dst, []byte(p[1]))
 		}
 		dst = append(dst, '}')
 	}
 	if field != "" {
 		dst = append(dst, `,"field":`...)
-		dst = AppendString(dst, []byte(field))
+		dst = pgjson.AppendString(dst, []byte(field))
 	}
 	return append(dst, '}')
 }
 
-// Converter holds the reusable buffers of json-with-schema value conversion.
-type Converter struct {
+// converter holds the reusable buffers of json-with-schema value conversion.
+type converter struct {
 	scratch []byte // array element unescaping
 	num     []byte // decimal digits
 	wkb     []byte
 	floats  []float64
+	// elem is the element node of the flat array being written (AppendElement).
+	elem *node
 	// shape is set by a top-level array value whose shape is not one dimension with lower bound 1:
 	// PostgreSQL's dimension decoration, e.g. "[0:2]" or "[1:2][1:3]".
 	shape []byte
 }
 
 // AppendConnect appends the payload of text (nil: null) as node n.
-func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([]byte, error) {
+func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
@@ -344,16 +347,16 @@ func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([
 	out := dst
 	switch n.conv {
 	case cvString:
-		return AppendString(dst, text), nil
+		return pgjson.AppendString(dst, text), nil
 	case cvBool:
-		return AppendKind(dst, kindBool, pgtype.BoolOID, text, nil)
+		return pgjson.AppendKind(dst, pgjson.KindBool, pgtype.BoolOID, text, nil)
 	case cvInt:
-		if !isJSONInt(text) {
+		if !pgjson.IsJSONInt(text) {
 			return dst, fmt.Errorf("encode %s: %q is not an integer", n.label, text)
 		}
 		return append(dst, text...), nil
 	case cvFloat:
-		if !isJSONNumber(text) {
+		if !pgjson.IsJSONNumber(text) {
 			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, format.ErrNotRepresentable)
 		}
 		return append(dst, text...), nil
@@ -362,7 +365,7 @@ func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([
 	case cvVarDecimal:
 		out, err = c.appendVarDecimal(dst, text)
 	case cvBytea:
-		return appendBytea(dst, text)
+		return pgjson.AppendBytea(dst, text)
 	case cvBit1:
 		switch string(text) {
 		case "1":
@@ -387,10 +390,10 @@ func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([
 		out, err = appendMicroDuration(dst, text)
 	case cvJSON:
 		t := trimSpace(text)
-		if _, err := AppendKind(nil, kindJSON, pgtype.JSONOID, t, nil); err != nil {
+		if _, err := pgjson.AppendKind(nil, pgjson.KindJSON, pgtype.JSONOID, t, nil); err != nil {
 			return dst, err
 		}
-		return AppendString(dst, t), nil
+		return pgjson.AppendString(dst, t), nil
 	case cvPoint, cvLine, cvCircle, cvBox, cvLseg, cvPath, cvPolygon:
 		out, err = c.appendGeometric(dst, n.conv, text)
 	case cvArray:
@@ -409,10 +412,10 @@ func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([
 }
 
 func trimSpace(b []byte) []byte {
-	for len(b) > 0 && IsArraySpace(b[0]) {
+	for len(b) > 0 && pgjson.IsArraySpace(b[0]) {
 		b = b[1:]
 	}
-	for len(b) > 0 && IsArraySpace(b[len(b)-1]) {
+	for len(b) > 0 && pgjson.IsArraySpace(b[len(b)-1]) {
 		b = b[:len(b)-1]
 	}
 	return b
@@ -423,7 +426,7 @@ var defaultTypeMap = pgtype.NewMap()
 
 // builtinArrayElem returns the element type of a built-in array type pgx knows.
 func builtinArrayElem(oid uint32) (uint32, bool) {
-	if e, ok := arrayElem(oid); ok {
+	if e, ok := pgjson.ArrayElem(oid); ok {
 		return e, true
 	}
 	if oid >= 16384 {
@@ -441,12 +444,12 @@ func builtinArrayElem(oid uint32) (uint32, bool) {
 
 // StaticType reports whether oid needs no catalog entry: a built-in scalar with a static
 // mapping, or a built-in array of one.
-func StaticType(oid uint32) bool {
+func staticType(oid uint32) bool {
 	if _, ok := scalarOf(oid); ok {
 		return true
 	}
 	if e, ok := builtinArrayElem(oid); ok {
-		return StaticType(e)
+		return staticType(e)
 	}
 	return false
 }

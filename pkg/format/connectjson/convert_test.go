@@ -1,4 +1,4 @@
-package pgjson
+package connectjson
 
 import (
 	"bytes"
@@ -121,15 +121,15 @@ func TestConnectValues(t *testing.T) {
 	types := testCatalog(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := types.Resolve(t.Context(), []uint32{tc.oid}, StaticType); err != nil {
+			if err := types.Resolve(t.Context(), []uint32{tc.oid}, staticType); err != nil {
 				t.Fatal(err)
 			}
-			n, err := BuildNode(types, tc.oid, tc.mod, 0)
+			n, err := buildNode(types, tc.oid, tc.mod, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var c Converter
-			got, err := c.AppendConnect(nil, n, []byte(tc.text), true)
+			var c converter
+			got, err := c.appendConnect(nil, n, []byte(tc.text), true)
 			if tc.fail {
 				if err == nil {
 					t.Fatalf("%q encoded as %s, want an error", tc.text, got)
@@ -143,7 +143,7 @@ func TestConnectValues(t *testing.T) {
 				t.Fatalf("%q: got %s, want %s", tc.text, got, tc.want)
 			}
 			// And the payload matches its own schema.
-			schema := AppendSchema(nil, n, true, "")
+			schema := appendSchema(nil, n, true, "")
 			var s map[string]any
 			if err := json.Unmarshal(schema, &s); err != nil {
 				t.Fatalf("schema %s: %v", schema, err)
@@ -201,22 +201,22 @@ func FuzzConnectValue(f *testing.F) {
 		}
 	}
 	types := testCatalog(f)
-	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}, StaticType); err != nil {
+	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}, staticType); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, pick uint8, text []byte) {
 		o := oids[int(pick)%len(oids)]
-		n, err := BuildNode(types, o.oid, o.mod, 0)
+		n, err := buildNode(types, o.oid, o.mod, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var c Converter
-		got, err := c.AppendConnect(nil, n, text, true)
+		var c converter
+		got, err := c.appendConnect(nil, n, text, true)
 		if err != nil {
 			return
 		}
 		var s map[string]any
-		if err := json.Unmarshal(AppendSchema(nil, n, true, ""), &s); err != nil {
+		if err := json.Unmarshal(appendSchema(nil, n, true, ""), &s); err != nil {
 			t.Fatal(err)
 		}
 		d := json.NewDecoder(bytes.NewReader(got))

@@ -1,4 +1,4 @@
-package pgjson
+package connectjson
 
 import (
 	"encoding/base64"
@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
 // parseNumeric splits numeric_out's rendering ("-12.50", "7") into sign, integer and fraction
@@ -46,7 +47,7 @@ func parseNumeric(text []byte) (neg bool, intPart, frac []byte, err error) {
 
 // appendDecimal appends a Connect Decimal at n.scale: the unscaled value in two's complement,
 // big-endian, in as few bytes as Java's BigInteger.toByteArray uses, base64-encoded.
-func (c *Converter) appendDecimal(dst []byte, n *Node, text []byte) ([]byte, error) {
+func (c *converter) appendDecimal(dst []byte, n *node, text []byte) ([]byte, error) {
 	if n.conv == cvMoney {
 		// money_out under lc_monetary=C or an English locale: "$1,234.56", "-$1,234.56".
 		c.num = c.num[:0]
@@ -96,7 +97,7 @@ func (c *Converter) appendDecimal(dst []byte, n *Node, text []byte) ([]byte, err
 
 // appendVarDecimal appends Debezium's VariableScaleDecimal: {"scale":<fraction digits>,
 // "value":<unscaled bytes>}.
-func (c *Converter) appendVarDecimal(dst []byte, text []byte) ([]byte, error) {
+func (c *converter) appendVarDecimal(dst []byte, text []byte) ([]byte, error) {
 	neg, intPart, frac, err := parseNumeric(text)
 	if err != nil {
 		return dst, err
@@ -190,7 +191,7 @@ func appendBits(dst []byte, text []byte) ([]byte, error) {
 // appendGeometric converts point, line, circle, box, lseg, path and polygon as Debezium does:
 // Point {x,y,wkb,srid}, Line {a,b,c}, Circle {center,radius} and, for the others, Geometry
 // {wkb,srid,extensions} with OGC Well-Known Binary (little-endian).
-func (c *Converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, error) {
+func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, error) {
 	c.floats = c.floats[:0]
 	for i := 0; i < len(text); {
 		ch := text[i]
@@ -203,7 +204,7 @@ func (c *Converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 			j++
 		}
 		tok := text[i:j]
-		if !isJSONNumber(tok) {
+		if !pgjson.IsJSONNumber(tok) {
 			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, format.ErrNotRepresentable)
 		}
 		f, err := strconv.ParseFloat(string(tok), 64)
@@ -281,7 +282,7 @@ func (c *Converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 	return append(dst, '}'), nil
 }
 
-func (c *Converter) appendPoint(dst []byte, x, y float64) []byte {
+func (c *converter) appendPoint(dst []byte, x, y float64) []byte {
 	var w [21]byte
 	w[0] = 1
 	binary.LittleEndian.PutUint32(w[1:], 1)
@@ -314,27 +315,22 @@ func wkbPoints(w []byte, xy ...float64) []byte {
 // its dimensions). For a top-level column value whose shape is not one dimension starting at 1,
 // c.shape receives PostgreSQL's dimension decoration ("[0:2]", "[1:2][1:3]"); below the top level
 // such a shape cannot be reported and is refused.
-func (c *Converter) appendFlatArray(dst []byte, n *Node, text []byte, top bool) ([]byte, error) {
+func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) ([]byte, error) {
 	if !top {
 		text = append([]byte(nil), text...) // an element of an outer value may live in c.scratch
 	}
-	p := arrayParser{text: text, scratch: &c.scratch, conn: c, node: n.elem, flat: true}
-	deco, err := p.skipDecoration()
+	saved := c.elem
+	c.elem = n.elem
+	out, shape, err := pgjson.AppendFlatArray(append(dst, '['), text, c, &c.scratch)
+	c.elem = saved
 	if err != nil {
 		return dst, err
 	}
-	dst = append(dst, '[')
-	out, err := p.level(dst, 1)
-	if err == nil {
-		err = p.end()
-	}
-	if err != nil {
-		return dst, err
-	}
-	if deco == nil && p.ndims > 1 {
-		for d := 0; d < p.ndims; d++ {
+	deco := shape.Decoration
+	if deco == nil && shape.NDims > 1 {
+		for d := 0; d < shape.NDims; d++ {
 			deco = append(deco, "[1:"...)
-			deco = strconv.AppendInt(deco, int64(p.dims[d]), 10)
+			deco = strconv.AppendInt(deco, int64(shape.Dims[d]), 10)
 			deco = append(deco, ']')
 		}
 	}
@@ -347,9 +343,15 @@ func (c *Converter) appendFlatArray(dst []byte, n *Node, text []byte, top bool) 
 	return append(out, ']'), nil
 }
 
+// AppendElement appends an element of the flat array being written (pgjson.ElementWriter): as
+// the array's element node.
+func (c *converter) AppendElement(dst, text []byte) ([]byte, error) {
+	return c.appendConnect(dst, c.elem, text, false)
+}
+
 // appendComposite appends a composite value, record_out's "(1,"a b",,"x""y")", as a struct. An
 // empty unquoted field is NULL.
-func (c *Converter) appendComposite(dst []byte, n *Node, text []byte) ([]byte, error) {
+func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, error) {
 	if len(text) < 2 || text[0] != '(' || text[len(text)-1] != ')' {
 		return dst, fmt.Errorf("%q is not a composite value", text)
 	}
@@ -407,7 +409,7 @@ func (c *Converter) appendComposite(dst []byte, n *Node, text []byte) ([]byte, e
 			val = append([]byte{}, field...)
 		}
 		var err error
-		if dst, err = c.AppendConnect(dst, m.n, val, false); err != nil {
+		if dst, err = c.appendConnect(dst, m.n, val, false); err != nil {
 			return dst, fmt.Errorf("field %s: %w", m.name[:len(m.name)-1], err)
 		}
 	}
@@ -419,7 +421,7 @@ func (c *Converter) appendComposite(dst []byte, n *Node, text []byte) ([]byte, e
 
 // appendHstore appends an hstore value ("a"=>"1", "b"=>NULL) as Debezium's JSON mode does: a
 // JSON string holding the object {"a":"1","b":null}, in hstore's own key order.
-func (c *Converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
+func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 	obj := append(c.wkb[:0], '{')
 	quoted := func(i int) ([]byte, int, bool) {
 		if i >= len(text) || text[i] != '"' {
@@ -455,7 +457,7 @@ func (c *Converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 			obj = append(obj, ',')
 		}
 		first = false
-		obj = AppendString(obj, key)
+		obj = pgjson.AppendString(obj, key)
 		obj = append(obj, ':')
 		j += 2
 		if j+4 <= len(text) && string(text[j:j+4]) == "NULL" {
@@ -467,10 +469,10 @@ func (c *Converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 		if !ok {
 			return dst, fmt.Errorf("%q is not an hstore value", text)
 		}
-		obj = AppendString(obj, val)
+		obj = pgjson.AppendString(obj, val)
 		i = k
 	}
 	obj = append(obj, '}')
 	c.wkb = obj
-	return AppendString(dst, obj), nil
+	return pgjson.AppendString(dst, obj), nil
 }
