@@ -195,7 +195,7 @@ const (
 // ErrNotRepresentable is wrapped when a value has no faithful encoding in the format (in
 // json-with-schema: a float NaN or infinity, a numeric NaN, a timestamp beyond the int64
 // microsecond range, ...). The export fails instead of carrying a wrong value.
-var ErrNotRepresentable = errors.New("value cannot be represented in json-with-schema")
+var ErrNotRepresentable = errors.New("value cannot be represented in the value format")
 
 // ValueError is a column value that cannot be encoded. Its text quotes the value, so it is row
 // data: show it only where row data may be shown (a log, the admin HTTP endpoints), and use
