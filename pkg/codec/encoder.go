@@ -139,6 +139,7 @@ type Encoder struct {
 	ch      format.Change // the record being encoded
 	val     []byte        // a record too large for the arena's tail, under construction
 	oldKey  []byte        // old key (updates)
+	newKey  []byte        // new key (updates)
 	scratch []byte
 	merged  [][]byte        // after with unchanged columns resolved
 	unavail []bool          // columns of merged that stay unknown
@@ -247,26 +248,19 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 	if err := e.knownKey(unavail); err != nil {
 		return dst, err
 	}
+	// The keys alone are compared first: under REPLICA IDENTITY DEFAULT PostgreSQL sends the
+	// old tuple only when the key changed.
 	var err error
 	if e.oldKey, err = e.enc.AppendKey(e.oldKey[:0], before); err != nil {
 		return dst, err
 	}
-	// The update's record carries the new key: when it equals the old one, that record is it.
-	enc, large, err := e.encode(e.change(src, change.OpUpdate, before, resolved, unavail))
-	if err != nil {
+	if e.newKey, err = e.enc.AppendKey(e.newKey[:0], resolved); err != nil {
 		return dst, err
 	}
-	if !bytes.Equal(e.oldKey, enc.Buf[enc.Value:enc.Value+enc.Key]) {
-		return e.keyChange(dst, src, before, resolved, unavail) // the record is not kept
+	if !bytes.Equal(e.oldKey, e.newKey) {
+		return e.keyChange(dst, src, before, resolved, unavail)
 	}
-	key, val, err := e.keep(enc, large)
-	if err != nil {
-		return dst, err
-	}
-	return append(dst, change.Record{
-		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: val,
-		Headers: e.headers(e.lsnText(src.LSN), change.OpUpdate, nil, nil, e.unchangedNames(unavail)),
-	}), nil
+	return e.simple(dst, src, change.OpUpdate, before, resolved, unavail)
 }
 
 // keyChange appends the records of an update whose key changed: a delete of the old key, its
