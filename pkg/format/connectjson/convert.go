@@ -9,7 +9,6 @@ import (
 	"math/bits"
 	"strconv"
 
-	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
@@ -30,7 +29,7 @@ func parseNumeric(text []byte) (neg bool, intPart, frac []byte, err error) {
 		if ch < '0' || ch > '9' {
 			switch string(text) {
 			case "NaN", "Infinity", "-Infinity":
-				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, format.ErrNotRepresentable)
+				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, errNotRepresentable)
 			}
 			return false, nil, nil, fmt.Errorf("%q is not a number", text)
 		}
@@ -205,11 +204,11 @@ func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 		}
 		tok := text[i:j]
 		if !pgjson.IsJSONNumber(tok) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, format.ErrNotRepresentable)
+			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, errNotRepresentable)
 		}
 		f, err := strconv.ParseFloat(string(tok), 64)
 		if err != nil || math.IsInf(f, 0) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, format.ErrNotRepresentable)
+			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, errNotRepresentable)
 		}
 		c.floats = append(c.floats, f)
 		i = j
@@ -336,7 +335,7 @@ func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) 
 	}
 	if deco != nil {
 		if !top {
-			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, format.ErrNotRepresentable)
+			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, errNotRepresentable)
 		}
 		c.shape = append(c.shape[:0], deco...)
 	}

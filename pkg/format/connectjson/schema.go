@@ -357,7 +357,7 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 		return append(dst, text...), nil
 	case cvFloat:
 		if !pgjson.IsJSONNumber(text) {
-			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, format.ErrNotRepresentable)
+			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, errNotRepresentable)
 		}
 		return append(dst, text...), nil
 	case cvDecimal, cvMoney:
@@ -453,3 +453,11 @@ func staticType(oid uint32) bool {
 	}
 	return false
 }
+
+// errNotRepresentable is format.ErrNotRepresentable, worded for this format.
+var errNotRepresentable error = notRepresentable{}
+
+type notRepresentable struct{}
+
+func (notRepresentable) Error() string        { return "value cannot be represented in json-with-schema" }
+func (notRepresentable) Is(target error) bool { return target == format.ErrNotRepresentable }
