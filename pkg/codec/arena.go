@@ -21,34 +21,35 @@ const (
 // own copies b into the arena and returns the copy.
 func (e *Encoder) own(b []byte) []byte { return e.arena.Copy(b) }
 
-// encode has the format write ch's record (value, key, the format's header) straight into the
-// free end of the arena, with room for twice the last record, or into e.val when the last
-// record was too large to share a chunk (large). Nothing is kept until keep.
-func (e *Encoder) encode(ch *format.Change) (enc format.Encoded, large bool, err error) {
-	large = e.lastLen > arenaLarge/2
+// encodeKept has the format write ch's record (value, key, the format's own header) and keeps
+// it in the arena. It returns the key (nil for a keyless table) and value as capacity-limited
+// slices of the arena; e.lastHdr becomes the record's format header. A value longer than
+// Config.MaxRecordBytes is refused (ErrRecordTooLarge) and nothing is kept.
+//
+// The record is written straight into the free end of the arena, with room for twice the last
+// value, unless the last value was too large to share a chunk, or the record is one of the two
+// of a key change: then it is written into e.val and each part copied into the arena. (A key
+// change's records leave the room of the next record as it was.)
+func (e *Encoder) encodeKept(ch *format.Change, keyChange bool) (key, value []byte, err error) {
+	copied := keyChange || e.lastLen > arenaLarge/2
 	buf := e.val[:0]
-	if !large {
+	if !copied {
 		buf = e.arena.Tail(2*e.lastLen + 256)
 	}
-	enc, err = e.enc.Encode(buf, ch)
-	if large {
+	enc, err := e.enc.Encode(buf, ch)
+	if copied {
 		e.val = enc.Buf
 	}
-	return enc, large, err
-}
-
-// keep keeps the record encode wrote, and returns its key (nil for a keyless table) and value
-// as capacity-limited slices of the arena; e.lastHdr becomes its format header. A value longer
-// than Config.MaxRecordBytes is refused (ErrRecordTooLarge) and nothing is kept.
-func (e *Encoder) keep(enc format.Encoded, large bool) (key, value []byte, err error) {
+	if err != nil {
+		return nil, nil, err
+	}
 	if e.cfg.MaxRecordBytes > 0 && enc.Value > e.cfg.MaxRecordBytes {
 		return nil, nil, fmt.Errorf("change (op %c) of %s at %s: %w: %d bytes encoded, the limit is %d",
-			e.ch.Op, e.table.Export, e.ch.Source.LSN, ErrRecordTooLarge, enc.Value, e.cfg.MaxRecordBytes)
+			ch.Op, e.table.Export, ch.Source.LSN, ErrRecordTooLarge, enc.Value, e.cfg.MaxRecordBytes)
 	}
 	v, k, h := enc.Value, enc.Value+enc.Key, enc.Value+enc.Key+enc.HeaderLen
-	e.lastLen = v
 	e.lastHdr = change.Header{}
-	if large {
+	if copied {
 		// Each part on its own: the value may take an allocation of its own, the rest not.
 		value = e.own(enc.Buf[:v])
 		if enc.Key > 0 {
@@ -57,8 +58,12 @@ func (e *Encoder) keep(enc format.Encoded, large bool) (key, value []byte, err e
 		if enc.HeaderLen > 0 {
 			e.lastHdr = change.Header{Key: enc.HeaderKey, Value: e.own(enc.Buf[k:h])}
 		}
+		if !keyChange {
+			e.lastLen = v
+		}
 		return key, value, nil
 	}
+	e.lastLen = v
 	// A record that outgrew the tail was appended into a new allocation; Keep copies it.
 	b := e.arena.Keep(enc.Buf)
 	value = b[:v:v]
@@ -69,15 +74,6 @@ func (e *Encoder) keep(enc format.Encoded, large bool) (key, value []byte, err e
 		e.lastHdr = change.Header{Key: enc.HeaderKey, Value: b[k:h:h]}
 	}
 	return key, value, nil
-}
-
-// encodeKept is encode and keep.
-func (e *Encoder) encodeKept(ch *format.Change) (key, value []byte, err error) {
-	enc, large, err := e.encode(ch)
-	if err != nil {
-		return nil, nil, err
-	}
-	return e.keep(enc, large)
 }
 
 // lsnText returns the "X/Y" rendering of l in the arena.

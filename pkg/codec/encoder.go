@@ -266,12 +266,12 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 // keyChange appends the records of an update whose key changed: a delete of the old key, its
 // tombstone when tombstones are on, and a create of the new key, each naming both keys.
 func (e *Encoder) keyChange(dst []change.Record, src Source, before, resolved [][]byte, unavail []bool) ([]change.Record, error) {
-	oldKey, delVal, err := e.encodeKept(e.change(src, change.OpDelete, before, nil, nil))
+	oldKey, delVal, err := e.encodeKept(e.change(src, change.OpDelete, before, nil, nil), true)
 	if err != nil {
 		return dst, err
 	}
 	delHdr := e.lastHdr
-	newKey, val, err := e.encodeKept(e.change(src, change.OpCreate, nil, resolved, unavail))
+	newKey, val, err := e.encodeKept(e.change(src, change.OpCreate, nil, resolved, unavail), true)
 	if err != nil {
 		return dst, err
 	}
@@ -311,7 +311,7 @@ func (e *Encoder) Delete(dst []change.Record, src Source, before [][]byte) ([]ch
 // table and, for a table with a key (whose topic is compacted, and refuses null keys), the
 // format's key with no columns: {} (json-with-schema: a struct <topic>.TruncateKey with no fields).
 func (e *Encoder) Truncate(dst []change.Record, src Source) ([]change.Record, error) {
-	key, val, err := e.encodeKept(e.change(src, change.OpTruncate, nil, nil, nil))
+	key, val, err := e.encodeKept(e.change(src, change.OpTruncate, nil, nil, nil), false)
 	if err != nil {
 		return dst, err
 	}
@@ -339,7 +339,7 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	if err := e.knownKey(unavail); err != nil {
 		return dst, err
 	}
-	key, val, err := e.encodeKept(e.change(src, op, before, after, unavail))
+	key, val, err := e.encodeKept(e.change(src, op, before, after, unavail), false)
 	if err != nil {
 		return dst, err
 	}

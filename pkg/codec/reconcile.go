@@ -11,7 +11,7 @@ import (
 func (e *Encoder) DeleteKey(dst []change.Record, src Source, key []byte) []change.Record {
 	ch := e.change(src, change.OpDelete, nil, nil, nil)
 	ch.Key = key
-	k, val, err := e.encodeKept(ch)
+	k, val, err := e.encodeKept(ch, false)
 	if err != nil {
 		return dst // no format fails on a key it wrote; a key it did not write is not reconciled
 	}
