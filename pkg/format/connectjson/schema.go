@@ -1,29 +1,14 @@
-package codec
+package connectjson
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
-
-// Format selects the record encoding.
-type Format string
-
-const (
-	// FormatJSON is the default: plain JSON envelopes (see the package documentation).
-	FormatJSON Format = "json"
-	// FormatJSONWithSchema is Kafka Connect's JsonConverter format with schemas.enable=true:
-	// {"schema":...,"payload":...} for keys and values, with Debezium's PostgreSQL types.
-	FormatJSONWithSchema Format = "json-with-schema"
-)
-
-// ErrNotRepresentable is wrapped when a value has no faithful encoding in the json-with-schema
-// format (a float NaN or infinity, a numeric NaN, a timestamp beyond the int64 microsecond range,
-// ...). The export fails instead of carrying a wrong value.
-var ErrNotRepresentable = errors.New("value cannot be represented in json-with-schema")
 
 // conv is how one json-with-schema node turns PostgreSQL text into its payload.
 type conv uint8
@@ -60,7 +45,7 @@ const (
 	cvHstore // hstore (extension): io.debezium.data.Json of an object of strings
 )
 
-// node is the json-with-schema description of one type: its Connect schema and how its values
+// Node is the json-with-schema description of one type: its Connect schema and how its values
 // are converted.
 type node struct {
 	conv    conv
@@ -227,8 +212,8 @@ func withMod(n *node, oid uint32, mod int32) *node {
 // composites of ...).
 const maxTypeDepth = 16
 
-// buildNode returns the node of type oid with typmod mod.
-func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
+// BuildNode returns the node of type oid with typmod mod.
+func buildNode(types *format.Types, oid uint32, mod int32, depth int) (*node, error) {
 	if depth > maxTypeDepth {
 		return nil, fmt.Errorf("type %d: types refer to one another more than %d levels deep", oid, maxTypeDepth)
 	}
@@ -242,13 +227,13 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 		}
 		return &node{conv: cvArray, typ: "array", elem: elem, label: typeLabel(oid)}, nil
 	}
-	ti := types.get(oid)
+	ti := types.Get(oid)
 	if ti == nil {
 		return nil, fmt.Errorf("type %d is not in the type catalog (resolve the table's types first)", oid)
 	}
 	label := ti.Schema + "." + ti.Name
 	switch {
-	case ti.isArray():
+	case ti.IsArray():
 		elem, err := buildNode(types, ti.Elem, mod, depth+1)
 		if err != nil {
 			return nil, err
@@ -270,7 +255,7 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("attribute %q of %s: %w", f.Name, label, err)
 			}
-			n.members = append(n.members, member{name: append(appendString(nil, []byte(f.Name)), ':'), n: fn})
+			n.members = append(n.members, member{name: append(pgjson.AppendString(nil, []byte(f.Name)), ':'), n: fn})
 		}
 		return n, nil
 	}
@@ -288,7 +273,7 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 	return &node{conv: cvString, typ: "string", label: label}, nil
 }
 
-// appendSchema appends n's Connect schema as JsonConverter writes it, with field set when the
+// AppendSchema appends n's Connect schema as JsonConverter writes it, with field set when the
 // schema is a struct field.
 func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 	dst = append(dst, `{"type":"`...)
@@ -315,7 +300,7 @@ func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 	dst = strconv.AppendBool(dst, optional)
 	if n.name != "" {
 		dst = append(dst, `,"name":`...)
-		dst = appendString(dst, []byte(n.name))
+		dst = pgjson.AppendString(dst, []byte(n.name))
 		if n.version > 0 {
 			dst = append(dst, `,"version":`...)
 			dst = strconv.AppendInt(dst, int64(n.version), 10)
@@ -327,15 +312,15 @@ func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendString(dst, []byte(p[0]))
+			dst = pgjson.AppendString(dst, []byte(p[0]))
 			dst = append(dst, ':')
-			dst = appendString(dst, []byte(p[1]))
+			dst = pgjson.AppendString(dst, []byte(p[1]))
 		}
 		dst = append(dst, '}')
 	}
 	if field != "" {
 		dst = append(dst, `,"field":`...)
-		dst = appendString(dst, []byte(field))
+		dst = pgjson.AppendString(dst, []byte(field))
 	}
 	return append(dst, '}')
 }
@@ -346,12 +331,14 @@ type converter struct {
 	num     []byte // decimal digits
 	wkb     []byte
 	floats  []float64
+	// elem is the element node of the flat array being written (AppendElement).
+	elem *node
 	// shape is set by a top-level array value whose shape is not one dimension with lower bound 1:
 	// PostgreSQL's dimension decoration, e.g. "[0:2]" or "[1:2][1:3]".
 	shape []byte
 }
 
-// appendConnect appends the payload of text (nil: null) as node n.
+// AppendConnect appends the payload of text (nil: null) as node n.
 func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
@@ -360,17 +347,17 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 	out := dst
 	switch n.conv {
 	case cvString:
-		return appendString(dst, text), nil
+		return pgjson.AppendString(dst, text), nil
 	case cvBool:
-		return appendValue(dst, kindBool, pgtype.BoolOID, text, nil)
+		return pgjson.AppendKind(dst, pgjson.KindBool, pgtype.BoolOID, text, nil)
 	case cvInt:
-		if !isJSONInt(text) {
+		if !pgjson.IsJSONInt(text) {
 			return dst, fmt.Errorf("encode %s: %q is not an integer", n.label, text)
 		}
 		return append(dst, text...), nil
 	case cvFloat:
-		if !isJSONNumber(text) {
-			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, ErrNotRepresentable)
+		if !pgjson.IsJSONNumber(text) {
+			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, errNotRepresentable)
 		}
 		return append(dst, text...), nil
 	case cvDecimal, cvMoney:
@@ -378,7 +365,7 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 	case cvVarDecimal:
 		out, err = c.appendVarDecimal(dst, text)
 	case cvBytea:
-		return appendBytea(dst, text)
+		return pgjson.AppendBytea(dst, text)
 	case cvBit1:
 		switch string(text) {
 		case "1":
@@ -403,10 +390,10 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 		out, err = appendMicroDuration(dst, text)
 	case cvJSON:
 		t := trimSpace(text)
-		if _, err := appendValue(nil, kindJSON, pgtype.JSONOID, t, nil); err != nil {
+		if _, err := pgjson.AppendKind(nil, pgjson.KindJSON, pgtype.JSONOID, t, nil); err != nil {
 			return dst, err
 		}
-		return appendString(dst, t), nil
+		return pgjson.AppendString(dst, t), nil
 	case cvPoint, cvLine, cvCircle, cvBox, cvLseg, cvPath, cvPolygon:
 		out, err = c.appendGeometric(dst, n.conv, text)
 	case cvArray:
@@ -425,11 +412,52 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 }
 
 func trimSpace(b []byte) []byte {
-	for len(b) > 0 && isArraySpace(b[0]) {
+	for len(b) > 0 && pgjson.IsArraySpace(b[0]) {
 		b = b[1:]
 	}
-	for len(b) > 0 && isArraySpace(b[len(b)-1]) {
+	for len(b) > 0 && pgjson.IsArraySpace(b[len(b)-1]) {
 		b = b[:len(b)-1]
 	}
 	return b
 }
+
+// defaultTypeMap knows pgx's built-in types; it is read-only after init.
+var defaultTypeMap = pgtype.NewMap()
+
+// builtinArrayElem returns the element type of a built-in array type pgx knows.
+func builtinArrayElem(oid uint32) (uint32, bool) {
+	if e, ok := pgjson.ArrayElem(oid); ok {
+		return e, true
+	}
+	if oid >= 16384 {
+		return 0, false
+	}
+	t, ok := defaultTypeMap.TypeForOID(oid)
+	if !ok {
+		return 0, false
+	}
+	if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
+		return ac.ElementType.OID, true
+	}
+	return 0, false
+}
+
+// StaticType reports whether oid needs no catalog entry: a built-in scalar with a static
+// mapping, or a built-in array of one.
+func staticType(oid uint32) bool {
+	if _, ok := scalarOf(oid); ok {
+		return true
+	}
+	if e, ok := builtinArrayElem(oid); ok {
+		return staticType(e)
+	}
+	return false
+}
+
+// errNotRepresentable is format.ErrNotRepresentable, worded for this format.
+var errNotRepresentable error = notRepresentable{}
+
+type notRepresentable struct{}
+
+func (notRepresentable) Error() string        { return "value cannot be represented in json-with-schema" }
+func (notRepresentable) Is(target error) bool { return target == format.ErrNotRepresentable }

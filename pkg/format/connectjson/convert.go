@@ -1,4 +1,4 @@
-package codec
+package connectjson
 
 import (
 	"encoding/base64"
@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"math/bits"
 	"strconv"
+
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
 // parseNumeric splits numeric_out's rendering ("-12.50", "7") into sign, integer and fraction
@@ -27,7 +29,7 @@ func parseNumeric(text []byte) (neg bool, intPart, frac []byte, err error) {
 		if ch < '0' || ch > '9' {
 			switch string(text) {
 			case "NaN", "Infinity", "-Infinity":
-				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, ErrNotRepresentable)
+				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, errNotRepresentable)
 			}
 			return false, nil, nil, fmt.Errorf("%q is not a number", text)
 		}
@@ -201,12 +203,12 @@ func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 			j++
 		}
 		tok := text[i:j]
-		if !isJSONNumber(tok) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, ErrNotRepresentable)
+		if !pgjson.IsJSONNumber(tok) {
+			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, errNotRepresentable)
 		}
 		f, err := strconv.ParseFloat(string(tok), 64)
 		if err != nil || math.IsInf(f, 0) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, ErrNotRepresentable)
+			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, errNotRepresentable)
 		}
 		c.floats = append(c.floats, f)
 		i = j
@@ -316,33 +318,34 @@ func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) 
 	if !top {
 		text = append([]byte(nil), text...) // an element of an outer value may live in c.scratch
 	}
-	p := arrayParser{text: text, scratch: &c.scratch, conn: c, node: n.elem, flat: true}
-	deco, err := p.skipDecoration()
+	saved := c.elem
+	c.elem = n.elem
+	out, shape, err := pgjson.AppendFlatArray(append(dst, '['), text, c, &c.scratch)
+	c.elem = saved
 	if err != nil {
 		return dst, err
 	}
-	dst = append(dst, '[')
-	out, err := p.level(dst, 1)
-	if err == nil {
-		err = p.end()
-	}
-	if err != nil {
-		return dst, err
-	}
-	if deco == nil && p.ndims > 1 {
-		for d := 0; d < p.ndims; d++ {
+	deco := shape.Decoration
+	if deco == nil && shape.NDims > 1 {
+		for d := 0; d < shape.NDims; d++ {
 			deco = append(deco, "[1:"...)
-			deco = strconv.AppendInt(deco, int64(p.dims[d]), 10)
+			deco = strconv.AppendInt(deco, int64(shape.Dims[d]), 10)
 			deco = append(deco, ']')
 		}
 	}
 	if deco != nil {
 		if !top {
-			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, ErrNotRepresentable)
+			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, errNotRepresentable)
 		}
 		c.shape = append(c.shape[:0], deco...)
 	}
 	return append(out, ']'), nil
+}
+
+// AppendElement appends an element of the flat array being written (pgjson.ElementWriter): as
+// the array's element node.
+func (c *converter) AppendElement(dst, text []byte) ([]byte, error) {
+	return c.appendConnect(dst, c.elem, text, false)
 }
 
 // appendComposite appends a composite value, record_out's "(1,"a b",,"x""y")", as a struct. An
@@ -453,7 +456,7 @@ func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 			obj = append(obj, ',')
 		}
 		first = false
-		obj = appendString(obj, key)
+		obj = pgjson.AppendString(obj, key)
 		obj = append(obj, ':')
 		j += 2
 		if j+4 <= len(text) && string(text[j:j+4]) == "NULL" {
@@ -465,10 +468,10 @@ func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 		if !ok {
 			return dst, fmt.Errorf("%q is not an hstore value", text)
 		}
-		obj = appendString(obj, val)
+		obj = pgjson.AppendString(obj, val)
 		i = k
 	}
 	obj = append(obj, '}')
 	c.wkb = obj
-	return appendString(dst, obj), nil
+	return pgjson.AppendString(dst, obj), nil
 }

@@ -1,4 +1,4 @@
-package codec
+package pgjson
 
 import (
 	"bytes"
@@ -17,13 +17,12 @@ type arrayParser struct {
 	text    []byte
 	pos     int
 	elem    uint32
-	kind    kind
+	kind    Kind
 	scratch *[]byte
 
-	// json-with-schema: elements convert as node through conn, and with flat set every level
-	// goes into one array (row-major); ndims and dims record the shape.
-	conn  *converter
-	node  *node
+	// With elems set (json-with-schema), elements are written by elems, and every level goes
+	// into one array (row-major, flat); ndims and dims record the shape.
+	elems ElementWriter
 	flat  bool
 	n     int // elements written (flat)
 	ndims int
@@ -35,7 +34,7 @@ type arrayParser struct {
 // decoration (lower bounds other than 1) is dropped: JSON arrays start at index 0 whatever the
 // PostgreSQL bounds were.
 func appendArray(dst []byte, elem uint32, text []byte, scratch *[]byte) ([]byte, error) {
-	p := arrayParser{text: text, elem: elem, kind: kindOf(elem), scratch: scratch}
+	p := arrayParser{text: text, elem: elem, kind: KindOf(elem), scratch: scratch}
 	if _, err := p.skipDecoration(); err != nil {
 		return dst, fmt.Errorf("encode array: %w", err)
 	}
@@ -73,12 +72,12 @@ func (p *arrayParser) end() error {
 }
 
 func (p *arrayParser) skipSpace() {
-	for p.pos < len(p.text) && isArraySpace(p.text[p.pos]) {
+	for p.pos < len(p.text) && IsArraySpace(p.text[p.pos]) {
 		p.pos++
 	}
 }
 
-func isArraySpace(c byte) bool {
+func IsArraySpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
 }
 
@@ -189,7 +188,7 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 			return dst, fmt.Errorf("%w: trailing backslash", errArraySyntax)
 		}
 		end := p.pos
-		for end > start && isArraySpace(p.text[end-1]) && (end-2 < start || p.text[end-2] != '\\') {
+		for end > start && IsArraySpace(p.text[end-1]) && (end-2 < start || p.text[end-2] != '\\') {
 			end--
 		}
 		val = p.text[start:end:end]
@@ -202,10 +201,10 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 			return append(dst, "null"...), nil
 		}
 	}
-	if p.node != nil {
-		return p.conn.appendConnect(dst, p.node, val, false)
+	if p.elems != nil {
+		return p.elems.AppendElement(dst, val)
 	}
-	return appendValue(dst, p.kind, p.elem, val, p.scratch)
+	return AppendKind(dst, p.kind, p.elem, val, p.scratch)
 }
 
 // unescape removes backslash escapes (a backslash quotes the next byte) into the scratch buffer.
@@ -223,4 +222,37 @@ func (p *arrayParser) unescape(s []byte) []byte {
 
 func isNullWord(b []byte) bool {
 	return len(b) == 4 && (b[0]|0x20) == 'n' && (b[1]|0x20) == 'u' && (b[2]|0x20) == 'l' && (b[3]|0x20) == 'l'
+}
+
+// ElementWriter writes the elements of a flat array as its format does (json-with-schema).
+type ElementWriter interface {
+	// AppendElement appends the value of one element whose text (not NULL) is text.
+	AppendElement(dst, text []byte) ([]byte, error)
+}
+
+// Shape is the shape of an array literal: its dimension decoration ("[0:1]" of "[0:1]={1,2}",
+// nil when the bounds are all 1), and the number and lengths of its dimensions.
+type Shape struct {
+	Decoration []byte
+	NDims      int
+	Dims       [maxArrayDepth]int
+}
+
+// AppendFlatArray appends the elements of the array literal text, every level into one JSON
+// array body (row-major, without the brackets, NULL elements null), each written by w, and
+// returns the literal's shape. scratch holds unescaped elements.
+func AppendFlatArray(dst, text []byte, w ElementWriter, scratch *[]byte) ([]byte, Shape, error) {
+	p := arrayParser{text: text, scratch: scratch, elems: w, flat: true}
+	deco, err := p.skipDecoration()
+	if err != nil {
+		return dst, Shape{}, err
+	}
+	out, err := p.level(dst, 1)
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return dst, Shape{}, err
+	}
+	return out, Shape{Decoration: deco, NDims: p.ndims, Dims: p.dims}, nil
 }
