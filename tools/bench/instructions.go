@@ -151,14 +151,23 @@ func callgrind(ctx context.Context, bin, name, gogc string, n int, file string, 
 	if err != nil {
 		return 0, 0, fmt.Errorf("callgrind_annotate %s: %w", file, err)
 	}
-	return total, callsInto(string(ann), "github.com/tidemark/cdc/pkg/codec."), nil
+	return total, callsInto(string(ann), "github.com/tidemark/cdc/pkg/codec.", "github.com/tidemark/cdc/pkg/format"), nil
 }
 
 // callsInto sums, in callgrind_annotate --tree=caller output, the inclusive instructions of the
-// calls into functions whose name starts with prefix, from callers outside it and outside the
+// calls into functions whose name starts with one of prefixes (the encoding: the envelope layer
+// and the formats, which call back into it), from callers outside all of them and outside the
 // runtime: a block lists its callers ("<" lines, each with the cost of its calls) before the
 // function itself ("*" line).
-func callsInto(annotated, prefix string) float64 {
+func callsInto(annotated string, prefixes ...string) float64 {
+	inside := func(fn string) bool {
+		for _, p := range prefixes {
+			if strings.HasPrefix(fn, p) {
+				return true
+			}
+		}
+		return false
+	}
 	var sum float64
 	type caller struct {
 		cost float64
@@ -173,9 +182,9 @@ func callsInto(annotated, prefix string) float64 {
 		case marker == "<":
 			callers = append(callers, caller{cost, fn})
 		case marker == "*":
-			if strings.HasPrefix(fn, prefix) {
+			if inside(fn) {
 				for _, c := range callers {
-					if !strings.HasPrefix(c.fn, prefix) && !strings.HasPrefix(c.fn, "runtime.") {
+					if !inside(c.fn) && !strings.HasPrefix(c.fn, "runtime.") {
 						sum += c.cost
 					}
 				}
@@ -230,7 +239,7 @@ func printInstructions(w io.Writer, rs []instrResult) {
 	for _, r := range rs {
 		fmt.Fprintf(w, "   %-58s %14s %22s\n", r.Benchmark+", per "+r.Unit, thousands(int64(r.NoGC)), thousands(int64(r.GC)))
 		if r.NoGCCodec > 0 {
-			fmt.Fprintf(w, "   %-58s %14s %22s\n", "  of which encode (calls into pkg/codec)", thousands(int64(r.NoGCCodec)), "-")
+			fmt.Fprintf(w, "   %-58s %14s %22s\n", "  of which encode (calls into pkg/codec, pkg/format)", thousands(int64(r.NoGCCodec)), "-")
 			fmt.Fprintf(w, "   %-58s %14s %22s\n", "  decode, routing, hand-off (the rest)", thousands(int64(r.NoGC-r.NoGCCodec)), "-")
 		}
 	}
