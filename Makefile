@@ -99,9 +99,9 @@ bench-smoke:
 # Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and
 # testdata/fuzz/<target>/) run as ordinary tests in test-unit.
 FUZZTIME ?= 60s
-FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/codec/:FuzzAppendValue \
+FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/format/internal/pgjson/:FuzzAppendValue \
 	./pkg/codec/:FuzzSplitCopyText ./pkg/watermark/:FuzzDecode ./pkg/watermark/:FuzzTrackerHistory \
-	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./cmd/tidemark-apply/:FuzzPlainString
+	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./pkg/format/internal/pgjson/:FuzzPlainString
 fuzz:
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/codec/connectcheck"
+	"github.com/tidemark/cdc/pkg/format/connectjson/connectcheck"
 	"github.com/tidemark/cdc/pkg/wait"
 	"github.com/tidemark/cdc/pkg/watermark"
 )

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // applier applies batches to the target: a cut's parts in one transaction, with its progress
@@ -48,7 +49,7 @@ type applier struct {
 	stageTx pgx.Tx
 	staged  map[string]bool
 	// fields are decoded json-with-schema value schemas, by the schema's text (a few).
-	fields map[string]map[string]*connectField
+	schemas map[string]format.Schema
 	// skip are the records APPLY_SKIP_RECORDS passes over.
 	skip map[recordRef]bool
 	// stopWait bounds a rollback or close (APPLY_RECEIVE_TIMEOUT; 0: its default).
@@ -350,7 +351,7 @@ func (a *applier) resolve(ctx context.Context, tx pgx.Tx, e change.ExportID, r *
 		return nil, err
 	}
 	if !ok && a.createTables && r != nil && r.schema != nil {
-		sql, err := createSQL(name, r.schema, keyColumns(r))
+		sql, err := createSQL(name, r.schema.Fields(), keyColumns(r))
 		if err != nil {
 			return nil, fmt.Errorf("create %s: %v: %w", name.Sanitize(), err, errPermanent)
 		}
@@ -462,12 +463,12 @@ func (a *applier) queue(pb *pgx.Batch, want *[]pending, t *target, s *step, r *r
 	return 0, fmt.Errorf("unknown op %q", r.env.Op)
 }
 
-// keyColumns are a json-with-schema record's key columns, in the table's column order.
+// keyColumns are the key columns of a record with a schema, in the table's column order.
 func keyColumns(r *record) []string {
 	var ordered []string
-	for _, f := range r.schema {
-		if _, ok := r.key[f.Field]; ok {
-			ordered = append(ordered, f.Field)
+	for _, f := range r.schema.Fields() {
+		if _, ok := r.key[f.Name()]; ok {
+			ordered = append(ordered, f.Name())
 		}
 	}
 	return ordered
@@ -514,29 +515,27 @@ func (t *target) checkRecord(e change.ExportID, r *record) error {
 // text converts one column's JSON value to the text PostgreSQL's input function reads for the
 // target column (nil for SQL NULL).
 func (t *target) text(name string, raw json.RawMessage, r *record) (*string, error) {
-	return t.textField(name, raw, r.fields)
+	return t.textField(name, raw, r.schema, r.dec)
 }
 
-// textField is text with json-with-schema's field schemas by column (nil for json).
-func (t *target) textField(name string, raw json.RawMessage, fields map[string]*connectField) (*string, error) {
+// textField is text with the record's schema (nil for json) and format's decoder.
+func (t *target) textField(name string, raw json.RawMessage, schema format.Schema, dec format.Decoder) (*string, error) {
 	col := t.cols[name]
 	if col == nil {
 		return nil, fmt.Errorf("target %s has no column %s: %w", t.name.Sanitize(), name, errPermanent)
 	}
-	var s string
-	var ok bool
-	var err error
-	if f := fields[name]; f != nil {
-		s, ok, err = connectText(raw, f)
-	} else {
-		s, ok, err = textOf(raw, col)
+	var f format.Field
+	if schema != nil {
+		f = schema.Field(name)
 	}
+	b, ok, err := appendText(nil, raw, col, f, dec)
 	if err != nil {
 		return nil, fmt.Errorf("column %s: %w", name, err)
 	}
 	if !ok {
 		return nil, nil
 	}
+	s := string(b)
 	return &s, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // batch is one part as the applier applies it: a part of a cut, or of a table's load (load
@@ -71,8 +72,10 @@ type step struct {
 	key    json.RawMessage // the key columns as a JSON object
 	// before and after are the envelope's images (nil when null).
 	before, after json.RawMessage
-	// schema is a json-with-schema record's Connect schema (nil for json).
+	// schema is the record's schema as its format writes it (json-with-schema's Connect
+	// schema; nil for json), and dec the format's decoder, which reads it and the values.
 	schema json.RawMessage
+	dec    format.Decoder
 	// unchanged: the update leaves unchanged TOAST columns out of after.
 	unchanged bool
 	// newKey is set on the delete of a key change: the row moves there; oldKey on both halves.
@@ -93,18 +96,18 @@ type envelope struct {
 	Op     string
 }
 
-// record is a decoded record: the envelope and, for json-with-schema, the fields of its
-// value struct and the key's column names.
+// record is a decoded record: the envelope, the key's columns and, when the record carries
+// one (json-with-schema), its schema of the row's columns.
 type record struct {
 	env    envelope
-	fields map[string]*connectField // nil for json
-	schema []connectField           // the value's fields in order (json-with-schema)
+	schema format.Schema // nil for json
+	dec    format.Decoder
 	key    map[string]json.RawMessage
 }
 
 // decodeRecord parses a step's key, images and schema.
 func decodeRecord(s *step) (*record, error) {
-	r := &record{}
+	r := &record{dec: s.decoder()}
 	r.env.Op = string(s.op)
 	if err := unmarshalKey(s.key, &r.key); err != nil {
 		return nil, fmt.Errorf("read key: %w", err)
@@ -120,36 +123,26 @@ func decodeRecord(s *step) (*record, error) {
 			return nil, fmt.Errorf("read value: %w", err)
 		}
 	}
-	if len(s.schema) > 0 {
-		var schema connectField
-		if err := json.Unmarshal(s.schema, &schema); err != nil {
-			return nil, fmt.Errorf("read schema: %w", err)
-		}
-		for _, f := range schema.Fields {
-			if f.Field == "after" || f.Field == "before" && r.fields == nil {
-				r.schema = f.Fields
-				r.fields = make(map[string]*connectField, len(f.Fields))
-				for i := range f.Fields {
-					r.fields[f.Fields[i].Field] = &f.Fields[i]
-				}
-			}
-		}
+	var err error
+	if r.schema, err = r.dec.Schema(s.schema); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
 
-// unmarshalKey reads a key object, plain ({"id":1}) or json-with-schema ({"schema":..,"payload":{"id":1}}).
+// unmarshalKey reads a key object ({"id":1}; the consumer's Change carries the key columns'
+// object whatever the format).
 func unmarshalKey(key []byte, dst *map[string]json.RawMessage) error {
 	if len(key) == 0 {
 		return nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(key, &m); err != nil {
-		return err
+	return json.Unmarshal(key, dst)
+}
+
+// decoder is the decoder of the step's format.
+func (s *step) decoder() format.Decoder {
+	if s.dec == nil {
+		return defaultDecoder
 	}
-	if p, ok := m["payload"]; ok && len(m) == 2 && m["schema"] != nil {
-		return json.Unmarshal(p, dst)
-	}
-	*dst = m
-	return nil
+	return s.dec
 }

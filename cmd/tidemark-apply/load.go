@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // A table that joins (its first copy, or a new one after a re-copy) is loaded into the target
@@ -419,7 +420,7 @@ func (a *applier) copyText(t *target, steps []step) (names []string, buf []byte,
 		if n != len(present) {
 			return nil, nil, false, nil
 		}
-		fields, err := a.fieldsOf(s.schema)
+		schema, err := a.schemaOf(s)
 		if err != nil {
 			return nil, nil, false, fmt.Errorf("record%s: %w", s.where(), err)
 		}
@@ -432,7 +433,11 @@ func (a *applier) copyText(t *target, steps []step) (names []string, buf []byte,
 			}
 			name := t.order[j]
 			var ok bool
-			if scratch, ok, err = appendText(scratch[:0], vals[j], t.cols[name], fields[name]); err != nil {
+			var f format.Field
+			if schema != nil {
+				f = schema.Field(name)
+			}
+			if scratch, ok, err = appendText(scratch[:0], vals[j], t.cols[name], f, s.decoder()); err != nil {
 				return nil, nil, false, fmt.Errorf("record%s: column %s: %w", s.where(), name, err)
 			}
 			if !ok {
@@ -449,25 +454,23 @@ func (a *applier) copyText(t *target, steps []step) (names []string, buf []byte,
 	return names, buf, len(names) > 0, nil
 }
 
-// fieldsOf returns the value fields of a json-with-schema record's Connect schema by column
-// name (nil for plain json), decoded once per schema.
-func (a *applier) fieldsOf(schema json.RawMessage) (map[string]*connectField, error) {
-	if len(schema) == 0 {
+// schemaOf returns the schema of s's record (nil for plain json), parsed once per schema.
+func (a *applier) schemaOf(s *step) (format.Schema, error) {
+	if len(s.schema) == 0 {
 		return nil, nil
 	}
-	if f, ok := a.fields[string(schema)]; ok {
-		return f, nil
+	if sc, ok := a.schemas[string(s.schema)]; ok {
+		return sc, nil
 	}
-	k := string(schema)
-	r, err := decodeRecord(&step{schema: schema})
+	sc, err := s.decoder().Schema(s.schema)
 	if err != nil {
 		return nil, err
 	}
-	if a.fields == nil || len(a.fields) >= 64 {
-		a.fields = map[string]map[string]*connectField{}
+	if a.schemas == nil || len(a.schemas) >= 64 {
+		a.schemas = map[string]format.Schema{}
 	}
-	a.fields[k] = r.fields
-	return r.fields, nil
+	a.schemas[string(s.schema)] = sc
+	return sc, nil
 }
 
 // appendCopyText appends s escaped for COPY's text format.

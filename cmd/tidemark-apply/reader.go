@@ -157,7 +157,7 @@ func (r *reader) batchOf(ctx context.Context, part *consumer.Cut) (*batch, error
 			}
 			b.steps = append(b.steps, step{
 				kind: stepRecord, export: ch.Export, op: byte(ch.Op), key: ch.Key,
-				before: ch.Before, after: ch.After, schema: schema,
+				before: ch.Before, after: ch.After, schema: schema, dec: ch.Decoder,
 				unchanged: len(ch.Unchanged) > 0, newKey: ch.NewKey, oldKey: ch.OldKey,
 				lsn: ch.Source.LSN, sequence: ch.Source.Sequence,
 				topic: ch.Topic, partition: ch.Partition, offset: ch.Offset,

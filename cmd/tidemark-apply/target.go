@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // errPermanent marks an error that a retry cannot fix (a target table that does not match);
@@ -25,10 +26,10 @@ type column struct {
 	// assignment to the column, which refuses what does not fit (a string too long for
 	// varchar(3), a bit string of another length), where an explicit cast to varchar(3) would
 	// cut 'Ada Lovelace' to 'Ada' in silence.
-	typ     string
-	isBytea bool    // bytea (or a domain over it)
-	isJSON  bool    // json or jsonb
-	elem    *column // the element type of an array column
+	typ string
+	// Column is what the record's format needs to read a value without a schema into it:
+	// bytea, json or jsonb, an array's element type.
+	format.Column
 }
 
 // target is a target table as the applier writes it.
@@ -67,12 +68,12 @@ ORDER BY a.attnum`, name.Sanitize())
 		var isArray, elemBytea, elemJSON bool
 		var elemType *string
 		var pos int
-		if err := rows.Scan(&c.name, &c.typ, &c.isBytea, &c.isJSON, &isArray, &elemBytea, &elemJSON, &elemType, &pos); err != nil {
+		if err := rows.Scan(&c.name, &c.typ, &c.IsBytea, &c.IsJSON, &isArray, &elemBytea, &elemJSON, &elemType, &pos); err != nil {
 			rows.Close()
 			return nil, false, fmt.Errorf("read columns of %s: %w", name.Sanitize(), err)
 		}
 		if isArray && elemType != nil {
-			c.elem = &column{name: c.name, typ: *elemType, isBytea: elemBytea, isJSON: elemJSON}
+			c.Elem = &format.Column{IsBytea: elemBytea, IsJSON: elemJSON}
 		}
 		t.cols[c.name] = &c
 		t.order = append(t.order, c.name)
@@ -123,18 +124,18 @@ func (t *target) check(export change.ExportID, cols, key []string) error {
 
 // createSQL is the CREATE TABLE of a target from a json-with-schema record's value fields and
 // key column names.
-func createSQL(name pgx.Identifier, fields []connectField, key []string) (string, error) {
+func createSQL(name pgx.Identifier, fields []format.Field, key []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "CREATE TABLE %s (", name.Sanitize())
 	for i, f := range fields {
-		typ, err := pgTypeOf(&f)
+		typ, err := f.PGType()
 		if err != nil {
-			return "", fmt.Errorf("column %s: %w", f.Field, err)
+			return "", fmt.Errorf("column %s: %w", f.Name(), err)
 		}
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %s", pgx.Identifier{f.Field}.Sanitize(), typ)
+		fmt.Fprintf(&b, "%s %s", pgx.Identifier{f.Name()}.Sanitize(), typ)
 	}
 	if len(key) == 0 {
 		return "", fmt.Errorf("no key: tidemark-apply needs tables with a key")

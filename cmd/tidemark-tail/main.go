@@ -10,7 +10,9 @@
 // TAIL_BROKERS or CDC_KAFKA_BROKERS.
 //
 // Output, one line per record, tab-separated: topic, partition, offset, key, value (headers
-// follow as name=value when present). Records are printed as they arrive: in offset order within
+// follow as name=value when present). Keys and values are shown as JSON, as the decoder of
+// their record format reads them (pkg/format/formats recognises the format; the JSON formats
+// print as written). Records are printed as they arrive: in offset order within
 // a partition, partitions interleaved. A nil value (tombstone) prints as <nil>. A key, value or
 // header that a terminal could take for something else is printed Go-quoted, every control
 // character escaped: C0 and C1 controls, DEL (so no ANSI escape sequence reaches the terminal),
@@ -37,6 +39,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
 )
 
@@ -213,7 +217,7 @@ func consume(ctx context.Context, settings kafkaconn.Settings, targets map[strin
 	}
 	done := make(map[tp]bool)
 	out := bufio.NewWriter(stdout)
-	var line []byte
+	var line, text []byte
 	for remaining > 0 {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -233,7 +237,7 @@ func consume(ctx context.Context, settings kafkaconn.Settings, targets map[strin
 				return
 			}
 			if !r.Attrs.IsControl() {
-				line = appendRecord(line[:0], r)
+				line, text = appendRecord(line[:0], text, r)
 				_, _ = out.Write(line)
 			}
 			if r.Offset+1 >= end {
@@ -248,17 +252,23 @@ func consume(ctx context.Context, settings kafkaconn.Settings, targets map[strin
 	return nil
 }
 
-// appendRecord appends r's output line to dst.
-func appendRecord(dst []byte, r *kgo.Record) []byte {
+// appendRecord appends r's output line to dst. Key and value are shown as the decoder of their
+// format reads them (formats.Decoder recognises it from the value, else from the key), in JSON;
+// text is a buffer for that, returned for reuse.
+func appendRecord(dst, text []byte, r *kgo.Record) ([]byte, []byte) {
+	dec := formats.Decoder(r.Value)
+	if r.Value == nil {
+		dec = formats.Decoder(r.Key)
+	}
 	dst = append(dst, r.Topic...)
 	dst = append(dst, '\t')
 	dst = strconv.AppendInt(dst, int64(r.Partition), 10)
 	dst = append(dst, '\t')
 	dst = strconv.AppendInt(dst, r.Offset, 10)
 	dst = append(dst, '\t')
-	dst = appendPrintable(dst, r.Key)
+	dst = appendPrintable(dst, decoded(dec, &text, r.Key))
 	dst = append(dst, '\t')
-	dst = appendPrintable(dst, r.Value)
+	dst = appendPrintable(dst, decoded(dec, &text, r.Value))
 	for _, h := range r.Headers {
 		dst = append(dst, '\t')
 		if strings.Contains(h.Key, "=") {
@@ -269,7 +279,16 @@ func appendRecord(dst []byte, r *kgo.Record) []byte {
 		dst = append(dst, '=')
 		dst = appendPrintable(dst, h.Value)
 	}
-	return append(dst, '\n')
+	return append(dst, '\n'), text
+}
+
+// decoded returns b as dec shows it, in *text (nil stays nil).
+func decoded(dec format.Decoder, text *[]byte, b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	*text = dec.AppendJSON((*text)[:0], b)
+	return *text
 }
 
 // printable is v as tidemark-tail prints it (see the package comment).

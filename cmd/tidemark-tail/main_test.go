@@ -250,7 +250,8 @@ func TestRecordLineEscapesEverything(t *testing.T) {
 	esc := []byte("\x1b[2J\x1b[31m")
 	r := &kgo.Record{Topic: "demo.public.t", Partition: 1, Offset: 7, Key: esc, Value: append([]byte("v\n"), esc...),
 		Headers: []kgo.RecordHeader{{Key: "h\x1b]0;x\x07", Value: esc}, {Key: "a=b", Value: []byte("ok")}, {Key: "tidemark.op", Value: []byte("c")}}}
-	got := string(appendRecord(nil, r))
+	line, _ := appendRecord(nil, nil, r)
+	got := string(line)
 	want := `demo.public.t	1	7	"\x1b[2J\x1b[31m"	"v\n\x1b[2J\x1b[31m"	"h\x1b]0;x\a"="\x1b[2J\x1b[31m"	"a=b"=ok	tidemark.op=c` + "\n"
 	if got != want {
 		t.Errorf("line\n%q\nwant\n%q", got, want)

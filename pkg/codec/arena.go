@@ -1,7 +1,10 @@
 package codec
 
 import (
+	"fmt"
+
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // Records outlive the call that made them (they wait in the sink until Kafka acknowledges them),
@@ -18,24 +21,73 @@ const (
 // own copies b into the arena and returns the copy.
 func (e *Encoder) own(b []byte) []byte { return e.arena.Copy(b) }
 
-// arenaTail returns the free end of the arena as an empty slice to append a value to, with
-// room for twice the last value: a value written there and kept with commitTail is not copied
-// again. (A value that outgrows the room is appended into a new allocation by append, and
-// commitTail copies it as own does.)
-func (e *Encoder) arenaTail() []byte { return e.arena.Tail(2*e.lastVal + 256) }
+// encode has the format write ch's record (value, key, the format's header) straight into the
+// free end of the arena, with room for twice the last record, or into e.val when the last
+// record was too large to share a chunk (large). Nothing is kept until keep.
+func (e *Encoder) encode(ch *format.Change) (enc format.Encoded, large bool, err error) {
+	large = e.lastLen > arenaLarge/2
+	buf := e.val[:0]
+	if !large {
+		buf = e.arena.Tail(2*e.lastLen + 256)
+	}
+	enc, err = e.enc.Encode(buf, ch)
+	if large {
+		e.val = enc.Buf
+	}
+	return enc, large, err
+}
 
-// commitTail keeps val, appended to the slice arenaTail returned, in the arena, and returns it
-// with its capacity limited as own does.
-func (e *Encoder) commitTail(val []byte) []byte { return e.arena.Keep(val) }
+// keep keeps the record encode wrote, and returns its key (nil for a keyless table) and value
+// as capacity-limited slices of the arena; e.lastHdr becomes its format header. A value longer
+// than Config.MaxRecordBytes is refused (ErrRecordTooLarge) and nothing is kept.
+func (e *Encoder) keep(enc format.Encoded, large bool) (key, value []byte, err error) {
+	if e.cfg.MaxRecordBytes > 0 && enc.Value > e.cfg.MaxRecordBytes {
+		return nil, nil, fmt.Errorf("change (op %c) of %s at %s: %w: %d bytes encoded, the limit is %d",
+			e.ch.Op, e.table.Export, e.ch.Source.LSN, ErrRecordTooLarge, enc.Value, e.cfg.MaxRecordBytes)
+	}
+	v, k, h := enc.Value, enc.Value+enc.Key, enc.Value+enc.Key+enc.HeaderLen
+	e.lastLen = v
+	e.lastHdr = change.Header{}
+	if large {
+		// Each part on its own: the value may take an allocation of its own, the rest not.
+		value = e.own(enc.Buf[:v])
+		if enc.Key > 0 {
+			key = e.own(enc.Buf[v:k])
+		}
+		if enc.HeaderLen > 0 {
+			e.lastHdr = change.Header{Key: enc.HeaderKey, Value: e.own(enc.Buf[k:h])}
+		}
+		return key, value, nil
+	}
+	// A record that outgrew the tail was appended into a new allocation; Keep copies it.
+	b := e.arena.Keep(enc.Buf)
+	value = b[:v:v]
+	if enc.Key > 0 {
+		key = b[v:k:k]
+	}
+	if enc.HeaderLen > 0 {
+		e.lastHdr = change.Header{Key: enc.HeaderKey, Value: b[k:h:h]}
+	}
+	return key, value, nil
+}
+
+// encodeKept is encode and keep.
+func (e *Encoder) encodeKept(ch *format.Change) (key, value []byte, err error) {
+	enc, large, err := e.encode(ch)
+	if err != nil {
+		return nil, nil, err
+	}
+	return e.keep(enc, large)
+}
 
 // lsnText returns the "X/Y" rendering of l in the arena.
 func (e *Encoder) lsnText(l change.LSN) []byte {
 	var buf [17]byte
-	return e.own(appendLSN(buf[:0], l))
+	return e.own(format.AppendLSN(buf[:0], l))
 }
 
 // headers returns the header slice of one record: the LSN and op, plus the old and new key and
-// the unchanged columns when given.
+// the unchanged columns when given, and the format's own header of the last record kept.
 func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []byte) []change.Header {
 	n := 2
 	if oldKey != nil {
@@ -44,7 +96,7 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []
 	if unchanged != nil {
 		n++
 	}
-	if len(e.dims) > 0 {
+	if e.lastHdr.Key != "" {
 		n++
 	}
 	if cap(e.hdrs)-len(e.hdrs) < n {
@@ -64,30 +116,8 @@ func (e *Encoder) headers(lsn []byte, op change.Op, oldKey, newKey, unchanged []
 	if unchanged != nil {
 		e.hdrs = append(e.hdrs, change.Header{Key: HeaderUnchanged, Value: unchanged})
 	}
-	if len(e.dims) > 0 {
-		e.hdrs = append(e.hdrs, change.Header{Key: HeaderArrayDims, Value: e.own(e.dims)})
+	if e.lastHdr.Key != "" {
+		e.hdrs = append(e.hdrs, e.lastHdr)
 	}
 	return e.hdrs[s:len(e.hdrs):len(e.hdrs)]
-}
-
-// appendLSN appends l as PostgreSQL prints it: "X/Y", upper-case hex without leading zeros.
-func appendLSN(dst []byte, l change.LSN) []byte {
-	dst = appendHexUpper(dst, uint32(l>>32))
-	dst = append(dst, '/')
-	return appendHexUpper(dst, uint32(l))
-}
-
-func appendHexUpper(dst []byte, v uint32) []byte {
-	const digits = "0123456789ABCDEF"
-	var buf [8]byte
-	i := len(buf)
-	for {
-		i--
-		buf[i] = digits[v&0xf]
-		v >>= 4
-		if v == 0 {
-			break
-		}
-	}
-	return append(dst, buf[i:]...)
 }

@@ -121,3 +121,16 @@ func unescapeCopy(line []byte, r *int) byte {
 	}
 	return c
 }
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}

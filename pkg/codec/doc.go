@@ -4,6 +4,13 @@
 // pinned session settings (DateStyle=ISO, IntervalStyle=postgres, TimeZone=UTC,
 // extra_float_digits=3), so one value yields the same bytes whichever stage read it.
 //
+// codec is the format-free envelope layer: which records a change becomes (ops, key changes,
+// tombstones, truncates), unchanged TOAST, headers, the record size limit and the arena the
+// records' bytes live in. The bytes of each record's key and value are the format's
+// (Config.Format names one of pkg/format/formats): a format.TableEncoder per table writes them,
+// with one call per record. pkg/format/json documents the plain JSON format and its value
+// mapping, pkg/format/connectjson json-with-schema.
+//
 // # Records
 //
 // An Encoder is built per export schema version (a change.Table). Each of Read (op r), Insert (c),
@@ -12,13 +19,9 @@
 //   - Topic change.TopicName(prefix, export); Partition change.AnyPartition, except a truncate,
 //     which is change.AllPartitions with the key {} (no columns; a compacted topic refuses a
 //     null key), or a null key for a keyless table.
-//   - Key: a JSON object of the key columns (change.Column.Key) in column order, e.g. {"id":1};
-//     nil for a table without key columns.
-//   - Value: a Debezium-compatible envelope in compact JSON with a fixed field order:
-//     {"before":{..}|null,"after":{..}|null,"source":{"version":"tidemark-1","connector":"tidemark",
-//     "name":<prefix>,"db":..,"schema":..,"table":..,"lsn":<commit LSN as a number>,
-//     "lsn_text":"X/Y","txId":<xid>,"sequence":<n>,"snapshot":true|false,"attempt":<n, snapshot
-//     rows only>,"ts_ms":<commit time, ms>},"op":"c","ts_ms":<encoding time, ms>}.
+//   - Key: the key columns (change.Column.Key) in the format (json: an object in column order,
+//     e.g. {"id":1}); nil for a table without key columns.
+//   - Value: a Debezium-compatible envelope (before, after, source, op, ts_ms) in the format.
 //   - Headers: tidemark.lsn ("X/Y") and tidemark.op (c, u, d, r, t; a tombstone carries d).
 //
 // A delete carries the old tuple as PostgreSQL sent it (under REPLICA IDENTITY DEFAULT only the
@@ -41,90 +44,9 @@
 // header. A key column that stays unknown fails the change, with an error that says to set
 // REPLICA IDENTITY FULL: the record could not be keyed.
 //
-// # Value mapping
-//
-// By type OID (a nil value, SQL NULL, is always null):
-//
-//	| PostgreSQL type                         | JSON                                                   |
-//	|-----------------------------------------|--------------------------------------------------------|
-//	| int2, int4, int8, oid                   | number, as rendered: 42, -7                            |
-//	| numeric                                 | string, exactly as rendered: "1.50", "NaN", "Infinity" |
-//	| float4, float8                          | number as rendered (1.5, -0, 1e+100); NaN, Infinity    |
-//	|                                         | and -Infinity as the strings "NaN", "Infinity",        |
-//	|                                         | "-Infinity"                                            |
-//	| bool                                    | true / false                                           |
-//	| text, varchar, bpchar (padded), name,   | string; control characters, quotes and backslashes     |
-//	| "char", citext and other unknown types  | escaped; invalid UTF-8 bytes become \ufffd             |
-//	| bytea                                   | string, base64 (standard alphabet, padded)             |
-//	| uuid                                    | string: "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"         |
-//	| date                                    | string as rendered: "2024-01-31", "infinity",          |
-//	|                                         | "0044-03-15 BC"                                        |
-//	| time, timetz                            | string as rendered: "12:34:56.5", "12:34:56.5+05:30"   |
-//	| timestamp                               | string, ISO-8601: "2024-01-31T12:34:56.123456";        |
-//	|                                         | "infinity", "-infinity" kept; " BC" suffix kept        |
-//	| timestamptz                             | string, ISO-8601 UTC: "2024-01-31T12:34:56.123Z";      |
-//	|                                         | "0044-03-15T12:00:00Z BC"; infinities kept             |
-//	| interval                                | string, postgres style: "1 year 2 mons -3 days         |
-//	|                                         | +04:05:06.7"                                           |
-//	| json, jsonb                             | the JSON value itself, embedded (surrounding           |
-//	|                                         | whitespace trimmed; jsonb's spacing kept)              |
-//	| arrays of all of the above              | JSON arrays (nested for multi-dimensional ones) whose  |
-//	| (int4[], text[], jsonb[], ...)          | elements follow the element type's mapping; NULL       |
-//	|                                         | elements are null; lower bounds ([0:1]={...}) are      |
-//	|                                         | dropped                                                |
-//	| everything else: enums, domains, money, | string of the text rendering                           |
-//	| inet, cidr, macaddr, ranges, geometric, |                                                        |
-//	| bit strings, xml, tsvector, arrays of   |                                                        |
-//	| these, composite types, ...             |                                                        |
-//
-// A json or jsonb value that is the JSON literal null is written as null, like SQL NULL; the two
-// cannot be told apart in the envelope (nor inside a json[] array).
-//
-// A domain arrives with its own OID, not its base type's, so it is written as a string even when
-// its base type is a number. An array of a type outside the table (enum[], inet[], ...) is one
-// string: "{a,b}".
-//
-// AppendValue returns an error, never invalid JSON, when a text does not parse as its type (an
-// integer that is not digits, a bool other than t or f, invalid json, a malformed array literal or
-// bytea). PostgreSQL does not render such values; an error means the type OID and the value do not
-// belong together.
-//
-// # json-with-schema
-//
-// With Config.Format FormatJSONWithSchema, keys and values are Kafka Connect's JsonConverter format
-// with schemas.enable=true: {"schema":<Connect schema>,"payload":<the same envelope>}, with the field
-// types and semantic names of Debezium's PostgreSQL connector under its defaults
-// (decimal.handling.mode=precise, time.precision.mode=adaptive, binary.handling.mode=bytes,
-// interval.handling.mode=numeric, hstore.handling.mode=json). docs/value-mapping.md has the mapping table.
-// Decisions:
-//
-//   - The envelope schema (<topic>.Envelope with before/after <topic>.Value, source
-//     io.debezium.connector.postgresql.Source, op, ts_ms) and the key schema (<topic>.Key) depend
-//     only on the table; NewEncoder builds them once and a record appends its payload after them.
-//     Key columns are required fields, all others optional: the stream cannot know NOT NULL (a
-//     Relation message does not carry it) and both stages must build identical schemas.
-//   - Types are described by nodes built from the column's type OID and typmod: built-in types
-//     statically (scalarOf), everything else from a Types catalog (domains resolve to their base
-//     type with the domain's typmod, enums carry their labels, composites become structs). The
-//     catalog is shared by both stages and never refreshed while the process runs.
-//   - Values Connect cannot carry faithfully are refused with ErrNotRepresentable, which fails the
-//     export alone: float NaN and infinities (JsonConverter has no way to read them and turns a
-//     string into 0), numeric NaN and infinities, timestamps and intervals beyond int64
-//     microseconds, non-finite geometric coordinates, money not rendered as $1,234.56. Infinite
-//     dates and timestamps follow Debezium's sentinels; timestamptz infinities are the strings
-//     "infinity" and "-infinity", as in Debezium.
-//   - Arrays are flat Connect arrays (PostgreSQL does not enforce a column's dimensions, so a
-//     static schema cannot nest). A column's value with more than one dimension or a lower bound
-//     other than 1 is written flattened in row-major order and its shape goes into the
-//     HeaderArrayDims header; below the top level (an array inside a composite) such a shape is
-//     refused.
-//   - An unchanged TOASTed column: UnchangedOmit leaves it out (JsonConverter reads a missing
-//     optional field as null); UnchangedPlaceholder writes the placeholder only into string
-//     columns and null into the others.
-//
 // # Performance
 //
-// The per-row path uses no reflection and no encoding/json: an Encoder appends into reusable
-// buffers and copies each finished key and value into a chunked arena, so a row costs a small,
-// constant number of allocations. SplitCopyText decodes escapes in place.
+// The per-row path uses no reflection and no encoding/json: the format appends each record's
+// value and key straight into a chunked arena, so a row costs a small, constant number of
+// allocations (none in the steady state). SplitCopyText decodes escapes in place.
 package codec

@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidemark/cdc/internal/slab"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
+	"github.com/tidemark/cdc/pkg/format/formats"
 )
 
 // Header keys written on every record.
@@ -23,21 +27,21 @@ const (
 	// HeaderArrayDims (json-with-schema only) gives the shape of array values that are not one
 	// dimension starting at index 1, which the payload writes flattened:
 	// {"after":{"col":"[0:2]"},"before":{...}}.
-	HeaderArrayDims = "tidemark.array_dims"
+	HeaderArrayDims = connectjson.HeaderArrayDims
 )
 
 // Unchanged is what an encoder writes for a column whose value PostgreSQL did not send
 // (CDC_UNCHANGED_TOAST). The zero value is UnchangedOmit.
-type Unchanged string
+type Unchanged = format.Unchanged
 
 // Unchanged TOAST policies.
 const (
 	// UnchangedOmit leaves the column out of after; the HeaderUnchanged header names it, so a
 	// consumer merges the update into the row it has. The default, also for "".
-	UnchangedOmit Unchanged = "omit"
+	UnchangedOmit = format.UnchangedOmit
 	// UnchangedPlaceholder writes Config.Placeholder as the column's value (a JSON string), as
 	// Debezium does, and names the column in HeaderUnchanged too.
-	UnchangedPlaceholder Unchanged = "placeholder"
+	UnchangedPlaceholder = format.UnchangedPlaceholder
 )
 
 // DefaultPlaceholder is Debezium's unavailable.value.placeholder.
@@ -65,23 +69,31 @@ type Config struct {
 	// (DefaultPlaceholder when empty).
 	Unchanged   Unchanged
 	Placeholder string
-	// Format is FormatJSON (also when empty) or FormatJSONWithSchema.
+	// Format names the record format (pkg/format/formats): FormatJSON (also when empty),
+	// FormatJSONWithSchema, or any other format listed there.
 	Format Format
-	// Types describes the types FormatJSONWithSchema cannot know statically; the same catalog
-	// must serve every stage. Call Types.ResolveTable before NewEncoder (Prepare does).
+	// Types describes the types a format cannot know statically (json-with-schema); the same
+	// catalog must serve every stage. Prepare fills it before NewEncoder.
 	Types *Types
 }
 
-// WithSchema reports whether the format is json-with-schema.
-func (c Config) WithSchema() bool { return c.Format == FormatJSONWithSchema }
-
-// Prepare reads what NewEncoder needs from the database for t: in json-with-schema, the types of
-// its columns that are not built in. It does nothing in the default format.
+// Prepare reads what NewEncoder needs from the database for t: the types of its columns that
+// the format cannot know statically (json-with-schema), nothing in json.
 func (c Config) Prepare(ctx context.Context, t *change.Table) error {
-	if !c.WithSchema() || c.Types == nil || t == nil {
-		return nil
+	f, ok := formats.Lookup(string(c.Format))
+	if !ok || t == nil {
+		return nil // NewEncoder reports the unknown format
 	}
-	return c.Types.ResolveTable(ctx, t)
+	return f.Prepare(ctx, c.formatConfig(), t)
+}
+
+// formatConfig is what the format's encoders are built from.
+func (c Config) formatConfig() format.Config {
+	ph := c.Placeholder
+	if ph == "" {
+		ph = DefaultPlaceholder
+	}
+	return format.Config{Database: c.Database, TopicPrefix: c.TopicPrefix, Unchanged: c.Unchanged, Placeholder: ph, Types: c.Types}
 }
 
 // Source is the per-change metadata.
@@ -100,71 +112,50 @@ var ErrRowShape = errors.New("row does not match table columns")
 // ValueError is a column value that cannot be encoded. Its text quotes the value, so it is row
 // data: show it only where row data may be shown (a log, the admin HTTP endpoints), and use
 // errors.As to tell the class of failure elsewhere.
-type ValueError struct {
-	Column string
-	Export change.ExportID
-	Err    error
-}
+type ValueError = format.ValueError
 
-func (e *ValueError) Error() string {
-	return fmt.Sprintf("encode column %q of %s: %v", e.Column, e.Export, e.Err)
-}
-
-func (e *ValueError) Unwrap() error { return e.Err }
+// ErrNotRepresentable is wrapped when a value has no faithful encoding in the format (a float
+// NaN or infinity in json-with-schema, ...). The export fails instead of carrying a wrong value.
+var ErrNotRepresentable = format.ErrNotRepresentable
 
 // ErrRecordTooLarge is wrapped when a change's record would exceed Config.MaxRecordBytes.
 var ErrRecordTooLarge = errors.New("record too large")
 
-// column is the precomputed encoding state of one column.
-type column struct {
-	name []byte // `"name":`, JSON-escaped
-	oid  uint32
-	kind kind
-	node *node // json-with-schema
-}
-
-// Encoder turns the changes of one export schema version into Kafka records. It is not safe for
-// concurrent use; Clone gives each worker its own.
+// Encoder turns the changes of one export schema version into Kafka records: the envelope layer.
+// It decides which records a change becomes (a key change is a delete, its tombstone and a
+// create; a delete is followed by its tombstone), resolves unchanged TOAST, and writes the
+// headers; the format's per-table encoder writes each record's key and value, with one call per
+// record. It is not safe for concurrent use; Clone gives each worker its own.
 //
 // Record byte slices (Key, Value, header values) are carved from chunks the encoder allocates and
 // never writes again once handed out: they are the caller's, read-only, and stay valid for as long
 // as the caller keeps them. A chunk is freed when no record refers to it any more.
 type Encoder struct {
-	cfg     Config
-	table   *change.Table
-	topic   string
-	cols    []column
-	keyIdx  []int
-	srcHead []byte // `"source":{..."table":"t","lsn":`
-	// placeholder is Config.Placeholder as a JSON string (UnchangedPlaceholder).
-	placeholder []byte
-	now         func() time.Time
-	// json-with-schema: `{"schema":<schema>,"payload":` of values and keys.
-	valHead []byte
-	keyHead []byte
-	// truncKey is the key of a truncate record of a table with a key (nil without one): a
-	// compacted topic refuses null keys, and no row's key has no columns.
-	truncKey []byte
+	cfg    Config
+	table  *change.Table
+	topic  string
+	enc    format.TableEncoder
+	keyIdx []int
+	// names are the columns' names as JSON strings (HeaderUnchanged).
+	names [][]byte
+	now   func() time.Time
 
 	// Reusable buffers.
-	val     []byte    // envelope under construction
-	key     []byte    // key under construction
-	oldKey  []byte    // old key (updates)
-	spans   []int     // value offsets in val of the current row, 2 per column
-	scratch []byte    // array element unescaping
-	merged  [][]byte  // after with unchanged columns resolved
-	unavail []bool    // columns of merged that stay unknown
-	arena   slab.Slab // keys, values and headers of the records handed out (arena.go)
-	lastVal int       // bytes of the last value simple wrote
-	hdrs    []change.Header
-	conv    converter // json-with-schema value conversion
-	dims    []byte    // json-with-schema: HeaderArrayDims of the record being encoded, or empty
-	dimsSec bool      // dims has an open section
-	section string    // `"before"` or `"after"` while a row of the envelope is encoded
+	ch      format.Change // the record being encoded
+	val     []byte        // a record too large for the arena's tail, under construction
+	key     []byte        // new key (updates)
+	oldKey  []byte        // old key (updates)
+	scratch []byte
+	merged  [][]byte        // after with unchanged columns resolved
+	unavail []bool          // columns of merged that stay unknown
+	arena   slab.Slab       // keys, values and headers of the records handed out (arena.go)
+	lastLen int             // bytes of the last value encode kept
+	lastHdr change.Header   // the format's header of the last record encode kept (Key "": none)
+	hdrs    []change.Header // header slices handed out
 }
 
 // NewEncoder prepares an encoder for t. It returns an error for a nil table, a table with no
-// columns, or column names that are empty or repeated.
+// columns, column names that are empty or repeated, or an unknown format.
 func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 	if t == nil {
 		return nil, errors.New("new encoder: nil table")
@@ -173,7 +164,7 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 		return nil, fmt.Errorf("new encoder for %s: table has no columns", t.Export)
 	}
 	seen := make(map[string]bool, len(t.Columns))
-	cols := make([]column, len(t.Columns))
+	names := make([][]byte, len(t.Columns))
 	for i, c := range t.Columns {
 		if c.Name == "" {
 			return nil, fmt.Errorf("new encoder for %s: column %d has no name", t.Export, i+1)
@@ -182,53 +173,28 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 			return nil, fmt.Errorf("new encoder for %s: column %q appears twice", t.Export, c.Name)
 		}
 		seen[c.Name] = true
-		name := appendString(nil, []byte(c.Name))
-		cols[i] = column{name: append(name, ':'), oid: c.TypeOID, kind: kindOf(c.TypeOID)}
-		if cfg.WithSchema() {
-			n, err := buildNode(cfg.Types, c.TypeOID, c.TypeMod, 0)
-			if err != nil {
-				return nil, fmt.Errorf("new encoder for %s: column %q: %w", t.Export, c.Name, err)
-			}
-			cols[i].node = n
-		}
+		names[i] = format.AppendJSONString(nil, []byte(c.Name))
 	}
-	var h []byte
-	h = append(h, `"source":{"version":"`+Version+`","connector":"tidemark","name":`...)
-	h = appendString(h, []byte(cfg.TopicPrefix))
-	h = append(h, `,"db":`...)
-	h = appendString(h, []byte(cfg.Database))
-	h = append(h, `,"schema":`...)
-	h = appendString(h, []byte(t.Export.Schema))
-	h = append(h, `,"table":`...)
-	h = appendString(h, []byte(t.Export.Table))
-	h = append(h, `,"lsn":`...)
+	f, ok := formats.Lookup(string(cfg.Format))
+	if !ok {
+		return nil, fmt.Errorf("new encoder for %s: unknown value format %q (known: %s)", t.Export, cfg.Format, strings.Join(formats.Names(), ", "))
+	}
+	enc, err := f.NewEncoder(cfg.formatConfig(), t)
+	if err != nil {
+		return nil, err
+	}
 	e := &Encoder{
-		cfg:     cfg,
-		table:   t,
-		topic:   change.TopicName(cfg.TopicPrefix, t.Export),
-		cols:    cols,
-		keyIdx:  t.KeyColumns(),
-		srcHead: h,
-		now:     cfg.Now,
-		arena:   slab.New(arenaChunk, arenaLarge),
+		cfg:    cfg,
+		table:  t,
+		topic:  change.TopicName(cfg.TopicPrefix, t.Export),
+		enc:    enc,
+		keyIdx: t.KeyColumns(),
+		names:  names,
+		now:    cfg.Now,
+		arena:  slab.New(arenaChunk, arenaLarge),
 	}
-	ph := cfg.Placeholder
-	if ph == "" {
-		ph = DefaultPlaceholder
-	}
-	e.placeholder = appendString(nil, []byte(ph))
 	if e.now == nil {
 		e.now = time.Now
-	}
-	if cfg.WithSchema() {
-		e.valHead, e.keyHead = connectHeads(e.topic, t, cols)
-	}
-	if len(e.keyIdx) > 0 {
-		e.truncKey = []byte("{}")
-		if cfg.WithSchema() {
-			k := append([]byte(`{"schema":{"type":"struct","fields":[],"optional":false,"name":`), appendString(nil, []byte(e.topic+".TruncateKey"))...)
-			e.truncKey = append(k, `},"payload":{}}`...)
-		}
 	}
 	return e, nil
 }
@@ -236,9 +202,8 @@ func NewEncoder(cfg Config, t *change.Table) (*Encoder, error) {
 // Clone returns an encoder sharing e's immutable state with buffers of its own.
 func (e *Encoder) Clone() *Encoder {
 	return &Encoder{
-		cfg: e.cfg, table: e.table, topic: e.topic, cols: e.cols,
-		keyIdx: e.keyIdx, srcHead: e.srcHead, now: e.now, placeholder: e.placeholder,
-		valHead: e.valHead, keyHead: e.keyHead, truncKey: e.truncKey,
+		cfg: e.cfg, table: e.table, topic: e.topic, enc: e.enc.Clone(),
+		keyIdx: e.keyIdx, names: e.names, now: e.now,
 		arena: slab.New(arenaChunk, arenaLarge),
 	}
 }
@@ -278,36 +243,56 @@ func (e *Encoder) Update(dst []change.Record, src Source, before, after [][]byte
 			return dst, err
 		}
 	}
-	if unchanged != nil && len(unchanged) != len(e.cols) {
-		return dst, fmt.Errorf("encode update of %s: %w: %d unchanged flags for %d columns", e.table.Export, ErrRowShape, len(unchanged), len(e.cols))
+	if unchanged != nil && len(unchanged) != len(e.cols()) {
+		return dst, fmt.Errorf("encode update of %s: %w: %d unchanged flags for %d columns", e.table.Export, ErrRowShape, len(unchanged), len(e.cols()))
 	}
 	resolved, unavail := e.resolve(before, after, unchanged)
 	if before == nil || len(e.keyIdx) == 0 {
 		return e.simple(dst, src, change.OpUpdate, before, resolved, unavail)
 	}
+	if err := e.knownKey(unavail); err != nil {
+		return dst, err
+	}
 	var err error
-	if e.oldKey, err = e.appendKey(e.oldKey[:0], before, nil); err != nil {
+	if e.oldKey, err = e.enc.AppendKey(e.oldKey[:0], before); err != nil {
 		return dst, err
 	}
-	if e.key, err = e.appendKey(e.key[:0], resolved, unavail); err != nil {
+	// The update's record carries the new key: when it equals the old one, that record is it.
+	enc, large, err := e.encode(e.change(src, change.OpUpdate, before, resolved, unavail))
+	if err != nil {
 		return dst, err
 	}
-	if bytes.Equal(e.oldKey, e.key) {
-		return e.simple(dst, src, change.OpUpdate, before, resolved, unavail)
+	if newKey := enc.Buf[enc.Value : enc.Value+enc.Key]; !bytes.Equal(e.oldKey, newKey) {
+		return e.keyChange(dst, src, before, resolved, unavail, newKey)
 	}
+	key, val, err := e.keep(enc, large)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, change.Record{
+		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: val,
+		Headers: e.headers(e.lsnText(src.LSN), change.OpUpdate, nil, nil, e.unchangedNames(unavail)),
+	}), nil
+}
+
+// keyChange appends the records of an update from the key in e.oldKey to newKey: a delete of
+// the old key, its tombstone when tombstones are on, and a create of the new key.
+func (e *Encoder) keyChange(dst []change.Record, src Source, before, resolved [][]byte, unavail []bool, newKey []byte) ([]change.Record, error) {
+	e.key = append(e.key[:0], newKey...) // newKey lies in the arena's tail, which the next record reuses
 	oldKey, newKey := e.own(e.oldKey), e.own(e.key)
 	lsn := e.lsnText(src.LSN)
 	unch := e.unchangedNames(unavail)
 	n := len(dst)
-	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpDelete, before, nil, nil); err != nil {
+	_, val, err := e.encodeKept(e.change(src, change.OpDelete, before, nil, nil))
+	if err != nil {
 		return dst, err
 	}
-	dst = e.appendDelete(dst, oldKey, e.own(e.val), lsn, oldKey, newKey)
-	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpCreate, nil, resolved, unavail); err != nil {
+	dst = e.appendDelete(dst, oldKey, val, lsn, oldKey, newKey)
+	if _, val, err = e.encodeKept(e.change(src, change.OpCreate, nil, resolved, unavail)); err != nil {
 		return dst[:n], err
 	}
 	return append(dst, change.Record{
-		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: e.own(e.val),
+		Topic: e.topic, Partition: change.AnyPartition, Key: newKey, Value: val,
 		Headers: e.headers(lsn, change.OpCreate, oldKey, newKey, unch),
 	}), nil
 }
@@ -333,15 +318,15 @@ func (e *Encoder) Delete(dst []change.Record, src Source, before [][]byte) ([]ch
 
 // Truncate appends the one record of a truncate (op t): before and after null, and Partition
 // change.AllPartitions so the sink writes it to every partition. Its key is null for a keyless
-// table and, for a table with a key (whose topic is compacted, and refuses null keys), a key
-// with no columns: {} (json-with-schema: a struct <topic>.TruncateKey with no fields).
+// table and, for a table with a key (whose topic is compacted, and refuses null keys), the
+// format's key with no columns: {} (json-with-schema: a struct <topic>.TruncateKey with no fields).
 func (e *Encoder) Truncate(dst []change.Record, src Source) ([]change.Record, error) {
-	var err error
-	if e.val, err = e.appendEnvelope(e.val[:0], src, change.OpTruncate, nil, nil, nil); err != nil {
+	key, val, err := e.encodeKept(e.change(src, change.OpTruncate, nil, nil, nil))
+	if err != nil {
 		return dst, err
 	}
 	return append(dst, change.Record{
-		Topic: e.topic, Partition: change.AllPartitions, Key: e.truncKey, Value: e.own(e.val),
+		Topic: e.topic, Partition: change.AllPartitions, Key: key, Value: val,
 		Headers: e.headers(e.lsnText(src.LSN), change.OpTruncate, nil, nil, nil),
 	}), nil
 }
@@ -361,43 +346,12 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	} else if before == nil {
 		return dst, fmt.Errorf("encode %c of %s: no tuple", op, e.table.Export)
 	}
-	// The value is written straight into the arena (see arenaTail), unless the last one was
-	// too large to share a chunk.
-	var val []byte
-	var err error
-	if e.lastVal <= arenaLarge/2 {
-		if val, err = e.appendEnvelope(e.arenaTail(), src, op, before, after, unavail); err != nil {
-			return dst, err
-		}
-		val = e.commitTail(val)
-	} else {
-		if e.val, err = e.appendEnvelope(e.val[:0], src, op, before, after, unavail); err != nil {
-			return dst, err
-		}
-		val = e.own(e.val)
+	if err := e.knownKey(unavail); err != nil {
+		return dst, err
 	}
-	e.lastVal = len(val)
-	// e.spans now holds the value offsets of the last row encoded: after, or before when
-	// after is nil. The key reuses those bytes.
-	var key []byte
-	if len(e.keyIdx) > 0 {
-		e.key = append(e.key[:0], e.keyHead...)
-		e.key = append(e.key, '{')
-		for i, c := range e.keyIdx {
-			if unavail != nil && unavail[c] {
-				return dst, e.unknownKey(c)
-			}
-			if i > 0 {
-				e.key = append(e.key, ',')
-			}
-			e.key = append(e.key, e.cols[c].name...)
-			e.key = append(e.key, val[e.spans[2*c]:e.spans[2*c+1]]...)
-		}
-		e.key = append(e.key, '}')
-		if e.keyHead != nil {
-			e.key = append(e.key, '}')
-		}
-		key = e.own(e.key)
+	key, val, err := e.encodeKept(e.change(src, op, before, after, unavail))
+	if err != nil {
+		return dst, err
 	}
 	return append(dst, change.Record{
 		Topic: e.topic, Partition: change.AnyPartition, Key: key, Value: val,
@@ -405,10 +359,37 @@ func (e *Encoder) simple(dst []change.Record, src Source, op change.Op, before, 
 	}), nil
 }
 
-// unknownKey is the error for a key column whose value PostgreSQL did not send.
-func (e *Encoder) unknownKey(c int) error {
-	return fmt.Errorf("encode update of %s: key column %q is an unchanged out-of-line value that PostgreSQL did not send, so the record has no key; set REPLICA IDENTITY FULL on the table",
-		e.table.Export, e.table.Columns[c].Name)
+// change returns the format's description of one record, in a buffer e reuses.
+func (e *Encoder) change(src Source, op change.Op, before, after [][]byte, unavail []bool) *format.Change {
+	e.ch = format.Change{
+		Op: op,
+		Source: format.Source{LSN: src.LSN, Xid: src.Xid, Seq: src.Seq, TsMs: unixMilli(src.Time),
+			Snapshot: src.Snapshot, Attempt: src.Attempt},
+		TsMs:   unixMilli(e.now()),
+		Before: before, After: after, Unavail: unavail,
+	}
+	return &e.ch
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// knownKey returns the error of a record whose key column PostgreSQL did not send.
+func (e *Encoder) knownKey(unavail []bool) error {
+	if unavail == nil {
+		return nil
+	}
+	for _, c := range e.keyIdx {
+		if unavail[c] {
+			return fmt.Errorf("encode update of %s: key column %q is an unchanged out-of-line value that PostgreSQL did not send, so the record has no key; set REPLICA IDENTITY FULL on the table",
+				e.table.Export, e.table.Columns[c].Name)
+		}
+	}
+	return nil
 }
 
 // unchangedNames returns the HeaderUnchanged value for unavail (nil when no column is unknown):
@@ -425,16 +406,18 @@ func (e *Encoder) unchangedNames(unavail []bool) []byte {
 		if len(b) > 1 {
 			b = append(b, ',')
 		}
-		b = append(b, e.cols[i].name[:len(e.cols[i].name)-1]...) // the quoted name without ':'
+		b = append(b, e.names[i]...)
 	}
 	b = append(b, ']')
 	e.scratch = b
 	return e.own(b)
 }
 
+func (e *Encoder) cols() []change.Column { return e.table.Columns }
+
 func (e *Encoder) checkRow(what string, row [][]byte) error {
-	if len(row) != len(e.cols) {
-		return fmt.Errorf("encode %s of %s: %w: %d values for %d columns", what, e.table.Export, ErrRowShape, len(row), len(e.cols))
+	if len(row) != len(e.table.Columns) {
+		return fmt.Errorf("encode %s of %s: %w: %d values for %d columns", what, e.table.Export, ErrRowShape, len(row), len(e.table.Columns))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -101,6 +102,9 @@ type Change struct {
 	// record like After: what a consumer that creates or checks tables reads the columns'
 	// types from, without fetching the record again.
 	Schema json.RawMessage
+	// Decoder is the decoder of the record's format: it parses Schema and reads the values of
+	// Key, Before and After as PostgreSQL text (format.Decoder's Schema and AppendText).
+	Decoder format.Decoder
 }
 
 // Source is the envelope's source block, the part a consumer orders and groups by.

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -23,7 +24,8 @@ type state struct {
 	tables map[change.ExportID]*table
 	parts  map[string]map[int32]*part
 	lastC  change.LSN
-	events []Event // resets and the like, in the order they happened, for the next cut
+	events []Event       // resets and the like, in the order they happened, for the next cut
+	rec    format.Record // decodeChange's buffer
 
 	// resumed: the joined tables of a resumed position whose first record has not been read.
 	resumed    map[change.ExportID]int
@@ -578,7 +580,7 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 		return nil
 	}
 	ch := new(Change)
-	if err := decodeChange(ch, pt.t.id, topic, partition, offset, key, value, headers); err != nil {
+	if err := decodeChange(ch, &s.rec, pt.t.id, topic, partition, offset, key, value, headers); err != nil {
 		return err
 	}
 	if pt.t.phase == phaseJoined && ch.Source.LSN < s.lastC {

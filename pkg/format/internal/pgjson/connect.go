@@ -1,29 +1,13 @@
-package codec
+package pgjson
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/tidemark/cdc/pkg/format"
 )
-
-// Format selects the record encoding.
-type Format string
-
-const (
-	// FormatJSON is the default: plain JSON envelopes (see the package documentation).
-	FormatJSON Format = "json"
-	// FormatJSONWithSchema is Kafka Connect's JsonConverter format with schemas.enable=true:
-	// {"schema":...,"payload":...} for keys and values, with Debezium's PostgreSQL types.
-	FormatJSONWithSchema Format = "json-with-schema"
-)
-
-// ErrNotRepresentable is wrapped when a value has no faithful encoding in the json-with-schema
-// format (a float NaN or infinity, a numeric NaN, a timestamp beyond the int64 microsecond range,
-// ...). The export fails instead of carrying a wrong value.
-var ErrNotRepresentable = errors.New("value cannot be represented in json-with-schema")
 
 // conv is how one json-with-schema node turns PostgreSQL text into its payload.
 type conv uint8
@@ -60,9 +44,9 @@ const (
 	cvHstore // hstore (extension): io.debezium.data.Json of an object of strings
 )
 
-// node is the json-with-schema description of one type: its Connect schema and how its values
+// Node is the json-with-schema description of one type: its Connect schema and how its values
 // are converted.
-type node struct {
+type Node struct {
 	conv    conv
 	typ     string // Connect schema type
 	name    string // logical name, "" for none
@@ -71,13 +55,13 @@ type node struct {
 	fields  string // fixed "fields" JSON of the Debezium structs (point, geometry, ...)
 	scale   int32  // cvDecimal
 	label   string // type name for errors
-	elem    *node  // cvArray
+	elem    *Node  // cvArray
 	members []member
 }
 
 type member struct {
 	name []byte // `"name":`
-	n    *node
+	n    *Node
 }
 
 var (
@@ -100,9 +84,9 @@ const (
 
 // scalarOf returns the json-with-schema node of a built-in scalar type, before its typmod is
 // applied (see withMod).
-func scalarOf(oid uint32) (*node, bool) {
-	str := func(name string) *node {
-		n := &node{conv: cvString, typ: "string", name: name, label: typeLabel(oid)}
+func scalarOf(oid uint32) (*Node, bool) {
+	str := func(name string) *Node {
+		n := &Node{conv: cvString, typ: "string", name: name, label: typeLabel(oid)}
 		if name != "" {
 			n.version = 1
 		}
@@ -110,38 +94,38 @@ func scalarOf(oid uint32) (*node, bool) {
 	}
 	switch oid {
 	case pgtype.BoolOID:
-		return &node{conv: cvBool, typ: "boolean"}, true
+		return &Node{conv: cvBool, typ: "boolean"}, true
 	case pgtype.Int2OID:
-		return &node{conv: cvInt, typ: "int16", label: "int2"}, true
+		return &Node{conv: cvInt, typ: "int16", label: "int2"}, true
 	case pgtype.Int4OID:
-		return &node{conv: cvInt, typ: "int32", label: "int4"}, true
+		return &Node{conv: cvInt, typ: "int32", label: "int4"}, true
 	case pgtype.Int8OID, pgtype.OIDOID:
-		return &node{conv: cvInt, typ: "int64", label: typeLabel(oid)}, true
+		return &Node{conv: cvInt, typ: "int64", label: typeLabel(oid)}, true
 	case pgtype.Float4OID:
-		return &node{conv: cvFloat, typ: "float", label: "float4"}, true
+		return &Node{conv: cvFloat, typ: "float", label: "float4"}, true
 	case pgtype.Float8OID:
-		return &node{conv: cvFloat, typ: "double", label: "float8"}, true
+		return &Node{conv: cvFloat, typ: "double", label: "float8"}, true
 	case pgtype.NumericOID:
-		return &node{conv: cvVarDecimal, typ: "struct", name: "io.debezium.data.VariableScaleDecimal", version: 1, fields: varDecimalFields, label: "numeric"}, true
+		return &Node{conv: cvVarDecimal, typ: "struct", name: "io.debezium.data.VariableScaleDecimal", version: 1, fields: varDecimalFields, label: "numeric"}, true
 	case moneyOID:
-		return &node{conv: cvMoney, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
+		return &Node{conv: cvMoney, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
 			params: [][2]string{{"scale", "2"}}, scale: 2, label: "money"}, true
 	case pgtype.ByteaOID:
-		return &node{conv: cvBytea, typ: "bytes"}, true
+		return &Node{conv: cvBytea, typ: "bytes"}, true
 	case pgtype.BitOID, pgtype.VarbitOID:
-		return &node{conv: cvBits, typ: "bytes", name: "io.debezium.data.Bits", version: 1, label: typeLabel(oid)}, true
+		return &Node{conv: cvBits, typ: "bytes", name: "io.debezium.data.Bits", version: 1, label: typeLabel(oid)}, true
 	case pgtype.DateOID:
-		return &node{conv: cvDate, typ: "int32", name: "io.debezium.time.Date", version: 1, label: "date"}, true
+		return &Node{conv: cvDate, typ: "int32", name: "io.debezium.time.Date", version: 1, label: "date"}, true
 	case pgtype.TimeOID:
-		return &node{conv: cvTimeMicro, typ: "int64", name: "io.debezium.time.MicroTime", version: 1, label: "time"}, true
+		return &Node{conv: cvTimeMicro, typ: "int64", name: "io.debezium.time.MicroTime", version: 1, label: "time"}, true
 	case pgtype.TimestampOID:
-		return &node{conv: cvTimestampMicro, typ: "int64", name: "io.debezium.time.MicroTimestamp", version: 1, label: "timestamp"}, true
+		return &Node{conv: cvTimestampMicro, typ: "int64", name: "io.debezium.time.MicroTimestamp", version: 1, label: "timestamp"}, true
 	case pgtype.TimestamptzOID:
-		return &node{conv: cvZonedTimestamp, typ: "string", name: "io.debezium.time.ZonedTimestamp", version: 1, label: "timestamptz"}, true
+		return &Node{conv: cvZonedTimestamp, typ: "string", name: "io.debezium.time.ZonedTimestamp", version: 1, label: "timestamptz"}, true
 	case pgtype.TimetzOID:
-		return &node{conv: cvZonedTime, typ: "string", name: "io.debezium.time.ZonedTime", version: 1, label: "timetz"}, true
+		return &Node{conv: cvZonedTime, typ: "string", name: "io.debezium.time.ZonedTime", version: 1, label: "timetz"}, true
 	case pgtype.IntervalOID:
-		return &node{conv: cvInterval, typ: "int64", name: "io.debezium.time.MicroDuration", version: 1, label: "interval"}, true
+		return &Node{conv: cvInterval, typ: "int64", name: "io.debezium.time.MicroDuration", version: 1, label: "interval"}, true
 	case pgtype.JSONOID, pgtype.JSONBOID:
 		n := str("io.debezium.data.Json")
 		n.conv = cvJSON
@@ -153,14 +137,14 @@ func scalarOf(oid uint32) (*node, bool) {
 	case pgtype.TSVectorOID:
 		return str("io.debezium.data.Tsvector"), true
 	case pgtype.PointOID:
-		return &node{conv: cvPoint, typ: "struct", name: "io.debezium.data.geometry.Point", version: 1, fields: pointFields, label: "point"}, true
+		return &Node{conv: cvPoint, typ: "struct", name: "io.debezium.data.geometry.Point", version: 1, fields: pointFields, label: "point"}, true
 	case pgtype.BoxOID, pgtype.LsegOID, pgtype.PathOID, pgtype.PolygonOID:
 		c := map[uint32]conv{pgtype.BoxOID: cvBox, pgtype.LsegOID: cvLseg, pgtype.PathOID: cvPath, pgtype.PolygonOID: cvPolygon}[oid]
-		return &node{conv: c, typ: "struct", name: "io.debezium.data.geometry.Geometry", version: 2, fields: geometryFields, label: typeLabel(oid)}, true
+		return &Node{conv: c, typ: "struct", name: "io.debezium.data.geometry.Geometry", version: 2, fields: geometryFields, label: typeLabel(oid)}, true
 	case pgtype.CircleOID:
-		return &node{conv: cvCircle, typ: "struct", name: "io.debezium.data.geometry.Circle", version: 1, fields: circleFields, label: "circle"}, true
+		return &Node{conv: cvCircle, typ: "struct", name: "io.debezium.data.geometry.Circle", version: 1, fields: circleFields, label: "circle"}, true
 	case pgtype.LineOID:
-		return &node{conv: cvLine, typ: "struct", name: "io.debezium.data.geometry.Line", version: 1, fields: lineFields, label: "line"}, true
+		return &Node{conv: cvLine, typ: "struct", name: "io.debezium.data.geometry.Line", version: 1, fields: lineFields, label: "line"}, true
 	case pgtype.TextOID, pgtype.VarcharOID, pgtype.BPCharOID, pgtype.NameOID, pgtype.QCharOID,
 		pgtype.InetOID, pgtype.CIDROID, pgtype.MacaddrOID, pgtype.Macaddr8OID, tsqueryOID,
 		pgtype.Int4rangeOID, pgtype.Int8rangeOID, pgtype.NumrangeOID, pgtype.TsrangeOID, pgtype.TstzrangeOID, pgtype.DaterangeOID,
@@ -188,13 +172,13 @@ func typeLabel(oid uint32) string {
 }
 
 // withMod applies a typmod to a scalar node.
-func withMod(n *node, oid uint32, mod int32) *node {
+func withMod(n *Node, oid uint32, mod int32) *Node {
 	switch oid {
 	case pgtype.NumericOID:
 		if mod >= 4 {
 			prec := ((mod - 4) >> 16) & 0xffff
 			scale := int32(int16(((mod-4)&0x7ff)<<5) >> 5) // 11-bit signed (PostgreSQL 15 allows negative scales)
-			return &node{conv: cvDecimal, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
+			return &Node{conv: cvDecimal, typ: "bytes", name: "org.apache.kafka.connect.data.Decimal", version: 1,
 				params: [][2]string{{"scale", strconv.Itoa(int(scale))}, {"connect.decimal.precision", strconv.Itoa(int(prec))}},
 				scale:  scale, label: "numeric"}
 		}
@@ -206,18 +190,18 @@ func withMod(n *node, oid uint32, mod int32) *node {
 			length = 1
 		}
 		if length == 1 {
-			return &node{conv: cvBit1, typ: "boolean", label: n.label}
+			return &Node{conv: cvBit1, typ: "boolean", label: n.label}
 		}
 		c := *n
 		c.params = [][2]string{{"length", strconv.Itoa(int(length))}}
 		return &c
 	case pgtype.TimeOID:
 		if mod >= 0 && mod <= 3 {
-			return &node{conv: cvTimeMilli, typ: "int32", name: "io.debezium.time.Time", version: 1, label: "time"}
+			return &Node{conv: cvTimeMilli, typ: "int32", name: "io.debezium.time.Time", version: 1, label: "time"}
 		}
 	case pgtype.TimestampOID:
 		if mod >= 0 && mod <= 3 {
-			return &node{conv: cvTimestampMilli, typ: "int64", name: "io.debezium.time.Timestamp", version: 1, label: "timestamp"}
+			return &Node{conv: cvTimestampMilli, typ: "int64", name: "io.debezium.time.Timestamp", version: 1, label: "timestamp"}
 		}
 	}
 	return n
@@ -227,50 +211,50 @@ func withMod(n *node, oid uint32, mod int32) *node {
 // composites of ...).
 const maxTypeDepth = 16
 
-// buildNode returns the node of type oid with typmod mod.
-func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
+// BuildNode returns the node of type oid with typmod mod.
+func BuildNode(types *format.Types, oid uint32, mod int32, depth int) (*Node, error) {
 	if depth > maxTypeDepth {
 		return nil, fmt.Errorf("type %d: types refer to one another more than %d levels deep", oid, maxTypeDepth)
 	}
 	if n, ok := scalarOf(oid); ok {
 		return withMod(n, oid, mod), nil
 	}
-	if e, ok := builtinArrayElem(oid); ok && staticType(e) {
-		elem, err := buildNode(types, e, mod, depth+1)
+	if e, ok := builtinArrayElem(oid); ok && StaticType(e) {
+		elem, err := BuildNode(types, e, mod, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		return &node{conv: cvArray, typ: "array", elem: elem, label: typeLabel(oid)}, nil
+		return &Node{conv: cvArray, typ: "array", elem: elem, label: typeLabel(oid)}, nil
 	}
-	ti := types.get(oid)
+	ti := types.Get(oid)
 	if ti == nil {
 		return nil, fmt.Errorf("type %d is not in the type catalog (resolve the table's types first)", oid)
 	}
 	label := ti.Schema + "." + ti.Name
 	switch {
-	case ti.isArray():
-		elem, err := buildNode(types, ti.Elem, mod, depth+1)
+	case ti.IsArray():
+		elem, err := BuildNode(types, ti.Elem, mod, depth+1)
 		if err != nil {
 			return nil, err
 		}
-		return &node{conv: cvArray, typ: "array", elem: elem, label: label}, nil
+		return &Node{conv: cvArray, typ: "array", elem: elem, label: label}, nil
 	case ti.Type == 'd':
 		m := mod
 		if ti.BaseMod >= 0 {
 			m = ti.BaseMod
 		}
-		return buildNode(types, ti.Base, m, depth+1)
+		return BuildNode(types, ti.Base, m, depth+1)
 	case ti.Type == 'e':
-		return &node{conv: cvString, typ: "string", name: "io.debezium.data.Enum", version: 1,
+		return &Node{conv: cvString, typ: "string", name: "io.debezium.data.Enum", version: 1,
 			params: [][2]string{{"allowed", strings.Join(ti.Labels, ",")}}, label: label}, nil
 	case ti.Type == 'c':
-		n := &node{conv: cvStruct, typ: "struct", name: label, label: label} // named <schema>.<type>
+		n := &Node{conv: cvStruct, typ: "struct", name: label, label: label} // named <schema>.<type>
 		for _, f := range ti.Fields {
-			fn, err := buildNode(types, f.TypeOID, f.TypeMod, depth+1)
+			fn, err := BuildNode(types, f.TypeOID, f.TypeMod, depth+1)
 			if err != nil {
 				return nil, fmt.Errorf("attribute %q of %s: %w", f.Name, label, err)
 			}
-			n.members = append(n.members, member{name: append(appendString(nil, []byte(f.Name)), ':'), n: fn})
+			n.members = append(n.members, member{name: append(AppendString(nil, []byte(f.Name)), ':'), n: fn})
 		}
 		return n, nil
 	}
@@ -278,33 +262,33 @@ func buildNode(types *Types, oid uint32, mod int32, depth int) (*node, error) {
 		// Extension types Debezium names (hstore.handling.mode=json).
 		switch ti.Name {
 		case "hstore":
-			return &node{conv: cvHstore, typ: "string", name: "io.debezium.data.Json", version: 1, label: label}, nil
+			return &Node{conv: cvHstore, typ: "string", name: "io.debezium.data.Json", version: 1, label: label}, nil
 		case "ltree":
-			return &node{conv: cvString, typ: "string", name: "io.debezium.data.Ltree", version: 1, label: label}, nil
+			return &Node{conv: cvString, typ: "string", name: "io.debezium.data.Ltree", version: 1, label: label}, nil
 		}
 	}
 	// Ranges, multiranges, other user base types (citext, ...) and pseudo-types: their text
 	// rendering.
-	return &node{conv: cvString, typ: "string", label: label}, nil
+	return &Node{conv: cvString, typ: "string", label: label}, nil
 }
 
-// appendSchema appends n's Connect schema as JsonConverter writes it, with field set when the
+// AppendSchema appends n's Connect schema as JsonConverter writes it, with field set when the
 // schema is a struct field.
-func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
+func AppendSchema(dst []byte, n *Node, optional bool, field string) []byte {
 	dst = append(dst, `{"type":"`...)
 	dst = append(dst, n.typ...)
 	dst = append(dst, '"')
 	switch {
 	case n.conv == cvArray:
 		dst = append(dst, `,"items":`...)
-		dst = appendSchema(dst, n.elem, true, "")
+		dst = AppendSchema(dst, n.elem, true, "")
 	case n.conv == cvStruct:
 		dst = append(dst, `,"fields":[`...)
 		for i, m := range n.members {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendSchema(dst, m.n, true, string(m.name[1:len(m.name)-2]))
+			dst = AppendSchema(dst, m.n, true, string(m.name[1:len(m.name)-2]))
 		}
 		dst = append(dst, ']')
 	case n.fields != "":
@@ -315,7 +299,7 @@ func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 	dst = strconv.AppendBool(dst, optional)
 	if n.name != "" {
 		dst = append(dst, `,"name":`...)
-		dst = appendString(dst, []byte(n.name))
+		dst = AppendString(dst, []byte(n.name))
 		if n.version > 0 {
 			dst = append(dst, `,"version":`...)
 			dst = strconv.AppendInt(dst, int64(n.version), 10)
@@ -327,21 +311,21 @@ func appendSchema(dst []byte, n *node, optional bool, field string) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendString(dst, []byte(p[0]))
+			dst = AppendString(dst, []byte(p[0]))
 			dst = append(dst, ':')
-			dst = appendString(dst, []byte(p[1]))
+			dst = AppendString(dst, []byte(p[1]))
 		}
 		dst = append(dst, '}')
 	}
 	if field != "" {
 		dst = append(dst, `,"field":`...)
-		dst = appendString(dst, []byte(field))
+		dst = AppendString(dst, []byte(field))
 	}
 	return append(dst, '}')
 }
 
-// converter holds the reusable buffers of json-with-schema value conversion.
-type converter struct {
+// Converter holds the reusable buffers of json-with-schema value conversion.
+type Converter struct {
 	scratch []byte // array element unescaping
 	num     []byte // decimal digits
 	wkb     []byte
@@ -351,8 +335,8 @@ type converter struct {
 	shape []byte
 }
 
-// appendConnect appends the payload of text (nil: null) as node n.
-func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([]byte, error) {
+// AppendConnect appends the payload of text (nil: null) as node n.
+func (c *Converter) AppendConnect(dst []byte, n *Node, text []byte, top bool) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
@@ -360,9 +344,9 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 	out := dst
 	switch n.conv {
 	case cvString:
-		return appendString(dst, text), nil
+		return AppendString(dst, text), nil
 	case cvBool:
-		return appendValue(dst, kindBool, pgtype.BoolOID, text, nil)
+		return AppendKind(dst, kindBool, pgtype.BoolOID, text, nil)
 	case cvInt:
 		if !isJSONInt(text) {
 			return dst, fmt.Errorf("encode %s: %q is not an integer", n.label, text)
@@ -370,7 +354,7 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 		return append(dst, text...), nil
 	case cvFloat:
 		if !isJSONNumber(text) {
-			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, ErrNotRepresentable)
+			return dst, fmt.Errorf("encode %s %s: %w (JsonConverter reads no NaN or infinity; use CDC_VALUE_FORMAT=json)", n.label, text, format.ErrNotRepresentable)
 		}
 		return append(dst, text...), nil
 	case cvDecimal, cvMoney:
@@ -403,10 +387,10 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 		out, err = appendMicroDuration(dst, text)
 	case cvJSON:
 		t := trimSpace(text)
-		if _, err := appendValue(nil, kindJSON, pgtype.JSONOID, t, nil); err != nil {
+		if _, err := AppendKind(nil, kindJSON, pgtype.JSONOID, t, nil); err != nil {
 			return dst, err
 		}
-		return appendString(dst, t), nil
+		return AppendString(dst, t), nil
 	case cvPoint, cvLine, cvCircle, cvBox, cvLseg, cvPath, cvPolygon:
 		out, err = c.appendGeometric(dst, n.conv, text)
 	case cvArray:
@@ -425,11 +409,44 @@ func (c *converter) appendConnect(dst []byte, n *node, text []byte, top bool) ([
 }
 
 func trimSpace(b []byte) []byte {
-	for len(b) > 0 && isArraySpace(b[0]) {
+	for len(b) > 0 && IsArraySpace(b[0]) {
 		b = b[1:]
 	}
-	for len(b) > 0 && isArraySpace(b[len(b)-1]) {
+	for len(b) > 0 && IsArraySpace(b[len(b)-1]) {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// defaultTypeMap knows pgx's built-in types; it is read-only after init.
+var defaultTypeMap = pgtype.NewMap()
+
+// builtinArrayElem returns the element type of a built-in array type pgx knows.
+func builtinArrayElem(oid uint32) (uint32, bool) {
+	if e, ok := arrayElem(oid); ok {
+		return e, true
+	}
+	if oid >= 16384 {
+		return 0, false
+	}
+	t, ok := defaultTypeMap.TypeForOID(oid)
+	if !ok {
+		return 0, false
+	}
+	if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
+		return ac.ElementType.OID, true
+	}
+	return 0, false
+}
+
+// StaticType reports whether oid needs no catalog entry: a built-in scalar with a static
+// mapping, or a built-in array of one.
+func StaticType(oid uint32) bool {
+	if _, ok := scalarOf(oid); ok {
+		return true
+	}
+	if e, ok := builtinArrayElem(oid); ok {
+		return StaticType(e)
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package codec
+package pgjson
 
 import (
 	"encoding/base64"
@@ -8,6 +8,8 @@ import (
 	"math/big"
 	"math/bits"
 	"strconv"
+
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // parseNumeric splits numeric_out's rendering ("-12.50", "7") into sign, integer and fraction
@@ -27,7 +29,7 @@ func parseNumeric(text []byte) (neg bool, intPart, frac []byte, err error) {
 		if ch < '0' || ch > '9' {
 			switch string(text) {
 			case "NaN", "Infinity", "-Infinity":
-				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, ErrNotRepresentable)
+				return false, nil, nil, fmt.Errorf("%s: %w (Kafka Connect's Decimal has no NaN or infinity)", text, format.ErrNotRepresentable)
 			}
 			return false, nil, nil, fmt.Errorf("%q is not a number", text)
 		}
@@ -44,7 +46,7 @@ func parseNumeric(text []byte) (neg bool, intPart, frac []byte, err error) {
 
 // appendDecimal appends a Connect Decimal at n.scale: the unscaled value in two's complement,
 // big-endian, in as few bytes as Java's BigInteger.toByteArray uses, base64-encoded.
-func (c *converter) appendDecimal(dst []byte, n *node, text []byte) ([]byte, error) {
+func (c *Converter) appendDecimal(dst []byte, n *Node, text []byte) ([]byte, error) {
 	if n.conv == cvMoney {
 		// money_out under lc_monetary=C or an English locale: "$1,234.56", "-$1,234.56".
 		c.num = c.num[:0]
@@ -94,7 +96,7 @@ func (c *converter) appendDecimal(dst []byte, n *node, text []byte) ([]byte, err
 
 // appendVarDecimal appends Debezium's VariableScaleDecimal: {"scale":<fraction digits>,
 // "value":<unscaled bytes>}.
-func (c *converter) appendVarDecimal(dst []byte, text []byte) ([]byte, error) {
+func (c *Converter) appendVarDecimal(dst []byte, text []byte) ([]byte, error) {
 	neg, intPart, frac, err := parseNumeric(text)
 	if err != nil {
 		return dst, err
@@ -188,7 +190,7 @@ func appendBits(dst []byte, text []byte) ([]byte, error) {
 // appendGeometric converts point, line, circle, box, lseg, path and polygon as Debezium does:
 // Point {x,y,wkb,srid}, Line {a,b,c}, Circle {center,radius} and, for the others, Geometry
 // {wkb,srid,extensions} with OGC Well-Known Binary (little-endian).
-func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, error) {
+func (c *Converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, error) {
 	c.floats = c.floats[:0]
 	for i := 0; i < len(text); {
 		ch := text[i]
@@ -202,11 +204,11 @@ func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 		}
 		tok := text[i:j]
 		if !isJSONNumber(tok) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, ErrNotRepresentable)
+			return dst, fmt.Errorf("%s: coordinate %q: %w (JSON has no NaN or infinity)", text, tok, format.ErrNotRepresentable)
 		}
 		f, err := strconv.ParseFloat(string(tok), 64)
 		if err != nil || math.IsInf(f, 0) {
-			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, ErrNotRepresentable)
+			return dst, fmt.Errorf("%s: coordinate %q: %w", text, tok, format.ErrNotRepresentable)
 		}
 		c.floats = append(c.floats, f)
 		i = j
@@ -279,7 +281,7 @@ func (c *converter) appendGeometric(dst []byte, cv conv, text []byte) ([]byte, e
 	return append(dst, '}'), nil
 }
 
-func (c *converter) appendPoint(dst []byte, x, y float64) []byte {
+func (c *Converter) appendPoint(dst []byte, x, y float64) []byte {
 	var w [21]byte
 	w[0] = 1
 	binary.LittleEndian.PutUint32(w[1:], 1)
@@ -312,7 +314,7 @@ func wkbPoints(w []byte, xy ...float64) []byte {
 // its dimensions). For a top-level column value whose shape is not one dimension starting at 1,
 // c.shape receives PostgreSQL's dimension decoration ("[0:2]", "[1:2][1:3]"); below the top level
 // such a shape cannot be reported and is refused.
-func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) ([]byte, error) {
+func (c *Converter) appendFlatArray(dst []byte, n *Node, text []byte, top bool) ([]byte, error) {
 	if !top {
 		text = append([]byte(nil), text...) // an element of an outer value may live in c.scratch
 	}
@@ -338,7 +340,7 @@ func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) 
 	}
 	if deco != nil {
 		if !top {
-			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, ErrNotRepresentable)
+			return dst, fmt.Errorf("array %s inside another value: %w (only a column's own array may have several dimensions or a lower bound other than 1)", deco, format.ErrNotRepresentable)
 		}
 		c.shape = append(c.shape[:0], deco...)
 	}
@@ -347,7 +349,7 @@ func (c *converter) appendFlatArray(dst []byte, n *node, text []byte, top bool) 
 
 // appendComposite appends a composite value, record_out's "(1,"a b",,"x""y")", as a struct. An
 // empty unquoted field is NULL.
-func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, error) {
+func (c *Converter) appendComposite(dst []byte, n *Node, text []byte) ([]byte, error) {
 	if len(text) < 2 || text[0] != '(' || text[len(text)-1] != ')' {
 		return dst, fmt.Errorf("%q is not a composite value", text)
 	}
@@ -405,7 +407,7 @@ func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, e
 			val = append([]byte{}, field...)
 		}
 		var err error
-		if dst, err = c.appendConnect(dst, m.n, val, false); err != nil {
+		if dst, err = c.AppendConnect(dst, m.n, val, false); err != nil {
 			return dst, fmt.Errorf("field %s: %w", m.name[:len(m.name)-1], err)
 		}
 	}
@@ -417,7 +419,7 @@ func (c *converter) appendComposite(dst []byte, n *node, text []byte) ([]byte, e
 
 // appendHstore appends an hstore value ("a"=>"1", "b"=>NULL) as Debezium's JSON mode does: a
 // JSON string holding the object {"a":"1","b":null}, in hstore's own key order.
-func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
+func (c *Converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 	obj := append(c.wkb[:0], '{')
 	quoted := func(i int) ([]byte, int, bool) {
 		if i >= len(text) || text[i] != '"' {
@@ -453,7 +455,7 @@ func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 			obj = append(obj, ',')
 		}
 		first = false
-		obj = appendString(obj, key)
+		obj = AppendString(obj, key)
 		obj = append(obj, ':')
 		j += 2
 		if j+4 <= len(text) && string(text[j:j+4]) == "NULL" {
@@ -465,10 +467,10 @@ func (c *converter) appendHstore(dst []byte, text []byte) ([]byte, error) {
 		if !ok {
 			return dst, fmt.Errorf("%q is not an hstore value", text)
 		}
-		obj = appendString(obj, val)
+		obj = AppendString(obj, val)
 		i = k
 	}
 	obj = append(obj, '}')
 	c.wkb = obj
-	return appendString(dst, obj), nil
+	return AppendString(dst, obj), nil
 }

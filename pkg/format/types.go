@@ -1,4 +1,4 @@
-package codec
+package format
 
 import (
 	"context"
@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/tidemark/cdc/pkg/change"
 )
 
-// TypeInfo is what the json-with-schema format needs to know about a type that is not built in
-// (or a built-in type this package has no static entry for): one row of pg_type with its enum
+// TypeInfo is what a format may need to know about a type that is not built in (or a built-in
+// type the format has no static entry for): one row of pg_type with its enum
 // labels, composite attributes and range subtype.
 type TypeInfo struct {
 	OID      uint32
@@ -28,8 +26,8 @@ type TypeInfo struct {
 	Subtype  uint32          // a range's subtype; a multirange's range type
 }
 
-// isArray reports whether ti describes an array type (of a known element).
-func (ti *TypeInfo) isArray() bool { return ti.Category == 'A' && ti.Elem != 0 && ti.Type == 'b' }
+// IsArray reports whether ti describes an array type (of a known element).
+func (ti *TypeInfo) IsArray() bool { return ti.Category == 'A' && ti.Elem != 0 && ti.Type == 'b' }
 
 // ErrTypeNotFound is wrapped when a column's type is not in pg_type (dropped since the table's
 // schema was read): permanent for that export.
@@ -38,7 +36,7 @@ var ErrTypeNotFound = errors.New("type does not exist")
 // LoadTypesFunc reads the pg_type rows of oids (pgcat.QueryTypes does it on a connection).
 type LoadTypesFunc func(ctx context.Context, oids []uint32) ([]TypeInfo, error)
 
-// Types is the catalog of the types that the json-with-schema format cannot know statically:
+// Types is the catalog of the types that a format cannot know statically (json-with-schema does):
 // user-defined types (domains, enums, composites, ranges, arrays of them) and the few built-in
 // types without a static entry. Each OID is read once, with everything it refers to (a domain's
 // base type, an array's element type, a composite's attribute types), and kept for the life of the
@@ -46,7 +44,7 @@ type LoadTypesFunc func(ctx context.Context, oids []uint32) ([]TypeInfo, error)
 // encoders. It is safe for concurrent use.
 //
 // A type changed while the process runs (ALTER TYPE ... ADD VALUE, ALTER TYPE ... ADD ATTRIBUTE)
-// keeps the description read first until the process restarts; see the package documentation.
+// keeps the description read first until the process restarts.
 type Types struct {
 	load LoadTypesFunc
 
@@ -73,7 +71,8 @@ func (t *Types) Add(infos ...TypeInfo) {
 	}
 }
 
-func (t *Types) get(oid uint32) *TypeInfo {
+// Get returns the description of oid, or nil when the catalog has none.
+func (t *Types) Get(oid uint32) *TypeInfo {
 	if t == nil {
 		return nil
 	}
@@ -82,21 +81,22 @@ func (t *Types) get(oid uint32) *TypeInfo {
 	return t.m[oid]
 }
 
-// ResolveTable makes sure every column type of tbl, and every type those refer to, is known.
-func (t *Types) ResolveTable(ctx context.Context, tbl *change.Table) error {
+// ResolveTable makes sure every column type of tbl, and every type those refer to, is known,
+// except those static reports the format knows without the catalog.
+func (t *Types) ResolveTable(ctx context.Context, tbl *change.Table, static func(oid uint32) bool) error {
 	oids := make([]uint32, 0, len(tbl.Columns))
 	for _, c := range tbl.Columns {
 		oids = append(oids, c.TypeOID)
 	}
-	if err := t.Resolve(ctx, oids); err != nil {
+	if err := t.Resolve(ctx, oids, static); err != nil {
 		return fmt.Errorf("types of %s: %w", tbl.Export, err)
 	}
 	return nil
 }
 
-// Resolve reads the types among oids (and those they refer to) that are neither built in nor in
-// the catalog yet.
-func (t *Types) Resolve(ctx context.Context, oids []uint32) error {
+// Resolve reads the types among oids (and those they refer to) that are neither static (the
+// format knows them without the catalog) nor in the catalog yet.
+func (t *Types) Resolve(ctx context.Context, oids []uint32, static func(oid uint32) bool) error {
 	for depth := 0; len(oids) > 0; depth++ {
 		if depth > 32 {
 			return fmt.Errorf("resolve types: type references nest too deep")
@@ -104,7 +104,7 @@ func (t *Types) Resolve(ctx context.Context, oids []uint32) error {
 		var missing []uint32
 		seen := map[uint32]bool{}
 		for _, oid := range oids {
-			if oid == 0 || seen[oid] || staticType(oid) || t.get(oid) != nil {
+			if oid == 0 || seen[oid] || static(oid) || t.Get(oid) != nil {
 				continue
 			}
 			seen[oid] = true
@@ -137,37 +137,4 @@ func (t *Types) Resolve(ctx context.Context, oids []uint32) error {
 		t.Add(infos...)
 	}
 	return nil
-}
-
-// defaultTypeMap knows pgx's built-in types; it is read-only after init.
-var defaultTypeMap = pgtype.NewMap()
-
-// builtinArrayElem returns the element type of a built-in array type pgx knows.
-func builtinArrayElem(oid uint32) (uint32, bool) {
-	if e, ok := arrayElem(oid); ok {
-		return e, true
-	}
-	if oid >= 16384 {
-		return 0, false
-	}
-	t, ok := defaultTypeMap.TypeForOID(oid)
-	if !ok {
-		return 0, false
-	}
-	if ac, ok := t.Codec.(*pgtype.ArrayCodec); ok && ac.ElementType != nil {
-		return ac.ElementType.OID, true
-	}
-	return 0, false
-}
-
-// staticType reports whether oid needs no catalog entry: a built-in scalar with a static
-// mapping, or a built-in array of one.
-func staticType(oid uint32) bool {
-	if _, ok := scalarOf(oid); ok {
-		return true
-	}
-	if e, ok := builtinArrayElem(oid); ok {
-		return staticType(e)
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package codec
+package pgjson
 
 import (
 	"bytes"
@@ -17,13 +17,13 @@ type arrayParser struct {
 	text    []byte
 	pos     int
 	elem    uint32
-	kind    kind
+	kind    Kind
 	scratch *[]byte
 
 	// json-with-schema: elements convert as node through conn, and with flat set every level
 	// goes into one array (row-major); ndims and dims record the shape.
-	conn  *converter
-	node  *node
+	conn  *Converter
+	node  *Node
 	flat  bool
 	n     int // elements written (flat)
 	ndims int
@@ -35,7 +35,7 @@ type arrayParser struct {
 // decoration (lower bounds other than 1) is dropped: JSON arrays start at index 0 whatever the
 // PostgreSQL bounds were.
 func appendArray(dst []byte, elem uint32, text []byte, scratch *[]byte) ([]byte, error) {
-	p := arrayParser{text: text, elem: elem, kind: kindOf(elem), scratch: scratch}
+	p := arrayParser{text: text, elem: elem, kind: KindOf(elem), scratch: scratch}
 	if _, err := p.skipDecoration(); err != nil {
 		return dst, fmt.Errorf("encode array: %w", err)
 	}
@@ -73,12 +73,12 @@ func (p *arrayParser) end() error {
 }
 
 func (p *arrayParser) skipSpace() {
-	for p.pos < len(p.text) && isArraySpace(p.text[p.pos]) {
+	for p.pos < len(p.text) && IsArraySpace(p.text[p.pos]) {
 		p.pos++
 	}
 }
 
-func isArraySpace(c byte) bool {
+func IsArraySpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
 }
 
@@ -189,7 +189,7 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 			return dst, fmt.Errorf("%w: trailing backslash", errArraySyntax)
 		}
 		end := p.pos
-		for end > start && isArraySpace(p.text[end-1]) && (end-2 < start || p.text[end-2] != '\\') {
+		for end > start && IsArraySpace(p.text[end-1]) && (end-2 < start || p.text[end-2] != '\\') {
 			end--
 		}
 		val = p.text[start:end:end]
@@ -203,9 +203,9 @@ func (p *arrayParser) element(dst []byte) ([]byte, error) {
 		}
 	}
 	if p.node != nil {
-		return p.conn.appendConnect(dst, p.node, val, false)
+		return p.conn.AppendConnect(dst, p.node, val, false)
 	}
-	return appendValue(dst, p.kind, p.elem, val, p.scratch)
+	return AppendKind(dst, p.kind, p.elem, val, p.scratch)
 }
 
 // unescape removes backslash escapes (a backslash quotes the next byte) into the scratch buffer.

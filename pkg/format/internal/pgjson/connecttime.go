@@ -1,10 +1,12 @@
-package codec
+package pgjson
 
 import (
 	"bytes"
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/tidemark/cdc/pkg/format"
 )
 
 // Debezium's sentinels for PostgreSQL's infinite timestamps (PGStatement.DATE_POSITIVE_INFINITY
@@ -175,7 +177,7 @@ func appendDate(dst []byte, text []byte) ([]byte, error) {
 		return dst, fmt.Errorf("%q is not a date", text)
 	}
 	if days < math.MinInt32 || days > math.MaxInt32 {
-		return dst, fmt.Errorf("date %s: %w (beyond int32 days)", text, ErrNotRepresentable)
+		return dst, fmt.Errorf("date %s: %w (beyond int32 days)", text, format.ErrNotRepresentable)
 	}
 	return strconv.AppendInt(dst, days, 10), nil
 }
@@ -217,7 +219,7 @@ func parseTimestamp(text []byte, withTZ bool) (int64, error) {
 	}
 	const maxDays = math.MaxInt64/microsPerDay - 1
 	if days > maxDays || days < -maxDays {
-		return 0, fmt.Errorf("timestamp %s: %w (beyond int64 microseconds since 1970)", text, ErrNotRepresentable)
+		return 0, fmt.Errorf("timestamp %s: %w (beyond int64 microseconds since 1970)", text, format.ErrNotRepresentable)
 	}
 	return days*microsPerDay + clock - off*1_000_000, nil
 }
@@ -296,7 +298,7 @@ func appendClock(dst []byte, us int64) []byte {
 func appendZonedTimestamp(dst []byte, text []byte) ([]byte, error) {
 	switch string(text) {
 	case "infinity", "-infinity":
-		return appendString(dst, text), nil
+		return AppendString(dst, text), nil
 	}
 	us, err := parseTimestamp(text, true)
 	if err != nil {
@@ -407,7 +409,7 @@ func appendMicroDuration(dst []byte, text []byte) ([]byte, error) {
 		b = b[j:]
 	}
 	if ym := years*12 + months; ym > math.MaxInt32 || ym < math.MinInt32 {
-		return dst, fmt.Errorf("interval %s: %w (more months than Debezium's int arithmetic holds)", text, ErrNotRepresentable)
+		return dst, fmt.Errorf("interval %s: %w (more months than Debezium's int arithmetic holds)", text, format.ErrNotRepresentable)
 	}
 	// MicroDuration.durationMicros: Java int arithmetic for the months, then doubles. The explicit
 	// float64 conversions keep the compiler from fusing operations.
@@ -415,7 +417,7 @@ func appendMicroDuration(dst []byte, text []byte) ([]byte, error) {
 	numberOfSeconds := float64(float64(float64(float64(float64(float64(numberOfDays*24)+float64(hours))*60)+float64(minutes))*60) + seconds)
 	v := float64(numberOfSeconds * 1e6)
 	if math.IsNaN(v) || v >= 9.223372036854775807e18 || v <= -9.223372036854775808e18 {
-		return dst, fmt.Errorf("interval %s: %w (beyond int64 microseconds)", text, ErrNotRepresentable)
+		return dst, fmt.Errorf("interval %s: %w (beyond int64 microseconds)", text, format.ErrNotRepresentable)
 	}
 	return strconv.AppendInt(dst, int64(v), 10), nil
 }

@@ -1,4 +1,4 @@
-package codec
+package pgjson
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package codec
+package pgjson
 
 import (
 	"bytes"
@@ -8,13 +8,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/tidemark/cdc/pkg/format"
 )
 
-// kind is how a type's text rendering maps onto JSON.
-type kind uint8
+// Kind is how a type's text rendering maps onto JSON.
+type Kind uint8
 
 const (
-	kindString      kind = iota // JSON string of the rendering (also the fallback)
+	kindString      Kind = iota // JSON string of the rendering (also the fallback)
 	kindInt                     // JSON number, integer grammar
 	kindFloat                   // JSON number; NaN and ±Infinity as strings
 	kindBool                    // t/f -> true/false
@@ -25,8 +26,8 @@ const (
 	kindArray                   // PostgreSQL array literal -> JSON array
 )
 
-// kindOf maps a type OID to its kind; unknown OIDs are kindString.
-func kindOf(oid uint32) kind {
+// KindOf maps a type OID to its Kind; unknown OIDs are kindString.
+func KindOf(oid uint32) Kind {
 	switch oid {
 	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID, pgtype.OIDOID:
 		return kindInt
@@ -107,16 +108,16 @@ func arrayElem(oid uint32) (uint32, bool) {
 // the mapping. On error dst is returned unchanged: the text does not parse as its type (which
 // PostgreSQL never renders; it means the OID and the value do not belong together).
 func AppendValue(dst []byte, typeOID uint32, text []byte) ([]byte, error) {
-	k := kindOf(typeOID)
+	k := KindOf(typeOID)
 	if k == kindArray {
-		return appendValue(dst, k, typeOID, text, new([]byte))
+		return AppendKind(dst, k, typeOID, text, new([]byte))
 	}
-	return appendValue(dst, k, typeOID, text, nil) // scalars never use scratch
+	return AppendKind(dst, k, typeOID, text, nil) // scalars never use scratch
 }
 
-// appendValue is AppendValue with a resolved kind and a reusable scratch buffer (used to unescape
+// AppendKind is AppendValue with a resolved Kind and a reusable scratch buffer (used to unescape
 // array elements).
-func appendValue(dst []byte, k kind, oid uint32, text []byte, scratch *[]byte) ([]byte, error) {
+func AppendKind(dst []byte, k Kind, oid uint32, text []byte, scratch *[]byte) ([]byte, error) {
 	if text == nil {
 		return append(dst, "null"...), nil
 	}
@@ -150,7 +151,7 @@ func appendValue(dst []byte, k kind, oid uint32, text []byte, scratch *[]byte) (
 		elem, _ := arrayElem(oid)
 		return appendArray(dst, elem, text, scratch)
 	}
-	return appendString(dst, text), nil
+	return AppendString(dst, text), nil
 }
 
 func typeName(oid uint32) string {
@@ -246,7 +247,7 @@ func appendFloat(dst []byte, oid uint32, text []byte) ([]byte, error) {
 func appendTimestamp(dst []byte, text []byte, tz bool) []byte {
 	sp := bytes.IndexByte(text, ' ')
 	if sp <= 0 || sp+1 >= len(text) || text[sp+1] < '0' || text[sp+1] > '9' {
-		return appendString(dst, text)
+		return AppendString(dst, text)
 	}
 	dst = append(dst, '"')
 	dst = appendEscaped(dst, text[:sp])
@@ -339,64 +340,8 @@ func unhex(c byte) (byte, bool) {
 	return 0, false
 }
 
-// appendString appends s as a JSON string.
-func appendString(dst []byte, s []byte) []byte {
-	dst = append(dst, '"')
-	dst = appendEscaped(dst, s)
-	return append(dst, '"')
-}
+// AppendString appends s as a JSON string.
+func AppendString(dst []byte, s []byte) []byte { return format.AppendJSONString(dst, s) }
 
-// safeASCII[c] is true for ASCII bytes that need no escaping inside a JSON string.
-var safeASCII = func() (t [utf8.RuneSelf]bool) {
-	for c := 0x20; c < utf8.RuneSelf; c++ {
-		t[c] = c != '"' && c != '\\'
-	}
-	return t
-}()
-
-const hexDigits = "0123456789abcdef"
-
-// appendEscaped appends the body of a JSON string (no quotes). Valid UTF-8 passes through;
-// each invalid byte becomes \ufffd, so the output is always valid JSON and valid UTF-8.
-func appendEscaped(dst []byte, s []byte) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if safeASCII[c] {
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			case '\b':
-				dst = append(dst, '\\', 'b')
-			case '\f':
-				dst = append(dst, '\\', 'f')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(dst, s[start:]...)
-}
+// appendEscaped appends the body of a JSON string (no quotes).
+func appendEscaped(dst []byte, s []byte) []byte { return format.AppendJSONEscaped(dst, s) }
