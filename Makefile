@@ -12,7 +12,7 @@ VERSION  ?= $$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 # Packages whose concurrency the race detector checks in test-unit (their dependencies are cheap
 # to build with -race; the whole tree with -race costs minutes on a cold cache). `make test-race`
 # runs every unit package with -race.
-RACE_PKGS = ./pkg/change/ ./pkg/codec/ ./pkg/replication/ ./pkg/watermark/ ./pkg/pipeline/ ./pkg/consumer/ ./pkg/sink/
+RACE_PKGS = ./pkg/change/ ./pkg/codec/ ./pkg/replication/ ./pkg/watermark/ ./pkg/pipeline/ ./pkg/consumer/ ./pkg/sink/ ./pkg/schemareg/
 UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # JVM flags of the Kafka broker that benchmarks start: kafka-server-start.sh's defaults (1 GiB
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
@@ -52,7 +52,9 @@ test-race:
 # Services come from CDC_TEST_PG_URL/CDC_TEST_KAFKA_BROKERS, Docker, or local binaries started by
 # internal/testenv through scripts/services.sh on free ports. With CI=true missing services fail.
 # pkg/snapshot, pkg/sink, pkg/pgcat, cmd/tidemark-apply and internal/testenv also have tests
-# against the real servers (skipped by test-unit's -short): they run here.
+# against the real servers (skipped by test-unit's -short): they run here. pkg/schemareg's and
+# internal/testenv's registry tests run against Apicurio Registry (scripts/services.sh
+# install-registry fetches it; it needs a Java of 21 or later, and under CI its absence fails).
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run), and its
 # TestCluster about 2.5 more: a three-node Kafka cluster of its own (three JVMs of at most 384 MiB
@@ -64,7 +66,7 @@ test-integration:
 	scripts/services.sh install
 	scripts/services.sh install-tools
 	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/ \
-		./pkg/pgcat/ ./cmd/tidemark-apply/ ./internal/testenv/
+		./pkg/pgcat/ ./cmd/tidemark-apply/ ./internal/testenv/ ./pkg/schemareg/
 	$(MAKE) --no-print-directory test-integration-pg17
 
 # The integration tests whose subject changed between PostgreSQL 15 and 17 (pgoutput, catalogs,

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Local real services for Tidemark: a throwaway PostgreSQL 15 (or 17) cluster and a single-node KRaft
-# Kafka broker, both bound to 127.0.0.1, with all state under one folder. No Docker needed.
+# Kafka broker, both bound to 127.0.0.1, with all state under one folder, and on request an
+# Apicurio schema registry beside them. No Docker needed.
 #
-# Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|up|down|clean|env|status|pg-crash
+# Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|install-registry|
+#                            up|down|clean|env|status|pg-crash|registry-up|registry-down|java21
 #
 #   install  PostgreSQL 15 server binaries (apt, when root; with TIDEMARK_PG_VERSION=17, Debian
 #            13's in a private folder: scripts/postgresql-17.sh), Java and Maven (apt, when root),
-#            Kafka jars (Maven Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), and the
-#            Kafka Connect jars (install-connect). Idempotent.
+#            Kafka jars (Maven Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), the
+#            Kafka Connect jars (install-connect) and Apicurio Registry (install-registry; without
+#            a Java of 21 or later only a warning, but under CI=true a failure). Idempotent.
 #   install-tools
 #            buildah, podman, runc, chromium and prometheus (promtool) from Debian's packages when
 #            missing (root only): the container, status page and Prometheus tests use them.
@@ -21,6 +24,13 @@
 #            $TIDEMARK_CACHE/debezium-<version>/debezium-connector-postgres, the worker's
 #            plugin.path being $TIDEMARK_CACHE/debezium-<version>), for `make bench-debezium`
 #            only: `install` does not fetch it. Idempotent.
+#   install-registry
+#            Apicurio Registry's runnable archive (io.apicurio:apicurio-registry-app:<version>:
+#            tar.gz:all from Maven Central, unpacked into $TIDEMARK_CACHE/apicurio-registry-<version>),
+#            and a check that a Java of 21 or later is there to run it (java21). Idempotent.
+#   java21   print the home folder of a Java of 21 or later (Apicurio Registry 3 needs one):
+#            TIDEMARK_JAVA21_HOME when set, else JAVA_HOME, `java` on PATH, /usr/lib/jvm/*; fails,
+#            saying what to install, when there is none.
 #   up       install, then start both servers (idempotent) and print the connection settings as
 #            shell exports on stdout:  eval "$(scripts/services.sh up)"
 #   down     stop both servers.
@@ -29,6 +39,13 @@
 #   status   say what is running.
 #   pg-crash restart PostgreSQL with `pg_ctl restart -m immediate`: a crash and WAL recovery, on
 #            the same data folder and port (fault-injection tests).
+#   registry-up
+#            install-registry, then start Apicurio Registry (in-memory storage, its
+#            Confluent-compatible API under /apis/ccompat/v7) on 127.0.0.1 (idempotent) and print
+#            its URL as a shell export:  eval "$(scripts/services.sh registry-up)"
+#   registry-down
+#            stop the registry (down and clean stop it too). Its schemas are in memory: a
+#            restarted registry starts empty.
 #
 # Environment (defaults in brackets):
 #   TIDEMARK_STATE                    state folder [<repo>/.state]
@@ -45,6 +62,15 @@
 #   TIDEMARK_DEBEZIUM_VERSION         Debezium version of install-debezium [3.6.1.Final]
 #   TIDEMARK_KAFKA_HEAP               JVM flags [-Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
 #   TIDEMARK_KAFKA_START_TIMEOUT      seconds to wait for "Kafka Server started" [90]
+#   TIDEMARK_REGISTRY_PORT            Apicurio Registry's HTTP port [58081]
+#   TIDEMARK_REGISTRY_VERSION         Apicurio Registry version [3.3.3]
+#   TIDEMARK_REGISTRY_HEAP            its JVM flags [-Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1]
+#   TIDEMARK_REGISTRY_START_TIMEOUT   seconds to wait for it to listen [90]
+#   TIDEMARK_REGISTRY_TLS_CERT        with TIDEMARK_REGISTRY_TLS_KEY (PEM files): the registry serves
+#                                     HTTPS only, with this certificate, on its port [plain HTTP]
+#   TIDEMARK_REGISTRY_TLS_KEY         the certificate's private key
+#   TIDEMARK_JAVA21_HOME              a Java of 21 or later for the registry [found as java21 says]
+#   TIDEMARK_JVM_DIR                  folder of installed Java homes that java21 searches [/usr/lib/jvm]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
 #                                     this process is gone (used by internal/testenv)
 #
@@ -64,6 +90,15 @@ DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
 DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
+REGISTRY_VERSION="${TIDEMARK_REGISTRY_VERSION:-3.3.3}"
+REGISTRY_HOME="$CACHE/apicurio-registry-$REGISTRY_VERSION"
+REGISTRY_HEAP="${TIDEMARK_REGISTRY_HEAP:--Xms64m -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
+REGISTRY_START_TIMEOUT="${TIDEMARK_REGISTRY_START_TIMEOUT:-90}"
+REGISTRY_TLS_CERT="${TIDEMARK_REGISTRY_TLS_CERT:-}"
+REGISTRY_TLS_KEY="${TIDEMARK_REGISTRY_TLS_KEY:-}"
+REGISTRY_SCHEME=http
+[ -z "$REGISTRY_TLS_CERT" ] || REGISTRY_SCHEME=https
+JVM_DIR="${TIDEMARK_JVM_DIR:-/usr/lib/jvm}"
 PG_VERSION="${TIDEMARK_PG_VERSION:-15}"
 
 PG_DIR="$STATE/postgres"
@@ -73,6 +108,9 @@ KAFKA_DIR="$STATE/kafka"
 KAFKA_PID="$KAFKA_DIR/kafka.pid"
 KAFKA_LOG="$KAFKA_DIR/server.log"
 KAFKA_OUT="$KAFKA_DIR/stdout.log"
+REGISTRY_DIR="$STATE/registry"
+REGISTRY_PID="$REGISTRY_DIR/registry.pid"
+REGISTRY_LOG="$REGISTRY_DIR/registry.log"
 WATCH_PID_FILE="$STATE/watchdog.pid"
 PORTS_FILE="$STATE/ports.env"
 
@@ -82,25 +120,27 @@ SCRIPT=services
 
 # Ports: explicit environment first, then what the last `up` used, then the defaults.
 load_ports() {
-	local saved_pg="" saved_kafka="" saved_ctrl=""
+	local saved_pg="" saved_kafka="" saved_ctrl="" saved_registry=""
 	if [ -f "$PORTS_FILE" ]; then
 		saved_pg="$(sed -n 's/^PG_PORT=//p' "$PORTS_FILE")"
 		saved_kafka="$(sed -n 's/^KAFKA_PORT=//p' "$PORTS_FILE")"
 		saved_ctrl="$(sed -n 's/^KAFKA_CONTROLLER_PORT=//p' "$PORTS_FILE")"
+		saved_registry="$(sed -n 's/^REGISTRY_PORT=//p' "$PORTS_FILE")"
 	fi
 	PG_PORT="${TIDEMARK_PG_PORT:-${saved_pg:-55432}}"
 	KAFKA_PORT="${TIDEMARK_KAFKA_PORT:-${saved_kafka:-59092}}"
 	KAFKA_CONTROLLER_PORT="${TIDEMARK_KAFKA_CONTROLLER_PORT:-${saved_ctrl:-59093}}"
 	KAFKA_ADVERTISED_PORT="${TIDEMARK_KAFKA_ADVERTISED_PORT:-$KAFKA_PORT}"
+	REGISTRY_PORT="${TIDEMARK_REGISTRY_PORT:-${saved_registry:-58081}}"
 	local p
-	for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_ADVERTISED_PORT"; do
+	for p in "$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$KAFKA_ADVERTISED_PORT" "$REGISTRY_PORT"; do
 		[[ "$p" =~ ^[0-9]+$ ]] || die "port '$p' is not a number"
 	done
 }
 
 save_ports() {
-	printf 'PG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\n' \
-		"$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" >"$PORTS_FILE"
+	printf 'PG_PORT=%s\nKAFKA_PORT=%s\nKAFKA_CONTROLLER_PORT=%s\nREGISTRY_PORT=%s\n' \
+		"$PG_PORT" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$REGISTRY_PORT" >"$PORTS_FILE"
 }
 
 print_env() {
@@ -211,11 +251,15 @@ cached_install() {
 
 # mvn_copy TMP OUT WHAT POM ARGS... copies the dependencies of scripts/POM/pom.xml into OUT (in
 # the temporary folder TMP). On failure it shows mvn's log, removes TMP and stops.
-mvn_copy() {
-	local tmp="$1" out="$2" what="$3" pom="$4"
-	shift 4
+mvn_copy() { mvn_goal dependency:copy-dependencies "$@"; }
+
+# mvn_goal GOAL TMP OUT WHAT POM ARGS... is mvn_copy with another goal of the dependency plugin
+# (dependency:copy: the artifacts the pom lists, without their dependencies).
+mvn_goal() {
+	local goal="$1" tmp="$2" out="$3" what="$4" pom="$5"
+	shift 5
 	if ! mvn -B -q -Dstyle.color=never -f "$REPO/scripts/$pom/pom.xml" "$@" \
-		dependency:copy-dependencies -DoutputDirectory="$out" >"$tmp.log" 2>&1; then
+		"$goal" -DoutputDirectory="$out" >"$tmp.log" 2>&1; then
 		cat "$tmp.log" >&2
 		rm -rf "$tmp" "$tmp.log"
 		rmdir "$(dirname "$tmp")" 2>/dev/null || true
@@ -260,6 +304,92 @@ fetch_debezium() {
 
 install_debezium() {
 	cached_install "$DEBEZIUM_PLUGINS" "debezium-$DEBEZIUM_VERSION" "Debezium $DEBEZIUM_VERSION PostgreSQL connector" fetch_debezium
+}
+
+# fetch_registry unpacks Apicurio Registry's runnable archive (quarkus-run.jar, lib/, app/).
+fetch_registry() {
+	mkdir -p "$1/archive"
+	mvn_goal dependency:copy "$1" "$1/archive" \
+		"io.apicurio:apicurio-registry-app:$REGISTRY_VERSION:tar.gz:all (set TIDEMARK_REGISTRY_VERSION to another 3.x)" \
+		registry -Dregistry.version="$REGISTRY_VERSION"
+	tar -xzf "$1/archive/apicurio-registry-app-$REGISTRY_VERSION-all.tar.gz" -C "$1" ||
+		die "could not unpack the Apicurio Registry archive in $1/archive"
+	rm -rf "$1/archive"
+	[ -f "$1/quarkus-run.jar" ] || die "no quarkus-run.jar in the Apicurio Registry archive ($1)"
+}
+
+install_registry() {
+	cached_install "$REGISTRY_HOME" "apicurio-registry-$REGISTRY_VERSION" \
+		"Apicurio Registry $REGISTRY_VERSION" fetch_registry
+}
+
+# java_major JAVA prints the major version of the java binary JAVA (8 for 1.8.0_x, 25 for 25.0.3),
+# nothing when it does not run.
+java_major() {
+	local v
+	v="$("$1" -version 2>&1 | sed -n 's/^[^ ]* version "\([^"]*\)".*/\1/p' | head -n1)" || return 0
+	case "$v" in
+	1.*) v="${v#1.}" ;;
+	esac
+	v="${v%%[.+-]*}"
+	[[ "$v" =~ ^[0-9]+$ ]] && printf '%s' "$v"
+}
+
+# java21_home prints the home folder of a Java of 21 or later: TIDEMARK_JAVA21_HOME (which must
+# be one), else the first of JAVA_HOME and `java` on PATH that is, else the newest under
+# $JVM_DIR (/usr/lib/jvm). It fails, saying what to install, when there is none.
+java21_home() {
+	local major
+	if [ -n "${TIDEMARK_JAVA21_HOME:-}" ]; then
+		major="$(java_major "$TIDEMARK_JAVA21_HOME/bin/java")"
+		[ -n "$major" ] || die "TIDEMARK_JAVA21_HOME=$TIDEMARK_JAVA21_HOME: $TIDEMARK_JAVA21_HOME/bin/java does not run"
+		[ "$major" -ge 21 ] || die "TIDEMARK_JAVA21_HOME=$TIDEMARK_JAVA21_HOME is Java $major: Apicurio Registry needs 21 or later"
+		printf '%s\n' "$TIDEMARK_JAVA21_HOME"
+		return
+	fi
+	local home java seen=()
+	local candidates=()
+	[ -z "${JAVA_HOME:-}" ] || candidates+=("$JAVA_HOME")
+	if java="$(command -v java 2>/dev/null)"; then
+		java="$(readlink -f "$java")"
+		candidates+=("$(dirname "$(dirname "$java")")")
+	fi
+	for home in "${candidates[@]}"; do
+		major="$(java_major "$home/bin/java")"
+		if [ -n "$major" ] && [ "$major" -ge 21 ]; then
+			printf '%s\n' "$home"
+			return
+		fi
+		seen+=("$home (${major:-does not run})")
+	done
+	local best="" best_major=0
+	for home in "$JVM_DIR"/*/; do
+		home="${home%/}"
+		[ -x "$home/bin/java" ] || continue
+		major="$(java_major "$home/bin/java")"
+		seen+=("$home (${major:-does not run})")
+		if [ -n "$major" ] && [ "$major" -gt "$best_major" ]; then
+			best="$home" best_major="$major"
+		fi
+	done
+	if [ "$best_major" -ge 21 ]; then
+		printf '%s\n' "$best"
+		return
+	fi
+	die "no Java of 21 or later found, and Apicurio Registry $REGISTRY_VERSION needs one (it refuses Java 17). Looked at: ${seen[*]:-nothing}. Install a JDK or JRE of 21 or later: on Debian 13 \`apt-get install openjdk-21-jre-headless\`; on Debian 12, which has none, Eclipse Temurin's temurin-21-jdk or temurin-25-jdk package (packages.adoptium.net) or its archive unpacked anywhere. Then set TIDEMARK_JAVA21_HOME to its folder unless it is under $JVM_DIR."
+}
+
+# check_registry_java says whether the registry can run here. Without a Java of 21 or later it
+# warns (the registry's tests then skip), or under CI=true fails: CI skips nothing.
+check_registry_java() {
+	local ci="${CI:-}"
+	if [ "$ci" = true ] || [ "$ci" = 1 ]; then
+		java21_home >/dev/null
+		return
+	fi
+	if ! (java21_home >/dev/null); then
+		log "warning: the schema registry's tests will skip (under CI=true they fail)"
+	fi
 }
 
 cmd_install() {
@@ -469,14 +599,17 @@ kafka_fail() {
 	die "$1"
 }
 
-kafka_stop_pid() {
-	local pid=$1 i
+kafka_stop_pid() { stop_pid Kafka "$1"; }
+
+# stop_pid WHAT PID ends a server with SIGTERM, or SIGKILL when it ignores that for 30s.
+stop_pid() {
+	local what=$1 pid=$2 i
 	kill -TERM "$pid" 2>/dev/null || return 0
 	for i in $(seq 1 150); do
 		kill -0 "$pid" 2>/dev/null || return 0
 		sleep 0.2
 	done
-	log "Kafka (pid $pid) ignored SIGTERM for 30s: killing it"
+	log "$what (pid $pid) ignored SIGTERM for 30s: killing it"
 	kill -KILL "$pid" 2>/dev/null || true
 	for i in $(seq 1 25); do
 		kill -0 "$pid" 2>/dev/null || return 0
@@ -491,6 +624,87 @@ kafka_down() {
 		kafka_stop_pid "$pid"
 	fi
 	rm -f "$KAFKA_PID"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Apicurio Registry
+
+print_registry_env() {
+	printf "export CDC_TEST_SCHEMA_REGISTRY_URL='%s://127.0.0.1:%s/apis/ccompat/v7'\n" "$REGISTRY_SCHEME" "$REGISTRY_PORT"
+}
+
+registry_pid() {
+	local pid
+	[ -f "$REGISTRY_PID" ] || return 1
+	pid="$(cat "$REGISTRY_PID")"
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && printf '%s' "$pid"
+}
+
+# registry_up starts the registry: Quarkus's HTTP server on 127.0.0.1 only, its management
+# interface (health, metrics) on a free port of 127.0.0.1 (by default 0.0.0.0:9000, where two
+# registries would collide; it cannot be turned off at run time), storage in an in-memory H2
+# database. Ready when Quarkus logs that it listens: it opens the port once
+# the storage is initialised.
+registry_up() {
+	if registry_pid >/dev/null; then
+		log "Apicurio Registry already running (pid $(registry_pid), port $REGISTRY_PORT)"
+		return 0
+	fi
+	local home
+	home="$(java21_home)" || exit 1
+	# HTTP on the port, or with a certificate HTTPS only (the plain port is then not opened).
+	local listen=(-Dquarkus.http.port="$REGISTRY_PORT")
+	if [ -n "$REGISTRY_TLS_CERT$REGISTRY_TLS_KEY" ]; then
+		[ -r "$REGISTRY_TLS_CERT" ] && [ -r "$REGISTRY_TLS_KEY" ] ||
+			die "TIDEMARK_REGISTRY_TLS_CERT and TIDEMARK_REGISTRY_TLS_KEY must both name readable PEM files"
+		listen=(-Dquarkus.http.port=0 -Dquarkus.http.ssl-port="$REGISTRY_PORT"
+			-Dquarkus.http.ssl.certificate.files="$REGISTRY_TLS_CERT"
+			-Dquarkus.http.ssl.certificate.key-files="$REGISTRY_TLS_KEY"
+			-Dquarkus.http.insecure-requests=disabled)
+	fi
+	mkdir -p "$REGISTRY_DIR"
+	: >"$REGISTRY_LOG"
+	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
+	# setsid: its own session, as Kafka's; the subshell's cd keeps anything it writes in its folder.
+	# shellcheck disable=SC2086
+	(cd "$REGISTRY_DIR" && exec setsid nohup "$home/bin/java" $REGISTRY_HEAP \
+		-Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
+		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port=0 \
+		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
+		-jar "$REGISTRY_HOME/quarkus-run.jar" >"$REGISTRY_LOG" 2>&1 </dev/null) &
+	local pid=$!
+	echo "$pid" >"$REGISTRY_PID"
+	local waited=0
+	while ! grep -q "Listening on: $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT" "$REGISTRY_LOG" 2>/dev/null; do
+		if ! kill -0 "$pid" 2>/dev/null; then
+			registry_fail "Apicurio Registry exited during start-up"
+		fi
+		if [ "$waited" -ge $((REGISTRY_START_TIMEOUT * 5)) ]; then
+			stop_pid "Apicurio Registry" "$pid"
+			registry_fail "Apicurio Registry did not start within ${REGISTRY_START_TIMEOUT}s"
+		fi
+		sleep 0.2
+		waited=$((waited + 1))
+	done
+	log "Apicurio Registry started (pid $pid) in $((waited / 5))s"
+}
+
+registry_fail() {
+	{
+		echo "--- $REGISTRY_LOG (tail)"
+		tail -n 40 "$REGISTRY_LOG" 2>/dev/null || true
+	} >&2
+	rm -f "$REGISTRY_PID"
+	die "$1"
+}
+
+registry_down() {
+	local pid
+	if pid="$(registry_pid)"; then
+		log "stopping Apicurio Registry (pid $pid)"
+		stop_pid "Apicurio Registry" "$pid"
+	fi
+	rm -f "$REGISTRY_PID"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -535,9 +749,24 @@ cmd_up() {
 	print_env
 }
 
+cmd_registry_up() {
+	install_java
+	install_registry
+	load_ports
+	mkdir -p "$STATE"
+	chmod 755 "$STATE"
+	save_ports
+	registry_up
+	if [ -n "${TIDEMARK_WATCH_PID:-}" ]; then
+		start_watchdog "$TIDEMARK_WATCH_PID"
+	fi
+	print_registry_env
+}
+
 cmd_down() {
 	load_ports
 	stop_watchdog
+	registry_down
 	kafka_down
 	pg_down
 }
@@ -563,6 +792,11 @@ cmd_status() {
 	else
 		echo "kafka: stopped"
 	fi
+	if registry_pid >/dev/null; then
+		echo "registry: running on 127.0.0.1:$REGISTRY_PORT (pid $(registry_pid))"
+	else
+		echo "registry: stopped"
+	fi
 }
 
 main() {
@@ -571,6 +805,8 @@ main() {
 	install)
 		cmd_install
 		install_connect
+		install_registry
+		check_registry_java
 		;;
 	install-tools)
 		install_tools
@@ -590,11 +826,25 @@ main() {
 	env)
 		load_ports
 		print_env
+		if registry_pid >/dev/null; then
+			print_registry_env
+		fi
 		;;
 	status) cmd_status ;;
 	pg-crash)
 		load_ports
 		pg_crash
+		;;
+	install-registry)
+		install_java
+		install_registry
+		java21_home >/dev/null
+		;;
+	java21) java21_home ;;
+	registry-up) cmd_registry_up ;;
+	registry-down)
+		load_ports
+		registry_down
 		;;
 	*)
 		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
@@ -60,6 +61,14 @@ type Env struct {
 	KafkaOAuthToken    string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN" helpDefault:"(none)" desc:"OAUTHBEARER token; never logged"`
 	KafkaOAuthFile     string `env:"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE" helpDefault:"(none)" desc:"file holding the OAUTHBEARER token, read again whenever it changes (a rotated token)"`
 	RequireTLS         string `env:"CDC_REQUIRE_TLS" envDefault:"false" desc:"true: refuse to start unless every connection is encrypted and its server verified: PostgreSQL with sslmode=verify-full (or a local Unix socket), Kafka with CDC_KAFKA_TLS; false only warns (see docs/production.md, TLS posture)"`
+
+	SchemaRegistryURL        string `env:"CDC_SCHEMA_REGISTRY_URL" helpDefault:"(none)" desc:"base URL of a Confluent-compatible schema registry's API (Confluent, Apicurio's .../apis/ccompat/v7, Redpanda, Karapace), where the Avro format is to register its schemas (for now only cdc check uses it: reachable, credentials, compatibility level); https:// verifies the registry's certificate as CDC_KAFKA_TLS does the brokers' (verification cannot be turned off); no user info in it"`
+	SchemaRegistryUsername   string `env:"CDC_SCHEMA_REGISTRY_USERNAME" helpDefault:"(none)" desc:"HTTP basic auth user of the schema registry (with CDC_SCHEMA_REGISTRY_PASSWORD)"`
+	SchemaRegistryPassword   string `env:"CDC_SCHEMA_REGISTRY_PASSWORD" helpDefault:"(none)" desc:"HTTP basic auth password of the schema registry; never logged"`
+	SchemaRegistryCAFile     string `env:"CDC_SCHEMA_REGISTRY_TLS_CA_FILE" helpDefault:"(system roots)" desc:"PEM file of the CA certificates that sign the schema registry's certificate (https:// only)"`
+	SchemaRegistryCertFile   string `env:"CDC_SCHEMA_REGISTRY_TLS_CERT_FILE" helpDefault:"(none)" desc:"PEM client certificate for mutual TLS with the schema registry (with CDC_SCHEMA_REGISTRY_TLS_KEY_FILE)"`
+	SchemaRegistryKeyFile    string `env:"CDC_SCHEMA_REGISTRY_TLS_KEY_FILE" helpDefault:"(none)" desc:"PEM private key of CDC_SCHEMA_REGISTRY_TLS_CERT_FILE"`
+	SchemaRegistryServerName string `env:"CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME" helpDefault:"(the URL's host)" desc:"name the schema registry's certificate is verified against"`
 
 	SnapshotWorkers   string `env:"CDC_SNAPSHOT_WORKERS" envDefault:"4" desc:"parallel COPY connections: chunks in flight at once (chunked), or ranges per snapshot (copy) (1 to 64)"`
 	SnapshotStrategy  string `env:"CDC_SNAPSHOT_STRATEGY" envDefault:"chunked" desc:"how tables are copied: chunked (key-range chunks in short transactions, merged with the stream; resumes after a restart) or copy (one exported snapshot for the whole copy); tables without a key always use copy"`
@@ -107,6 +116,8 @@ type Settings struct {
 	// TLS is how each connection (PostgreSQL, Kafka) is protected, as the configuration
 	// decides it; logged at start and printed by `cdc check`.
 	TLS []tlsPosture
+	// Registry is the schema registry's client configuration; URL "" when none is set.
+	Registry schemareg.Config
 }
 
 // LogValue logs the settings with the PostgreSQL password redacted.
@@ -122,6 +133,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.Bool("kafka_tls", p.Sink.Security.TLS),
 		slog.String("kafka_sasl_mechanism", p.Sink.Security.SASLMechanism),
 		slog.String("kafka_sasl_username", p.Sink.Security.Username),
+		slog.String("schema_registry_url", s.Registry.URL),
 		slog.String("http_addr", p.HTTPAddr),
 		slog.Any("http_token", s.HTTP.Token),
 		slog.Bool("http_pprof", s.HTTP.Pprof),
@@ -203,6 +215,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	}
 	// The rest is checked in the order of the variables (problems are listed in it), each into
 	// the configuration of the stage that owns it.
+	s.Registry = c.schemaRegistry(e)
 	p := &s.Pipeline
 	p.Snapshot.Workers = int(c.integer("CDC_SNAPSHOT_WORKERS", e.SnapshotWorkers, 1, 64, ""))
 	p.SnapshotStrategy = oneOf(&c, "CDC_SNAPSHOT_STRATEGY", e.SnapshotStrategy, snapshot.StrategyChunked, snapshot.StrategyCopy)

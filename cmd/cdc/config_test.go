@@ -354,6 +354,12 @@ func TestLoadConfigInvalid(t *testing.T) {
 		{"duplicate tables", map[string]string{"CDC_TABLES": "public.orders,orders"}, []string{"CDC_TABLES"}},
 		{"tables colliding topics", map[string]string{"CDC_TABLES": `public."a b",public.a_b`}, []string{"CDC_TABLES"}},
 		{"unknown CDC variable", map[string]string{"CDC_SLOTT": "x"}, []string{"CDC_SLOTT"}},
+		{"registry URL with user info", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://u:p@registry"}, []string{"CDC_SCHEMA_REGISTRY_URL"}},
+		{"registry user without URL", map[string]string{"CDC_SCHEMA_REGISTRY_USERNAME": "u"}, []string{"CDC_SCHEMA_REGISTRY_USERNAME"}},
+		{"registry password without user", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://registry", "CDC_SCHEMA_REGISTRY_PASSWORD": "p"}, []string{"CDC_SCHEMA_REGISTRY_USERNAME"}},
+		{"registry CA file on http", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "http://registry", "CDC_SCHEMA_REGISTRY_TLS_CA_FILE": "/etc/hostname"}, []string{"CDC_SCHEMA_REGISTRY_URL"}},
+		{"registry over http with TLS required", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "http://registry:8081", "CDC_REQUIRE_TLS": "true",
+			"CDC_PG_URL": "postgres://cdc@db/app?sslmode=verify-full", "CDC_KAFKA_TLS": "true"}, []string{"CDC_SCHEMA_REGISTRY_URL"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -447,6 +453,9 @@ func TestLoadConfigNeverShowsPassword(t *testing.T) {
 		{"primary: bad key=value", map[string]string{"CDC_PG_PRIMARY_URL": "host=db password=" + testPassword + " sslmode=maybe"}},
 		{"primary: other scheme", map[string]string{"CDC_PG_PRIMARY_URL": "mysql://cdc:" + testPassword + "@db/app"}},
 		{"primary: valid, other problem", map[string]string{"CDC_PG_PRIMARY_URL": "postgres://cdc:" + testPassword + "@primary/app", "CDC_SLOT": "BAD"}},
+		{"registry: user info in URL", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://u:" + testPassword + "@registry"}},
+		{"registry: user info in a URL that does not parse", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://u:" + testPassword + "%zz@registry"}},
+		{"registry: password without user", map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://registry", "CDC_SCHEMA_REGISTRY_PASSWORD": testPassword}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -485,6 +494,17 @@ func TestSettingsLogValueRedacts(t *testing.T) {
 	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s)
 	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "cdc:xxxxx@db.example") {
 		t.Errorf("log line does not redact the password: %s", b.String())
+	}
+
+	s, err = load(t, with(validEnv(), map[string]string{"CDC_SCHEMA_REGISTRY_URL": "https://registry",
+		"CDC_SCHEMA_REGISTRY_USERNAME": "alice", "CDC_SCHEMA_REGISTRY_PASSWORD": testPassword}))
+	if err != nil {
+		t.Fatalf("LoadConfig with a schema registry: %v", err)
+	}
+	b.Reset()
+	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", s, "registry", s.Registry)
+	if strings.Contains(b.String(), testPassword) || !strings.Contains(b.String(), "schema_registry_url=https://registry") {
+		t.Errorf("log line shows the registry's password, or not its URL: %s", b.String())
 	}
 }
 

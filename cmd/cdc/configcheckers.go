@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -374,4 +375,23 @@ func (c *checker) kafkaSecurity(e Env) kafkaconn.Security {
 		c.add(p.Name, p.Value, "%s", p.Msg)
 	}
 	return s
+}
+
+// schemaRegistry checks the CDC_SCHEMA_REGISTRY_* variables (schemareg.Env) and, with
+// CDC_REQUIRE_TLS=true, refuses a registry reached without TLS, as it refuses Kafka's plaintext.
+func (c *checker) schemaRegistry(e Env) schemareg.Config {
+	cfg, problems := schemareg.Env{
+		URL: e.SchemaRegistryURL, Username: e.SchemaRegistryUsername, Password: e.SchemaRegistryPassword,
+		CAFile: e.SchemaRegistryCAFile, CertFile: e.SchemaRegistryCertFile, KeyFile: e.SchemaRegistryKeyFile,
+		ServerName: e.SchemaRegistryServerName,
+	}.Config()
+	for _, p := range problems {
+		c.add(p.Name, p.Value, "%s", p.Msg)
+	}
+	// CDC_REQUIRE_TLS's own problems are tlsPostures' to report.
+	require := slices.Contains([]string{"true", "1", "yes"}, strings.ToLower(e.RequireTLS))
+	if cfg.URL != "" && len(problems) == 0 && !cfg.TLS() && require {
+		c.add("CDC_SCHEMA_REGISTRY_URL", "", "CDC_REQUIRE_TLS=true, but the schema registry is reached over plain http://; fix: use its https:// URL (with CDC_SCHEMA_REGISTRY_TLS_CA_FILE for a private CA)")
+	}
+	return cfg
 }

@@ -100,7 +100,7 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 			fmt.Fprintf(stderr, "cdc check: %v\n", err)
 			return exitConfig
 		}
-		if !preflight.Check(ctx, cfg, settings.TLS, wait, stdout) {
+		if !preflight.Check(ctx, cfg, settings.TLS, settings.Registry, wait, stdout) {
 			return exitFailed
 		}
 		return exitOK

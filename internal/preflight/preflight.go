@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark/cdc/pkg/kafkaconn"
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/secret"
 	"github.com/tidemark/cdc/pkg/sink"
 )
@@ -41,6 +42,8 @@ type checker struct {
 	user, database string
 	// pgMode is the sslmode the PostgreSQL configuration amounts to (its posture's Mode).
 	pgMode string
+	// registry is the schema registry's configuration (URL "" for none).
+	registry schemareg.Config
 }
 
 func (p *checker) pass(format string, args ...any) {
@@ -57,12 +60,13 @@ func (p *checker) fail(fix, format string, args ...any) {
 }
 
 // Run is `cdc check`: it prints each connection's TLS posture, connects to PostgreSQL and
-// Kafka, prints one line per prerequisite (✓, ! for a warning, or ✗, the last two with the fix)
-// to w and reports whether everything needed holds; warnings do not fail it.
+// Kafka (and the schema registry when registry.URL is set), prints one line per prerequisite (✓,
+// ! for a warning, or ✗, the last two with the fix) to w and reports whether everything needed
+// holds; warnings do not fail it.
 // It changes nothing on either side: it only reads catalogs and metadata, and asks Kafka to
 // validate a topic creation without creating it.
-func Run(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, w io.Writer) (ok bool) {
-	p := &checker{cfg: cfg}
+func Run(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, registry schemareg.Config, w io.Writer) (ok bool) {
+	p := &checker{cfg: cfg, registry: registry}
 	for _, tp := range postures {
 		if tp.Conn == "PostgreSQL" {
 			p.pgMode = tp.Mode
@@ -75,6 +79,7 @@ func Run(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, w
 	}
 	p.postgres(ctx)
 	p.kafka(ctx)
+	p.schemaRegistry(ctx)
 	failed, warned := writeLines(w, p.lines)
 	if failed > 0 {
 		fmt.Fprintf(w, "\n%d of %d checks failed.\n", failed, len(p.lines))

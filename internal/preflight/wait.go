@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark/cdc/pkg/pgcat"
 	"github.com/tidemark/cdc/pkg/pipeline"
 	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // defaultFailoverWait is how long `cdc check --wait-failover-ready` waits without a duration.
@@ -42,15 +43,15 @@ func ParseArgs(args []string) (wait time.Duration, err error) {
 // standby's copy of the slot to be failover-ready (WaitFailoverReady), and when it does not
 // become so it still runs the checks (unless ctx ended) but fails. It reports whether every
 // check passed.
-func Check(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, wait time.Duration, w io.Writer) (ok bool) {
+func Check(ctx context.Context, cfg pipeline.Config, postures []posture.Posture, registry schemareg.Config, wait time.Duration, w io.Writer) (ok bool) {
 	if wait > 0 && !WaitFailoverReady(ctx, cfg, wait, w) {
 		if ctx.Err() == nil {
 			fmt.Fprintln(w)
-			Run(ctx, cfg, postures, w)
+			Run(ctx, cfg, postures, registry, w)
 		}
 		return false
 	}
-	return Run(ctx, cfg, postures, w)
+	return Run(ctx, cfg, postures, registry, w)
 }
 
 // WaitFailoverReady reads the standby's copy of the slot (a standby among CDC_PG_URL's hosts)

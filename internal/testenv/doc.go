@@ -39,4 +39,9 @@
 //
 // The services of one test binary are shared by its tests: isolate with NewDB and
 // NewTopicPrefix rather than with fixed names.
+//
+// A schema registry is acquired apart, on the first call to Registry: CDC_TEST_SCHEMA_REGISTRY_URL,
+// or an Apicurio Registry that `scripts/services.sh registry-up` starts (it needs a Java of 21 or
+// later, which services.sh finds). StartRegistry gives a test a registry of its own to stop and
+// start, over HTTPS if asked. Both skip, or fail under CI=true, as the other services do.
 package testenv

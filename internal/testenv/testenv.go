@@ -47,6 +47,9 @@ type harness struct {
 	// wrongVersion: the server is not the version EnvPGVersion asks for, which fails every test
 	// instead of skipping it.
 	wrongVersion bool
+	// registry is the shared schema registry, acquired apart from PostgreSQL and Kafka
+	// (registry.go).
+	registry sharedRegistry
 }
 
 var current harness
@@ -73,6 +76,12 @@ func Main(m *testing.M) int {
 			}
 		}
 		current.svc = nil
+	}
+	if err := current.registry.release(code != 0); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: stop schema registry: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
 	}
 	return code
 }

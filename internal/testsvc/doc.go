@@ -1,6 +1,7 @@
 // Package testsvc starts and tends the real servers that the integration suite
 // (internal/testenv) and the benchmark harness (tools/bench) run against: a PostgreSQL server
-// with logical decoding and a single-node Kafka broker, plus the Kafka Connect bits both use.
+// with logical decoding and a single-node Kafka broker, plus the Kafka Connect bits both use, and
+// an Apicurio schema registry (StartRegistry).
 //
 // Servers come either from the environment (CDC_TEST_PG_URL and CDC_TEST_KAFKA_BROKERS, see
 // FromEnv) or from local binaries started by scripts/services.sh on free ports of 127.0.0.1 in a

@@ -119,8 +119,13 @@ func stateFolder(opts Options) (dir string, temporary bool, err error) {
 // Run runs `scripts/services.sh sub` (up, down, clean, pg-crash, ...) for these servers and
 // returns its combined output.
 func (l *Local) Run(ctx context.Context, sub string) (string, error) {
-	cmd := exec.CommandContext(ctx, "bash", l.script, sub)
-	cmd.Env = l.env
+	return runScript(ctx, l.script, l.env, sub)
+}
+
+// runScript runs `scripts/services.sh sub` with env and returns its combined output.
+func runScript(ctx context.Context, script string, env []string, sub string) (string, error) {
+	cmd := exec.CommandContext(ctx, "bash", script, sub)
+	cmd.Env = env
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// The servers it starts redirect their output; never wait on them for the pipe.
