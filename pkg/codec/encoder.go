@@ -13,6 +13,7 @@ import (
 	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/formats"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Header keys written on every record.
@@ -75,6 +76,9 @@ type Config struct {
 	// Types describes the types a format cannot know statically (json-with-schema); the same
 	// catalog must serve every stage. Prepare fills it before NewEncoder.
 	Types *Types
+	// Registry is the schema registry of the formats that register their schemas (avro); nil
+	// when none is configured.
+	Registry *schemareg.Client
 }
 
 // Prepare reads what NewEncoder needs from the database for t: the types of its columns that
@@ -93,7 +97,7 @@ func (c Config) formatConfig() format.Config {
 	if ph == "" {
 		ph = DefaultPlaceholder
 	}
-	return format.Config{Database: c.Database, TopicPrefix: c.TopicPrefix, Unchanged: c.Unchanged, Placeholder: ph, Types: c.Types}
+	return format.Config{Database: c.Database, TopicPrefix: c.TopicPrefix, Unchanged: c.Unchanged, Placeholder: ph, Types: c.Types, Registry: c.Registry}
 }
 
 // Source is the per-change metadata.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Format is one record format: how a table's changes become the bytes of a record's key and
@@ -176,6 +177,9 @@ type Config struct {
 	// Types describes the types the format cannot know statically; the same catalog must serve
 	// every stage, so that the snapshot and the stream build identical encoders.
 	Types *Types
+	// Registry is the schema registry that formats with registered schemas (avro) register
+	// them in; nil when none is configured (the JSON formats need none).
+	Registry *schemareg.Client
 }
 
 // Unchanged is what an encoder writes for a column whose value PostgreSQL did not send

@@ -4,6 +4,7 @@ package formats
 
 import (
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/avro"
 	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/json"
 )
@@ -12,6 +13,7 @@ import (
 var All = []format.Format{
 	json.Format{},
 	connectjson.Format{},
+	avro.Format{},
 }
 
 // Lookup returns the format called name ("" is the default).

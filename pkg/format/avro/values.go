@@ -1,0 +1,442 @@
+package avro
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/big"
+	"math/bits"
+	"strconv"
+
+	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
+)
+
+// converter holds the reusable buffers of value conversion.
+type converter struct {
+	num   []byte // decimal digits; zoned timestamps
+	elems []elem // array elements of the value being converted
+	text  []byte // unescaped array element texts
+}
+
+// appendValue appends the Avro encoding of text (not nil), a value of n's type.
+func (c *converter) appendValue(dst []byte, n *node, text []byte) ([]byte, error) {
+	out, err := c.convert(dst, n, text)
+	if err != nil {
+		return dst, fmt.Errorf("encode %s: %w", n.label, err)
+	}
+	return out, nil
+}
+
+func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
+	switch n.kind {
+	case kString:
+		return appendBytes(dst, text), nil
+	case kBool:
+		switch {
+		case len(text) == 1 && text[0] == 't':
+			return append(dst, 1), nil
+		case len(text) == 1 && text[0] == 'f':
+			return append(dst, 0), nil
+		}
+		return dst, fmt.Errorf("%q is not t or f", text)
+	case kInt, kLong:
+		v, ok := parseInt(text)
+		if !ok || n.kind == kInt && (v < math.MinInt32 || v > math.MaxInt32) {
+			return dst, fmt.Errorf("%q is not an integer", text)
+		}
+		return appendLong(dst, v), nil
+	case kFloat:
+		f, err := strconv.ParseFloat(string(text), 32)
+		if err != nil {
+			return dst, fmt.Errorf("%q is not a number", text)
+		}
+		return appendFloat(dst, float32(f)), nil
+	case kDouble:
+		f, err := strconv.ParseFloat(string(text), 64)
+		if err != nil {
+			return dst, fmt.Errorf("%q is not a number", text)
+		}
+		return appendDouble(dst, f), nil
+	case kDecimal:
+		return c.appendDecimal(dst, n.scale, text)
+	case kVarDecimal:
+		neg, intPart, frac, err := pgjson.ParseNumeric(text)
+		if err != nil {
+			return dst, err
+		}
+		c.num = append(append(c.num[:0], intPart...), frac...)
+		dst = appendLong(dst, int64(len(frac)))
+		return appendUnscaled(dst, neg, c.num)
+	case kMoney:
+		return c.appendMoney(dst, text)
+	case kBytea:
+		return appendBytea(dst, text)
+	case kBit1:
+		switch string(text) {
+		case "1":
+			return append(dst, 1), nil
+		case "0":
+			return append(dst, 0), nil
+		}
+		return dst, fmt.Errorf("%q is not one bit", text)
+	case kBits:
+		return appendBits(dst, text)
+	case kDate:
+		d, err := pgjson.DateDays(text)
+		if err != nil {
+			return dst, err
+		}
+		return appendLong(dst, int64(d)), nil
+	case kTimeMilli, kTimeMicro:
+		us, err := pgjson.TimeMicros(text, n.kind == kTimeMilli)
+		if err != nil {
+			return dst, err
+		}
+		return appendLong(dst, us), nil
+	case kTimestampMilli, kTimestampMicro:
+		us, err := pgjson.TimestampMicros(text, n.kind == kTimestampMilli)
+		if err != nil {
+			return dst, err
+		}
+		return appendLong(dst, us), nil
+	case kZonedTimestamp, kZonedTime:
+		var err error
+		if n.kind == kZonedTimestamp {
+			c.num, err = pgjson.AppendZonedTimestamp(c.num[:0], text)
+		} else {
+			c.num, err = pgjson.AppendZonedTime(c.num[:0], text)
+		}
+		if err != nil {
+			return dst, err
+		}
+		return appendBytes(dst, c.num), nil
+	case kInterval:
+		us, err := pgjson.IntervalMicros(text)
+		if err != nil {
+			return dst, err
+		}
+		return appendLong(dst, us), nil
+	case kJSON:
+		return appendBytes(dst, bytes.TrimSpace(text)), nil
+	case kArray:
+		return c.appendArray(dst, n, text)
+	}
+	return dst, fmt.Errorf("no conversion")
+}
+
+// parseInt parses -?[0-9]+ into an int64.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// appendDecimal appends the unscaled value of text at scale as Avro's decimal: bytes of its
+// two's complement, big-endian, in as few bytes as Java's BigInteger.toByteArray uses.
+func (c *converter) appendDecimal(dst []byte, scale int32, text []byte) ([]byte, error) {
+	neg, intPart, frac, err := pgjson.ParseNumeric(text)
+	if err != nil {
+		return dst, err
+	}
+	c.num = append(append(c.num[:0], intPart...), frac...)
+	s := int(scale)
+	if s >= len(frac) {
+		for i := len(frac); i < s; i++ {
+			c.num = append(c.num, '0')
+		}
+	} else {
+		drop := len(frac) - s
+		for _, d := range c.num[len(c.num)-drop:] {
+			if d != '0' {
+				return dst, fmt.Errorf("%s has more digits than scale %d", text, s)
+			}
+		}
+		c.num = c.num[:len(c.num)-drop]
+	}
+	return appendUnscaled(dst, neg, c.num)
+}
+
+// appendMoney appends money_out's "$1,234.56" (lc_monetary C or English) as a decimal of scale 2.
+func (c *converter) appendMoney(dst []byte, text []byte) ([]byte, error) {
+	c.num = c.num[:0]
+	neg, fracAt := false, -1
+	for _, ch := range text {
+		switch {
+		case ch >= '0' && ch <= '9':
+			c.num = append(c.num, ch)
+		case ch == '-' || ch == '(':
+			neg = true
+		case ch == '.':
+			fracAt = len(c.num)
+		}
+	}
+	if len(c.num) == 0 || fracAt < 0 || len(c.num)-fracAt != 2 {
+		return dst, fmt.Errorf("%q is not money with 2 fraction digits (set lc_monetary to C or an English locale)", text)
+	}
+	return appendUnscaled(dst, neg, c.num)
+}
+
+// appendUnscaled appends digits, with sign, as Avro bytes of the minimal two's complement.
+func appendUnscaled(dst []byte, neg bool, digits []byte) ([]byte, error) {
+	for len(digits) > 1 && digits[0] == '0' {
+		digits = digits[1:]
+	}
+	if len(digits) <= 18 {
+		var v int64
+		for _, d := range digits {
+			v = v*10 + int64(d-'0')
+		}
+		if neg {
+			v = -v
+		}
+		u := uint64(v)
+		if v < 0 {
+			u = ^u
+		}
+		n := bits.Len64(u)/8 + 1
+		var b [9]byte
+		binary.BigEndian.PutUint64(b[1:], uint64(v))
+		if v < 0 {
+			b[0] = 0xff
+		}
+		return appendBytes(dst, b[9-n:]), nil
+	}
+	x, ok := new(big.Int).SetString(string(digits), 10)
+	if !ok {
+		return dst, fmt.Errorf("%q is not a number", digits)
+	}
+	var out []byte
+	if neg {
+		m := new(big.Int).Sub(x, big.NewInt(1))
+		n := m.BitLen()/8 + 1
+		mod := new(big.Int).Lsh(big.NewInt(1), uint(8*n))
+		out = mod.Sub(mod, x).FillBytes(make([]byte, n))
+	} else {
+		out = x.FillBytes(make([]byte, x.BitLen()/8+1))
+	}
+	return appendBytes(dst, out), nil
+}
+
+// appendBytea appends bytea's text output (hex "\x0a1b", or the escape format) as Avro bytes.
+func appendBytea(dst []byte, text []byte) ([]byte, error) {
+	orig := len(dst)
+	if len(text) >= 2 && text[0] == '\\' && text[1] == 'x' {
+		h := text[2:]
+		if len(h)%2 != 0 {
+			return dst, fmt.Errorf("odd number of hex digits")
+		}
+		dst = appendLong(dst, int64(len(h)/2))
+		for i := 0; i < len(h); i += 2 {
+			hi, ok1 := unhex(h[i])
+			lo, ok2 := unhex(h[i+1])
+			if !ok1 || !ok2 {
+				return dst[:orig], fmt.Errorf("invalid hex digit")
+			}
+			dst = append(dst, hi<<4|lo)
+		}
+		return dst, nil
+	}
+	// Escape format: count first, then write.
+	n := 0
+	for i := 0; i < len(text); i++ {
+		if text[i] == '\\' {
+			switch {
+			case i+1 < len(text) && text[i+1] == '\\':
+				i++
+			case i+3 < len(text):
+				i += 3
+			default:
+				return dst, fmt.Errorf("invalid escape")
+			}
+		}
+		n++
+	}
+	dst = appendLong(dst, int64(n))
+	for i := 0; i < len(text); i++ {
+		ch := text[i]
+		if ch == '\\' {
+			if text[i+1] == '\\' {
+				i++
+			} else {
+				o1, o2, o3 := text[i+1], text[i+2], text[i+3]
+				if !isOctal(o1) || !isOctal(o2) || !isOctal(o3) || o1 > '3' {
+					return dst[:orig], fmt.Errorf("invalid escape")
+				}
+				ch = (o1-'0')<<6 | (o2-'0')<<3 | (o3 - '0')
+				i += 3
+			}
+		}
+		dst = append(dst, ch)
+	}
+	return dst, nil
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// appendBits appends io.debezium.data.Bits: the last bit is bit 0, bytes little-endian, as many
+// bytes as the highest set bit needs.
+func appendBits(dst []byte, text []byte) ([]byte, error) {
+	high := -1 // the highest set bit
+	for i, ch := range text {
+		switch {
+		case ch == '1' && high < 0:
+			high = len(text) - 1 - i
+		case ch == '0' || ch == '1':
+		default:
+			return dst, fmt.Errorf("%q is not a bit string", text)
+		}
+	}
+	n := (high + 8) / 8
+	dst = appendLong(dst, int64(n))
+	start := len(dst)
+	for range n {
+		dst = append(dst, 0)
+	}
+	for i := len(text) - 1; i >= 0; i-- {
+		if text[i] == '1' {
+			bit := len(text) - 1 - i
+			dst[start+bit/8] |= 1 << (bit % 8)
+		}
+	}
+	return dst, nil
+}
+
+// elem is one element of an array literal: its text in converter.text, or NULL.
+type elem struct {
+	from, to int
+	null     bool
+}
+
+// appendArray appends an array literal of one dimension ("{1,2,NULL}", `{"a b","q\"x"}`) as an
+// Avro array of optional elements. An array of several dimensions, or with lower bounds other
+// than 1, has no faithful Avro form here and is refused.
+func (c *converter) appendArray(dst []byte, n *node, text []byte) ([]byte, error) {
+	if len(text) > 0 && text[0] == '[' {
+		return dst, fmt.Errorf("array %.20s with lower bounds other than 1: %w (write it as CDC_VALUE_FORMAT=json)", text, format.ErrNotRepresentable)
+	}
+	c.elems, c.text = c.elems[:0], c.text[:0]
+	i := skipSpace(text, 0)
+	if i >= len(text) || text[i] != '{' {
+		return dst, fmt.Errorf("malformed array literal: want '{'")
+	}
+	i = skipSpace(text, i+1)
+	if i < len(text) && text[i] == '}' {
+		i++
+	} else {
+		for {
+			i = skipSpace(text, i)
+			if i >= len(text) {
+				return dst, fmt.Errorf("malformed array literal: unterminated")
+			}
+			e := elem{from: len(c.text)}
+			switch text[i] {
+			case '{':
+				return dst, fmt.Errorf("array of more than one dimension: %w (write it as CDC_VALUE_FORMAT=json)", format.ErrNotRepresentable)
+			case '"':
+				i++
+				for i < len(text) && text[i] != '"' {
+					if text[i] == '\\' && i+1 < len(text) {
+						i++
+					}
+					c.text = append(c.text, text[i])
+					i++
+				}
+				if i >= len(text) {
+					return dst, fmt.Errorf("malformed array literal: unterminated quoted element")
+				}
+				i++
+			default:
+				for i < len(text) && text[i] != ',' && text[i] != '}' {
+					if text[i] == '\\' && i+1 < len(text) {
+						i++
+					}
+					c.text = append(c.text, text[i])
+					i++
+				}
+				for len(c.text) > e.from && pgjson.IsArraySpace(c.text[len(c.text)-1]) {
+					c.text = c.text[:len(c.text)-1]
+				}
+				e.null = len(c.text)-e.from == 4 && bytes.EqualFold(c.text[e.from:], []byte("NULL"))
+			}
+			e.to = len(c.text)
+			c.elems = append(c.elems, e)
+			i = skipSpace(text, i)
+			if i < len(text) && text[i] == ',' {
+				i++
+				continue
+			}
+			if i < len(text) && text[i] == '}' {
+				i++
+				break
+			}
+			return dst, fmt.Errorf("malformed array literal: want ',' or '}'")
+		}
+	}
+	if skipSpace(text, i) != len(text) {
+		return dst, fmt.Errorf("malformed array literal: junk after '}'")
+	}
+	if len(c.elems) > 0 {
+		dst = appendLong(dst, int64(len(c.elems)))
+		// Elements convert with c's buffers: keep their texts apart while they do.
+		elems, texts := c.elems, c.text
+		c.elems, c.text = nil, nil
+		var err error
+		for _, e := range elems {
+			if e.null {
+				dst = append(dst, unionNull)
+				continue
+			}
+			dst = append(dst, unionValue)
+			if dst, err = c.convert(dst, n.elem, texts[e.from:e.to]); err != nil {
+				break
+			}
+		}
+		c.elems, c.text = elems, texts
+		if err != nil {
+			return dst, err
+		}
+	}
+	return append(dst, 0), nil
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && pgjson.IsArraySpace(b[i]) {
+		i++
+	}
+	return i
+}
