@@ -202,6 +202,9 @@ func (w *walker) value(dst []byte, n *snode, b []byte) ([]byte, []byte, error) {
 		if len(b) < 1 {
 			return dst, b, errTrunc
 		}
+		if n.pgType == "bit" {
+			return append(dst, '"', '0'+b[0], '"'), b[1:], nil
+		}
 		return strconv.AppendBool(dst, b[0] != 0), b[1:], nil
 	case "int", "long":
 		v, m := readLong(b)

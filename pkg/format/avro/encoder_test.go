@@ -78,7 +78,7 @@ var columns = []column{
 		want: []any{"a b", `q"x`, nil, "NULL", "plain"}, json: `["a b","q\"x",null,"NULL","plain"]`},
 	{name: "empty", oid: pgtype.Int8ArrayOID, mod: -1, text: "{}", want: []any{}, json: "[]"},
 	{name: "bits", oid: pgtype.BitOID, mod: 3, text: "101", want: []byte{5}, json: `"101"`},
-	{name: "bit1", oid: pgtype.BitOID, mod: 1, text: "1", want: true, json: "true"},
+	{name: "bit1", oid: pgtype.BitOID, mod: 1, text: "1", want: true, json: `"1"`},
 	{name: "addr", oid: pgtype.InetOID, mod: -1, text: "10.0.0.1/8", want: "10.0.0.1/8", json: `"10.0.0.1/8"`},
 	{name: "pt", oid: pgtype.PointOID, mod: -1, text: "(1,2)", want: "(1,2)", json: `"(1,2)"`},
 	{name: "mood", oid: moodOID, mod: -1, text: "happy", want: "happy", json: `"happy"`},

@@ -120,7 +120,8 @@ func scalarOf(oid uint32, mod int32) (*node, bool) {
 			length = 1
 		}
 		if length == 1 {
-			return &node{kind: kBit1, schema: `"boolean"`, label: label}, true
+			// Debezium's boolean; the property tells a reader it is a bit (decode.go writes "1").
+			return &node{kind: kBit1, schema: `{"type":"boolean","tidemark.type":"bit"}`, label: label}, true
 		}
 		return &node{kind: kBits, label: label, schema: `{"type":"bytes","connect.version":1,"connect.parameters":{"length":"` +
 			strconv.Itoa(int(length)) + `"},"connect.name":"io.debezium.data.Bits"}`}, true

@@ -12,6 +12,7 @@ type snode struct {
 	typ      string // null, boolean, int, long, float, double, bytes, string, record, enum, array, map, fixed, union
 	logical  string // logicalType
 	connect  string // connect.name
+	pgType   string // tidemark.type: "bit" for bit(1)'s boolean
 	name     string // a named type's full name
 	scale    int
 	length   int // io.debezium.data.Bits' length parameter; fixed's size
@@ -79,6 +80,7 @@ func (p *schemaParser) parse(v any, ns string, depth int) (*snode, error) {
 		n := &snode{typ: typ}
 		n.logical, _ = t["logicalType"].(string)
 		n.connect, _ = t["connect.name"].(string)
+		n.pgType, _ = t["tidemark.type"].(string)
 		if s, ok := t["scale"].(float64); ok {
 			n.scale = int(s)
 		}
