@@ -96,14 +96,24 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 		}
 		return appendLong(dst, us), nil
 	case kTimestampMilli, kTimestampMicro:
-		us, err := pgjson.TimestampMicros(text, n.kind == kTimestampMilli)
-		if err != nil {
-			return dst, err
+		us, ok := fastTimestamp(text)
+		if ok && n.kind == kTimestampMilli {
+			us /= 1000
+		}
+		if !ok {
+			var err error
+			if us, err = pgjson.TimestampMicros(text, n.kind == kTimestampMilli); err != nil {
+				return dst, err
+			}
 		}
 		return appendLong(dst, us), nil
 	case kZonedTimestamp, kZonedTime:
 		var err error
 		if n.kind == kZonedTimestamp {
+			if iso, ok := fastZoned(text, c.num[:0]); ok {
+				c.num = iso
+				return appendBytes(dst, iso), nil
+			}
 			c.num, err = pgjson.AppendZonedTimestamp(c.num[:0], text)
 		} else {
 			c.num, err = pgjson.AppendZonedTime(c.num[:0], text)
@@ -124,6 +134,65 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 		return c.appendArray(dst, n, text)
 	}
 	return dst, fmt.Errorf("no conversion")
+}
+
+// fastTimestamp parses the common rendering "YYYY-MM-DD HH:MM:SS[.f{1,6}]" (a year of four
+// digits, AD) into microseconds since the epoch; ok is false for every other text, which
+// pgjson.TimestampMicros parses.
+func fastTimestamp(t []byte) (int64, bool) {
+	if len(t) < 19 || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':' {
+		return 0, false
+	}
+	y, m, d := num(t[0:4]), num(t[5:7]), num(t[8:10])
+	h, mi, s := num(t[11:13]), num(t[14:16]), num(t[17:19])
+	if y < 1 || m < 1 || m > 12 || d < 1 || d > 31 || h < 0 || h > 24 || mi < 0 || mi > 59 || s < 0 || s > 60 {
+		return 0, false
+	}
+	var frac int64
+	if len(t) > 19 {
+		f := t[20:]
+		if t[19] != '.' || len(f) == 0 || len(f) > 6 {
+			return 0, false
+		}
+		if frac = num(f); frac < 0 {
+			return 0, false
+		}
+		for i := len(f); i < 6; i++ {
+			frac *= 10
+		}
+	}
+	days := pgjson.DaysFromCivil(y, m, d)
+	return days*86_400_000_000 + ((h*60+mi)*60+s)*1_000_000 + frac, true
+}
+
+// num parses a few decimal digits; -1 when b holds anything else.
+func num(b []byte) int64 {
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		v = v*10 + int64(c-'0')
+	}
+	return v
+}
+
+// fastZoned writes io.debezium.time.ZonedTimestamp of a timestamptz rendered in UTC, the
+// session time zone of cdc's connections ("2024-01-31 12:34:56.5+00" becomes
+// "2024-01-31T12:34:56.5Z": PostgreSQL writes no trailing zeros in the fraction either); ok is
+// false for every other text.
+func fastZoned(t, dst []byte) ([]byte, bool) {
+	n := len(t)
+	if n < 22 || t[n-3] != '+' || t[n-2] != '0' || t[n-1] != '0' || n > 22 && t[n-4] == '0' {
+		return dst, false // not UTC, or a fraction with trailing zeros (ISO writes none)
+	}
+	if _, ok := fastTimestamp(t[:n-3]); !ok {
+		return dst, false
+	}
+	dst = append(dst, t[:10]...)
+	dst = append(dst, 'T')
+	dst = append(dst, t[11:n-3]...)
+	return append(dst, 'Z'), true
 }
 
 // parseInt parses -?[0-9]+ into an int64.
