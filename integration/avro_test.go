@@ -19,6 +19,8 @@ import (
 	"github.com/tidemark/cdc/pkg/format"
 	tmavro "github.com/tidemark/cdc/pkg/format/avro"
 	"github.com/tidemark/cdc/pkg/schemareg"
+	"github.com/tidemark/cdc/pkg/wait"
+	"github.com/tidemark/cdc/pkg/watermark"
 )
 
 // avroColumn is one column of the Avro types table: its type, the expression of generate_series
@@ -254,5 +256,78 @@ func TestAvroWithRegistry(t *testing.T) {
 	}
 	if done, err := p.exited(); done {
 		t.Fatalf("cdc exited: %v", err)
+	}
+}
+
+// TestAvroRefusedSchemaFailsItsExportOnly: a column retyped in a way the subject's BACKWARD
+// level refuses stops that table's export alone, with a failed watermark record that names the
+// subject and the fix; the other table goes on, and cdc does not restart.
+func TestAvroRefusedSchemaFailsItsExportOnly(t *testing.T) {
+	regURL := testenv.Registry(t)
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(`CREATE TABLE retyped (id int PRIMARY KEY, v text)`, `CREATE TABLE steady (id int PRIMARY KEY, v text)`,
+		`INSERT INTO retyped VALUES (1, 'one')`, `INSERT INTO steady VALUES (1, 'one')`)
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.retyped,public.steady"
+	vars["CDC_VALUE_FORMAT"] = "avro"
+	vars["CDC_SCHEMA_REGISTRY_URL"] = regURL
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.retyped", "public.steady")
+
+	rc, err := sr.NewClient(sr.URLs(regURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, valueSub, _ := tmavro.Subjects(e.topic("public.retyped"))
+	if res := rc.SetCompatibility(ctx, sr.SetCompatibility{Level: sr.CompatBackward}, valueSub); res[0].Err != nil {
+		t.Fatalf("set %s to BACKWARD: %v", valueSub, res[0].Err)
+	}
+	e.exec(`ALTER TABLE retyped ALTER COLUMN v TYPE int USING length(v)`, `INSERT INTO retyped VALUES (2, 2)`,
+		`INSERT INTO steady VALUES (2, 'two')`)
+	lsn := e.currentLSN(ctx)
+
+	w, err := wait.New(e.brokers, e.watermarkTopic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	retypedID := change.ExportID{Schema: "public", Table: "retyped"}
+	steadyID := change.ExportID{Schema: "public", Table: "steady"}
+	var failed *watermark.Record
+	steadyPassed := false
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && (failed == nil || !steadyPassed); {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = w.Poll(pctx)
+		cancel()
+		latest := w.Latest()
+		if r, ok := latest[retypedID]; ok && r.State == watermark.StateFailed {
+			failed = &r
+		}
+		if r, ok := latest[steadyID]; ok && r.Watermark != nil && *r.Watermark >= lsn {
+			steadyPassed = true
+		}
+		if done, perr := p.exited(); done {
+			t.Fatalf("cdc exited (%v) after a refused schema; want only that export to fail", perr)
+		}
+	}
+	if failed == nil {
+		t.Fatalf("no failed watermark record for %v within 60s; latest: %+v", retypedID, w.Latest()[retypedID])
+	}
+	for _, want := range []string{valueSub, "BACKWARD", "fix:"} {
+		if !strings.Contains(failed.Error, want) {
+			t.Errorf("failed record of %v says %q; want it to name %q", retypedID, failed.Error, want)
+		}
+	}
+	if !steadyPassed {
+		t.Errorf("the watermark of %v did not pass %s while %v had failed", steadyID, lsn, retypedID)
+	}
+	if restarts := strings.Count(p.log.String(), "pipeline failed; restarting"); restarts > 0 {
+		t.Errorf("the pipeline restarted %d times after a refused schema; want the export to fail alone", restarts)
+	}
+	for _, r := range e.readTopic(e.topic("public.retyped")) {
+		if len(r.Key) == 6 && r.Key[5] == 4 { // id 2: zig-zag 4
+			t.Errorf("the row of the refused shape reached the topic: % x", r.Value)
+		}
 	}
 }

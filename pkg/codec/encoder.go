@@ -122,6 +122,10 @@ type ValueError = format.ValueError
 // NaN or infinity in json-with-schema, ...). The export fails instead of carrying a wrong value.
 var ErrNotRepresentable = format.ErrNotRepresentable
 
+// ErrSchemaRefused is wrapped by Prepare's error when the schema registry refuses a table's
+// schema (avro): permanent for that export alone.
+var ErrSchemaRefused = format.ErrSchemaRefused
+
 // ErrRecordTooLarge is wrapped when a change's record would exceed Config.MaxRecordBytes.
 var ErrRecordTooLarge = errors.New("record too large")
 

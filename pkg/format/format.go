@@ -75,6 +75,11 @@ type Column struct {
 	Elem    *Column // the element type of an array column, nil for others
 }
 
+// ErrSchemaRefused is wrapped when the schema registry refuses a table's new schema under its
+// compatibility rules: permanent for that table's export until the schema or the rules change,
+// and for that export alone.
+var ErrSchemaRefused = errors.New("the schema registry refused the table's schema")
+
 // ErrBeyondPostgres is wrapped when a value read back is beyond what PostgreSQL can hold (a
 // decimal past numeric's digits, an array of more dimensions than PostgreSQL's limit, a
 // timestamp past int64 microseconds): no retry can apply it.

@@ -39,7 +39,8 @@ func Subjects(topic string) (key, value, truncKey string) {
 // Prepare reads the types of t's columns that are not built in into cfg.Types, then registers
 // t's schemas in cfg.Registry (or finds them there), so that NewEncoder has their ids. A schema
 // the registry refuses as incompatible is an error wrapping *schemareg.IncompatibleError; an
-// unreachable registry is retried until ctx ends.
+// unreachable registry is retried until ctx ends. A refused schema wraps format.ErrSchemaRefused
+// too.
 func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) error {
 	if t == nil {
 		return nil
@@ -56,9 +57,18 @@ func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) e
 	if err != nil {
 		return err
 	}
-	_, err = tb.register(ctx, cfg.Registry)
+	if _, err = tb.register(ctx, cfg.Registry); errors.As(err, new(*schemareg.IncompatibleError)) {
+		return refusedError{err}
+	}
 	return err
 }
+
+// refusedError is a schema the registry refused: its text is the registry client's, and it
+// wraps format.ErrSchemaRefused, which stops the table's export alone.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string   { return e.err.Error() }
+func (e refusedError) Unwrap() []error { return []error{e.err, format.ErrSchemaRefused} }
 
 // ids are the registry's ids of one table's schemas.
 type ids struct {

@@ -379,7 +379,7 @@ func TestSchemaChanges(t *testing.T) {
 	retyped := &change.Table{Export: tbl.Export, Columns: []change.Column{cols[0], {Name: "a", TypeOID: pgtype.Int4OID}, {Name: "b", TypeOID: pgtype.Int4OID}}}
 	err = tmavro.Format{}.Prepare(t.Context(), cfg, retyped)
 	var inc *schemareg.IncompatibleError
-	if !errors.As(err, &inc) || inc.Subject != "tm.public.t-value" {
+	if !errors.As(err, &inc) || inc.Subject != "tm.public.t-value" || !errors.Is(err, format.ErrSchemaRefused) {
 		t.Fatalf("Prepare of a retyped column = %v, want an *IncompatibleError of tm.public.t-value", err)
 	}
 	if _, err := (tmavro.Format{}).NewEncoder(cfg, retyped); err == nil {
