@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/avro"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -59,7 +60,7 @@ var avroColumns = []avroColumn{
 	{name: "ts", typ: "timestamp", value: "CASE g WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity' WHEN 3 THEN '0044-03-15 12:00:00 BC' ELSE TIMESTAMP '2024-01-01' + g * interval '1 day 1.000001 s' END"},
 	{name: "ts3", typ: "timestamp(3)", value: "TIMESTAMP '1969-12-31 23:59:59.999' + g * interval '1 ms'"},
 	{name: "tstz", typ: "timestamptz", value: "CASE g WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity' ELSE TIMESTAMPTZ '2024-01-01 00:00:00+05' + g * interval '1 h 0.25 s' END"},
-	{name: "iv", typ: "interval", value: "make_interval(days => g*3, secs => g * 1.000001)"}, // MicroDuration: days as 24 h
+	{name: "iv", typ: "interval", value: "make_interval(days => g*3, secs => g * 1.000001)", cmp: "justify_hours(%s)"}, // MicroDuration: days as 24 h
 	{name: "pt", typ: "point", value: "point(g, -g)", cmp: "(%s)::text"},
 	{name: "mood", typ: "mood", value: "(ARRAY['sad','ok','happy'])[g%3+1]::mood"},
 	{name: "pi", typ: "posint", value: "g"},
@@ -75,7 +76,8 @@ var avroColumns = []avroColumn{
 // key change, a truncate-free run) and an added column: every record's key and value carry an
 // id the registry holds under the topic's subjects, decode with the registry's schema (and
 // twmb/avro encodes the decoded value to the same bytes), and the rows read back are the
-// table's rows, compared by PostgreSQL itself.
+// table's rows, compared by PostgreSQL itself. tidemark-apply, reading the same records through
+// the registry, keeps a replica equal to the table.
 func TestAvroWithRegistry(t *testing.T) {
 	regURL := testenv.Registry(t)
 	e := newEnv(t)
@@ -84,7 +86,10 @@ func TestAvroWithRegistry(t *testing.T) {
 		cols = append(cols, fmt.Sprintf("%q %s", c.name, c.typ))
 		vals = append(vals, c.value)
 	}
-	e.exec(`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`, `CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)`,
+	types := []string{`CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')`, `CREATE DOMAIN posint AS int4 CHECK (VALUE > 0)`}
+	replica := testenv.NewDB(t)
+	testenv.Exec(t, replica, append(types, "CREATE TABLE a_types (id int PRIMARY KEY, "+strings.Join(cols, ", ")+", extra int4)")...)
+	e.exec(types[0], types[1],
 		"CREATE TABLE a_types (id int PRIMARY KEY, "+strings.Join(cols, ", ")+")",
 		fmt.Sprintf("INSERT INTO a_types SELECT g, %s FROM generate_series(1, 20) g", strings.Join(vals, ", ")),
 		"INSERT INTO a_types (id) VALUES (100)", // every other column SQL NULL
@@ -94,6 +99,9 @@ func TestAvroWithRegistry(t *testing.T) {
 	vars["CDC_VALUE_FORMAT"] = "avro"
 	vars["CDC_SCHEMA_REGISTRY_URL"] = regURL
 	p := e.startCDC(vars)
+	applyVars := e.applyVars(replica, "public.a_types")
+	applyVars["CDC_SCHEMA_REGISTRY_URL"] = regURL
+	a := e.startBinary(applyBinary, applyVars)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.a_types")
@@ -256,6 +264,60 @@ func TestAvroWithRegistry(t *testing.T) {
 	}
 	if done, err := p.exited(); done {
 		t.Fatalf("cdc exited: %v", err)
+	}
+
+	// The replica tidemark-apply keeps, row by row, compared as above.
+	var norm []string
+	for _, c := range all {
+		cmp := c.cmp
+		if cmp == "" {
+			cmp = "%s"
+		}
+		norm = append(norm, fmt.Sprintf(cmp, fmt.Sprintf("%q", c.name)))
+	}
+	rowsQuery := "SELECT id::text, ROW(" + strings.Join(norm, ", ") + ")::text FROM a_types"
+	read := func(url string) map[string]string {
+		c, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		rs, err := c.Query(ctx, rowsQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for rs.Next() {
+			var id, row string
+			if err := rs.Scan(&id, &row); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = row
+		}
+		return out
+	}
+	var diffs []string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		src, dst := read(e.pgURL), read(replica)
+		diffs = diffs[:0]
+		for id, row := range src {
+			if dst[id] != row {
+				diffs = append(diffs, fmt.Sprintf("id %s: source %s, replica %s", id, row, dst[id]))
+			}
+		}
+		if len(dst) != len(src) {
+			diffs = append(diffs, fmt.Sprintf("%d rows in the source, %d in the replica", len(src), len(dst)))
+		}
+		if len(diffs) == 0 || time.Now().After(deadline) {
+			t.Logf("tidemark-apply's replica: %d rows of %d", len(dst), len(src))
+			break
+		}
+	}
+	for _, d := range diffs {
+		t.Error(d)
+	}
+	if done, err := a.exited(); done {
+		t.Errorf("tidemark-apply exited: %v", err)
 	}
 }
 

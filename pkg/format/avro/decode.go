@@ -37,6 +37,10 @@ func NewDecoder(reg *schemareg.Client) *Decoder { return &Decoder{reg: reg, time
 // read them: a consumer that reads Avro builds one with NewDecoder.
 func (Format) Decoder() format.Decoder { return &Decoder{} }
 
+// DecoderWith returns the decoder that fetches writer schemas from reg (pkg/format/formats'
+// Decoders uses it).
+func (Format) DecoderWith(reg *schemareg.Client) format.Decoder { return NewDecoder(reg) }
+
 // Recognizes reports whether value starts with Confluent's magic byte and a schema id.
 func (d *Decoder) Recognizes(value []byte) bool { return len(value) >= headerSize && value[0] == magic }
 
