@@ -456,3 +456,5 @@ func TestNotRepresentable(t *testing.T) {
 		}
 	}
 }
+
+func schemaID(id uint32) schemareg.ID { return schemareg.ID(id) }
