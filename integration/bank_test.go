@@ -57,9 +57,9 @@ func TestBank(t *testing.T) {
 	}
 }
 
-// TestBankAvro is the bank test once in CDC_VALUE_FORMAT=avro, with a real Apicurio Registry:
+// TestAvroBank is the bank test once in CDC_VALUE_FORMAT=avro, with a real Apicurio Registry:
 // tidemark-apply and the naive consumer read the records through it.
-func TestBankAvro(t *testing.T) {
+func TestAvroBank(t *testing.T) {
 	runBank(t, "independent", testenv.Registry(t))
 }
 
