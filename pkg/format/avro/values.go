@@ -140,41 +140,50 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 // digits, AD) into microseconds since the epoch; ok is false for every other text, which
 // pgjson.TimestampMicros parses.
 func fastTimestamp(t []byte) (int64, bool) {
-	if len(t) < 19 || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':' {
+	y, m, d, clock, ok := splitTimestamp(t)
+	if !ok {
 		return 0, false
 	}
-	y, m, d := num(t[0:4]), num(t[5:7]), num(t[8:10])
-	h, mi, s := num(t[11:13]), num(t[14:16]), num(t[17:19])
-	if y < 1 || m < 1 || m > 12 || d < 1 || d > 31 || h < 0 || h > 24 || mi < 0 || mi > 59 || s < 0 || s > 60 {
-		return 0, false
+	return pgjson.DaysFromCivil(y, m, d)*86_400_000_000 + clock, true
+}
+
+// splitTimestamp reads fastTimestamp's rendering into the date and the microseconds past
+// midnight.
+func splitTimestamp(t []byte) (y, m, d, clock int64, ok bool) {
+	if len(t) < 19 || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':' {
+		return 0, 0, 0, 0, false
+	}
+	y1, y2 := d2(t[0], t[1]), d2(t[2], t[3])
+	y, m, d = y1*100+y2, d2(t[5], t[6]), d2(t[8], t[9])
+	h, mi, sec := d2(t[11], t[12]), d2(t[14], t[15]), d2(t[17], t[18])
+	if y1 < 0 || y2 < 0 || y < 1 || m < 1 || m > 12 || d < 1 || d > 31 || h < 0 || h > 24 || mi < 0 || mi > 59 || sec < 0 || sec > 60 {
+		return 0, 0, 0, 0, false
 	}
 	var frac int64
 	if len(t) > 19 {
 		f := t[20:]
 		if t[19] != '.' || len(f) == 0 || len(f) > 6 {
-			return 0, false
+			return 0, 0, 0, 0, false
 		}
-		if frac = num(f); frac < 0 {
-			return 0, false
+		for _, c := range f {
+			if c-'0' > 9 {
+				return 0, 0, 0, 0, false
+			}
+			frac = frac*10 + int64(c-'0')
 		}
 		for i := len(f); i < 6; i++ {
 			frac *= 10
 		}
 	}
-	days := pgjson.DaysFromCivil(y, m, d)
-	return days*86_400_000_000 + ((h*60+mi)*60+s)*1_000_000 + frac, true
+	return y, m, d, ((h*60+mi)*60+sec)*1_000_000 + frac, true
 }
 
-// num parses a few decimal digits; -1 when b holds anything else.
-func num(b []byte) int64 {
-	var v int64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		v = v*10 + int64(c-'0')
+// d2 parses two decimal digits; -1 when either is not one.
+func d2(a, b byte) int64 {
+	if a-'0' > 9 || b-'0' > 9 {
+		return -1
 	}
-	return v
+	return int64(a-'0')*10 + int64(b-'0')
 }
 
 // fastZoned writes io.debezium.time.ZonedTimestamp of a timestamptz rendered in UTC, the
@@ -186,7 +195,7 @@ func fastZoned(t, dst []byte) ([]byte, bool) {
 	if n < 22 || t[n-3] != '+' || t[n-2] != '0' || t[n-1] != '0' || n > 22 && t[n-4] == '0' {
 		return dst, false // not UTC, or a fraction with trailing zeros (ISO writes none)
 	}
-	if _, ok := fastTimestamp(t[:n-3]); !ok {
+	if _, _, _, _, ok := splitTimestamp(t[:n-3]); !ok {
 		return dst, false
 	}
 	dst = append(dst, t[:10]...)
@@ -226,6 +235,9 @@ func parseInt(b []byte) (int64, bool) {
 // appendDecimal appends the unscaled value of text at scale as Avro's decimal: bytes of its
 // two's complement, big-endian, in as few bytes as Java's BigInteger.toByteArray uses.
 func (c *converter) appendDecimal(dst []byte, scale int32, text []byte) ([]byte, error) {
+	if v, ok := fastDecimal(text, int(scale)); ok {
+		return appendUnscaledInt(dst, v), nil
+	}
 	neg, intPart, frac, err := pgjson.ParseNumeric(text)
 	if err != nil {
 		return dst, err
@@ -266,6 +278,60 @@ func (c *converter) appendMoney(dst []byte, text []byte) ([]byte, error) {
 		return dst, fmt.Errorf("%q is not money with 2 fraction digits (set lc_monetary to C or an English locale)", text)
 	}
 	return appendUnscaled(dst, neg, c.num)
+}
+
+// fastDecimal reads numeric_out's "-1234.5" at scale as an unscaled int64 when it has at most 18
+// digits and no more fraction digits than the scale; ok is false otherwise.
+func fastDecimal(text []byte, scale int) (int64, bool) {
+	t := text
+	neg := len(t) > 0 && t[0] == '-'
+	if neg {
+		t = t[1:]
+	}
+	var v int64
+	digits, frac := 0, -1
+	for _, c := range t {
+		switch {
+		case c-'0' <= 9:
+			v = v*10 + int64(c-'0')
+			digits++
+			if frac >= 0 {
+				frac++
+			}
+		case c == '.' && frac < 0:
+			frac = 0
+		default:
+			return 0, false
+		}
+	}
+	if digits == 0 || frac == 0 || frac > scale {
+		return 0, false
+	}
+	for frac = max(frac, 0); frac < scale; frac++ {
+		v *= 10
+		digits++
+	}
+	if digits > 18 {
+		return 0, false
+	}
+	if neg {
+		v = -v
+	}
+	return v, true
+}
+
+// appendUnscaledInt appends v as Avro bytes of its minimal two's complement, big-endian.
+func appendUnscaledInt(dst []byte, v int64) []byte {
+	u := uint64(v)
+	if v < 0 {
+		u = ^u
+	}
+	n := bits.Len64(u)/8 + 1
+	dst = appendLong(dst, int64(n))
+	for i := n - 1; i >= 0; i-- {
+		dst = append(dst, byte(uint64(v)>>(8*i)))
+	}
+	return dst
 }
 
 // appendUnscaled appends digits, with sign, as Avro bytes of the minimal two's complement.

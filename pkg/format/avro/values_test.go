@@ -42,3 +42,35 @@ func TestFastPathsAgree(t *testing.T) {
 		}
 	}
 }
+
+// TestFastDecimalAgrees checks the decimal fast path against the general one.
+func TestFastDecimalAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var c converter
+	for range 20000 {
+		scale := rng.IntN(8)
+		text := fmt.Sprint(rng.Int64N(1_000_000_000_000) - 500_000_000_000)
+		if f := rng.IntN(scale + 2); f > 0 {
+			text += "." + fmt.Sprintf("%0*d", f, rng.IntN(1_000_000_000))[:f]
+		}
+		fast, fastErr := c.appendDecimal(nil, int32(scale), []byte(text))
+		neg, intPart, frac, err := pgjson.ParseNumeric([]byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		digits := append(append([]byte{}, intPart...), frac...)
+		for i := len(frac); i < scale; i++ {
+			digits = append(digits, '0')
+		}
+		if len(frac) > scale {
+			if fastErr == nil && strings.Trim(string(frac[scale:]), "0") != "" {
+				t.Fatalf("%s at scale %d: no error for digits beyond the scale", text, scale)
+			}
+			continue
+		}
+		slow, _ := appendUnscaled(nil, neg, digits)
+		if fastErr != nil || string(fast) != string(slow) {
+			t.Fatalf("%s at scale %d: fast % x (%v), slow % x", text, scale, fast, fastErr, slow)
+		}
+	}
+}
