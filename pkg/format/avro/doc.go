@@ -16,8 +16,8 @@
 //   - <topic>.Value: one field per column in column order. Key columns are required, the others
 //     ["null", T] with default null: the stream cannot know NOT NULL (a Relation message does
 //     not carry it), and the snapshot and the stream must build identical schemas. A column
-//     whose name is not a valid Avro name gets one (other characters '_') and a
-//     "tidemark.column" property with its name.
+//     whose name is not a valid Avro name gets one (other characters '_', then a suffix _2, _3
+//     when two columns would get the same) and a "tidemark.column" property with its name.
 //   - source: the fields of the JSON formats' source block: version, connector, name, db,
 //     schema, table (strings), lsn, txId, sequence (["null", long]), lsn_text (["null",
 //     string]), snapshot (["null", string], io.debezium.data.Enum "true"/"false"), attempt
@@ -75,7 +75,8 @@
 // cache only, so no record carries an id the registry did not return. The envelope layer builds
 // a new encoder when a table's columns change, which registers the new shape as a new version;
 // a shape the subject's compatibility level refuses is an error wrapping
-// *schemareg.IncompatibleError, naming the subject and the fix.
+// *schemareg.IncompatibleError, naming the subject and the fix. Such a refusal, and a schema the
+// registry refuses as invalid (HTTP 422), wrap format.ErrSchemaRefused: the table's alone.
 //
 // # Encoding
 //

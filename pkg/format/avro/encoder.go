@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
@@ -57,7 +58,10 @@ func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) e
 	if err != nil {
 		return err
 	}
-	if _, err = tb.register(ctx, cfg.Registry); errors.As(err, new(*schemareg.IncompatibleError)) {
+	_, err = tb.register(ctx, cfg.Registry)
+	if re, ok := errors.AsType[*sr.ResponseError](err); errors.As(err, new(*schemareg.IncompatibleError)) ||
+		ok && re.StatusCode == http.StatusUnprocessableEntity {
+		// Refused under the subject's rules, or as an invalid schema: this table's alone.
 		return refusedError{err}
 	}
 	return err

@@ -83,6 +83,8 @@ var columns = []column{
 	{name: "pt", oid: pgtype.PointOID, mod: -1, text: "(1,2)", want: "(1,2)", json: `"(1,2)"`},
 	{name: "mood", oid: moodOID, mod: -1, text: "happy", want: "happy", json: `"happy"`},
 	{name: "Odd Name", oid: pgtype.TextOID, mod: -1, text: "x", want: "x", json: `"x"`},
+	{name: "Odd_Name", oid: pgtype.TextOID, mod: -1, text: "y", want: "y", json: `"y"`},
+	{name: "Odd-Name", oid: pgtype.TextOID, mod: -1, text: "z", want: "z", json: `"z"`},
 	{name: "nothing", oid: pgtype.TextOID, mod: -1, json: "null"},
 }
 
@@ -200,7 +202,11 @@ func TestEncodeTypes(t *testing.T) {
 	}
 	after := env["after"].(map[string]any)
 	for _, c := range columns {
-		got, ok := after[strings.ReplaceAll(c.name, " ", "_")]
+		field := map[string]string{"Odd Name": "Odd_Name_2", "Odd-Name": "Odd_Name_3"}[c.name]
+		if field == "" {
+			field = c.name
+		}
+		got, ok := after[field]
 		if !ok {
 			t.Errorf("after has no field for %q", c.name)
 			continue

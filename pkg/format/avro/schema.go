@@ -283,10 +283,10 @@ func (w *schemaWriter) typ(n *node) {
 }
 
 // field writes a record field: required, or optional as ["null", T] with default null.
-func (w *schemaWriter) field(name string, n *node, optional bool) {
+func (w *schemaWriter) field(name, avro string, n *node, optional bool) {
 	w.b = append(w.b, `{"name":`...)
-	w.b = format.AppendJSONString(w.b, []byte(avroName(name)))
-	if avroName(name) != name {
+	w.b = format.AppendJSONString(w.b, []byte(avro))
+	if avro != name {
 		w.b = append(w.b, `,"tidemark.column":`...)
 		w.b = format.AppendJSONString(w.b, []byte(name))
 	}
@@ -299,6 +299,29 @@ func (w *schemaWriter) field(name string, n *node, optional bool) {
 	}
 	w.typ(n)
 	w.b = append(w.b, '}')
+}
+
+// fieldNames returns the Avro field names of t's columns: avroName's, made unique with a suffix
+// _2, _3, ... when two columns' names become the same ("a b" and "a_b").
+func fieldNames(t *change.Table) []string {
+	names := make([]string, len(t.Columns))
+	taken := make(map[string]bool, len(t.Columns))
+	for _, c := range t.Columns {
+		if avroName(c.Name) == c.Name {
+			taken[c.Name] = true
+		}
+	}
+	for i, c := range t.Columns {
+		n := avroName(c.Name)
+		if n != c.Name {
+			for k := 2; taken[n]; k++ {
+				n = avroName(c.Name) + "_" + strconv.Itoa(k)
+			}
+			taken[n] = true
+		}
+		names[i] = n
+	}
+	return names
 }
 
 // avroName makes name a valid Avro name as Debezium's schema.name.adjustment.mode=avro does:
@@ -365,6 +388,7 @@ type schemas struct {
 // must build identical schemas.
 func tableSchemas(topic string, t *change.Table, cols []*node) schemas {
 	ns := namespace(topic)
+	names := fieldNames(t)
 	w := &schemaWriter{defined: map[string]bool{}}
 	row := func(name string, keysOnly bool) {
 		w.b = append(w.b, `{"type":"record","name":"`+name+`","namespace":`...)
@@ -379,7 +403,7 @@ func tableSchemas(topic string, t *change.Table, cols []*node) schemas {
 				w.b = append(w.b, ',')
 			}
 			first = false
-			w.field(c.Name, cols[i], !c.Key)
+			w.field(c.Name, names[i], cols[i], !c.Key)
 		}
 		w.b = append(w.b, `],"connect.name":`...)
 		w.b = format.AppendJSONString(w.b, []byte(ns+"."+name))
