@@ -25,7 +25,7 @@ const (
 	// HeaderUnchanged names, as a JSON array of column names, the columns of an update's after
 	// image whose values PostgreSQL did not send (unchanged TOAST without a full before-image).
 	HeaderUnchanged = "tidemark.unchanged"
-	// HeaderArrayDims (json-with-schema only) gives the shape of array values that are not one
+	// HeaderArrayDims (json-with-schema and avro) gives the shape of array values that are not one
 	// dimension starting at index 1, which the payload writes flattened:
 	// {"after":{"col":"[0:2]"},"before":{...}}.
 	HeaderArrayDims = connectjson.HeaderArrayDims

@@ -56,14 +56,19 @@
 //	| xml, tsvector, ltree          | string io.debezium.data.Xml, Tsvector, Ltree                |
 //	| enums                         | string io.debezium.data.Enum (allowed: the labels)          |
 //	| domains                       | their base type                                             |
-//	| arrays of the above           | array of ["null", element]                                  |
+//	| arrays of the above           | array of ["null", element], flattened (see below)           |
 //	| everything else (text, inet,  | string: the text rendering                                  |
 //	| ranges, geometric, composite, |                                                             |
 //	| hstore, ...)                  |                                                             |
 //
 // Infinite dates and timestamps are Debezium's sentinels. Values Avro cannot carry faithfully
 // wrap format.ErrNotRepresentable and fail their export alone: numeric NaN and infinities
-// (decimal has none), arrays of more than one dimension or with lower bounds other than 1.
+// (decimal has none), timestamps and intervals beyond int64 microseconds.
+//
+// Arrays are one flat Avro array in row-major order, whatever their dimensions (PostgreSQL does
+// not enforce a column's dimensions, so a schema cannot nest); a value of several dimensions or
+// with a lower bound other than 1 is flattened, and the header HeaderArrayDims (the same as
+// json-with-schema's) gives its shape per row image: {"after":{"grid":"[1:2][1:3]"}}.
 //
 // An unchanged TOASTed column is null in after (its field is optional), or, under
 // UnchangedPlaceholder, the placeholder in a string column; the envelope layer's header names it.

@@ -16,6 +16,11 @@ import (
 // Name is the format's CDC_VALUE_FORMAT value.
 const Name = "avro"
 
+// HeaderArrayDims gives the shape of array values that are not one dimension starting at index
+// 1, which the record writes flattened: {"after":{"col":"[0:2]"},"before":{...}}. It is
+// json-with-schema's header of the same name and meaning.
+const HeaderArrayDims = "tidemark.array_dims"
+
 // Version is source.version in every envelope.
 const Version = pgjson.Version
 
@@ -141,6 +146,9 @@ type encoder struct {
 	*table
 	spans []int // offsets in dst of the row encoded last, 2 per column
 	conv  converter
+	dims  []byte // HeaderArrayDims of the record being encoded, or empty
+	// dimsAfter: e.dims has the after section open.
+	dimsAfter bool
 }
 
 // NewEncoder returns the encoder of t's records. Prepare must have registered t's schemas with
@@ -185,29 +193,39 @@ func (e *encoder) Encode(dst []byte, ch *format.Change) (format.Encoded, error) 
 		dst = append(dst, ch.Key...)
 		return format.Encoded{Buf: dst, Value: v, Key: len(ch.Key)}, nil
 	}
-	if dst, err = e.appendSection(dst, ch.Before, nil); err != nil {
+	e.dims, e.dimsAfter = e.dims[:0], false
+	if dst, err = e.appendSection(dst, "before", ch.Before, nil); err != nil {
 		return format.Encoded{Buf: dst}, err
 	}
-	if dst, err = e.appendSection(dst, ch.After, ch.Unavail); err != nil {
+	if dst, err = e.appendSection(dst, "after", ch.After, ch.Unavail); err != nil {
 		return format.Encoded{Buf: dst}, err
+	}
+	if len(e.dims) > 0 {
+		e.dims = append(e.dims, "}}"...)
 	}
 	dst = e.appendTail(dst, ch)
 	v := len(dst) - base
+	k := 0
 	switch {
 	case len(e.keyIdx) == 0:
-		return format.Encoded{Buf: dst, Value: v}, nil
 	case ch.Op == change.OpTruncate:
 		dst = append(dst, e.truncKey...)
-		return format.Encoded{Buf: dst, Value: v, Key: len(e.truncKey)}, nil
-	}
-	dst = append(dst, e.keyHead...)
-	for _, c := range e.keyIdx {
-		if e.spans[2*c] < 0 {
-			return format.Encoded{Buf: dst}, fmt.Errorf("encode key of %s: key column %q has no value", e.t.Export, e.t.Columns[c].Name)
+		k = len(e.truncKey)
+	default:
+		dst = append(dst, e.keyHead...)
+		for _, c := range e.keyIdx {
+			if e.spans[2*c] < 0 {
+				return format.Encoded{Buf: dst}, fmt.Errorf("encode key of %s: key column %q has no value", e.t.Export, e.t.Columns[c].Name)
+			}
+			dst = append(dst, dst[e.spans[2*c]:e.spans[2*c+1]]...)
 		}
-		dst = append(dst, dst[e.spans[2*c]:e.spans[2*c+1]]...)
+		k = len(dst) - base - v
 	}
-	return format.Encoded{Buf: dst, Value: v, Key: len(dst) - base - v}, nil
+	if len(e.dims) == 0 {
+		return format.Encoded{Buf: dst, Value: v, Key: k}, nil
+	}
+	dst = append(dst, e.dims...)
+	return format.Encoded{Buf: dst, Value: v, Key: k, HeaderKey: HeaderArrayDims, HeaderLen: len(e.dims)}, nil
 }
 
 // AppendKey appends the key of row.
@@ -222,8 +240,9 @@ func (e *encoder) AppendKey(dst []byte, row [][]byte) ([]byte, error) {
 	return dst, nil
 }
 
-// appendSection appends one side of the envelope: ["null", Value].
-func (e *encoder) appendSection(dst []byte, row [][]byte, unavail []bool) ([]byte, error) {
+// appendSection appends one side of the envelope (section "before" or "after"): ["null", Value].
+// The shapes of its arrays that are not one dimension from 1 go into e.dims.
+func (e *encoder) appendSection(dst []byte, section string, row [][]byte, unavail []bool) ([]byte, error) {
 	if row == nil {
 		return append(dst, unionNull), nil
 	}
@@ -259,10 +278,31 @@ func (e *encoder) appendSection(dst []byte, row [][]byte, unavail []bool) ([]byt
 			if dst, err = e.appendColumn(dst, i, row[i]); err != nil {
 				return dst, err
 			}
+			if n.kind == kArray && len(e.conv.shape) > 0 {
+				e.addShape(section, i)
+			}
 		}
 		e.spans[2*i+1] = len(dst)
 	}
 	return dst, nil
+}
+
+// addShape adds the shape of column i's array, just converted, to e.dims under section.
+func (e *encoder) addShape(section string, i int) {
+	switch {
+	case len(e.dims) == 0:
+		e.dims = append(e.dims, `{"`...)
+		e.dims = append(e.dims, section...)
+		e.dims = append(e.dims, `":{`...)
+	case section == "after" && !e.dimsAfter:
+		e.dims = append(e.dims, `},"after":{`...)
+	default:
+		e.dims = append(e.dims, ',')
+	}
+	e.dimsAfter = section == "after"
+	e.dims = format.AppendJSONString(e.dims, []byte(e.t.Columns[i].Name))
+	e.dims = append(e.dims, ':')
+	e.dims = format.AppendJSONString(e.dims, e.conv.shape)
 }
 
 // appendColumn appends the Avro value of column i (not its union branch).

@@ -448,8 +448,9 @@ func TestNotRepresentable(t *testing.T) {
 		text string
 	}{
 		{pgtype.NumericOID, "NaN"},
-		{pgtype.Int4ArrayOID, "{{1,2},{3,4}}"},
-		{pgtype.Int4ArrayOID, "[0:1]={1,2}"},
+		{pgtype.NumericOID, "-Infinity"},
+		{pgtype.TimestampOID, "294276-12-31 23:59:59.999999"},
+		{pgtype.IntervalOID, "178000000 years"},
 	}
 	for _, tc := range tests {
 		tbl := &change.Table{Export: change.ExportID{Schema: "public", Table: "t"}, Columns: []change.Column{
@@ -464,3 +465,60 @@ func TestNotRepresentable(t *testing.T) {
 }
 
 func schemaID(id uint32) schemareg.ID { return schemareg.ID(id) }
+
+// TestArrayShapes: arrays of several dimensions or other lower bounds are written flattened, in
+// row-major order, and HeaderArrayDims gives their shape per row image.
+func TestArrayShapes(t *testing.T) {
+	reg := srfake.New()
+	defer reg.Close()
+	cfg := testConfig(t, reg)
+	tbl := &change.Table{Export: change.ExportID{Schema: "public", Table: "grid"}, Columns: []change.Column{
+		{Name: "id", TypeOID: pgtype.Int8OID, Key: true}, {Name: "a", TypeOID: pgtype.Int4ArrayOID},
+		{Name: "t", TypeOID: pgtype.TextArrayOID}, {Name: "plain", TypeOID: pgtype.Int4ArrayOID}}}
+	e := newEncoder(t, cfg, tbl)
+	d := tmavro.NewDecoder(cfg.Registry)
+	tests := []struct {
+		name          string
+		before, after []string
+		img, header   string
+	}{
+		{"one dimension", nil, []string{"1", "{1,2}", "{x}", "{3}"}, `{"id":1,"a":[1,2],"t":["x"],"plain":[3]}`, ""},
+		{"two dimensions", nil, []string{"1", "{{1,2},{3,NULL}}", `{{{"a"}}}`, "{}"},
+			`{"id":1,"a":[1,2,3,null],"t":["a"],"plain":[]}`, `{"after":{"a":"[1:2][1:2]","t":"[1:1][1:1][1:1]"}}`},
+		{"lower bounds, both images", []string{"1", "[0:1]={5,6}", "{y}", "{}"}, []string{"1", "{1}", "[-5:-4]={p,q}", "{}"},
+			`{"id":1,"a":[1],"t":["p","q"],"plain":[]}`, `{"before":{"a":"[0:1]"},"after":{"t":"[-5:-4]"}}`},
+	}
+	row := func(vals []string) [][]byte {
+		if vals == nil {
+			return nil
+		}
+		out := make([][]byte, len(vals))
+		for i, v := range vals {
+			out[i] = []byte(v)
+		}
+		return out
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			op := change.OpCreate
+			if tc.before != nil {
+				op = change.OpUpdate
+			}
+			enc, err := e.Encode(nil, &format.Change{Op: op, Before: row(tc.before), After: row(tc.after)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			value := enc.Buf[:enc.Value]
+			s, datum := registered(t, cfg, value, "tm.public.grid-value")
+			decodeSame(t, s, datum)
+			var r format.Record
+			if err := d.Decode(&r, enc.Buf[enc.Value:enc.Value+enc.Key], value); err != nil {
+				t.Fatal(err)
+			}
+			header := string(enc.Buf[enc.Value+enc.Key:])
+			if string(r.After) != tc.img || header != tc.header || (header != "" && enc.HeaderKey != tmavro.HeaderArrayDims) {
+				t.Errorf("after %s, header %s=%s; want %s, %s", r.After, enc.HeaderKey, header, tc.img, tc.header)
+			}
+		})
+	}
+}

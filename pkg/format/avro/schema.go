@@ -41,12 +41,14 @@ const (
 
 // node is the Avro type of one PostgreSQL type, and how its text converts.
 type node struct {
-	kind   kind
-	scale  int32  // kDecimal
-	schema string // the Avro schema of the type; for named types their definition
-	name   string // the full name of a named type (written by name after its first use)
-	elem   *node  // kArray
-	label  string // the PostgreSQL type, for errors
+	kind  kind
+	scale int32 // kDecimal
+	// precision is kDecimal's (and kMoney's) digits.
+	precision int32
+	schema    string // the Avro schema of the type; for named types their definition
+	name      string // the full name of a named type (written by name after its first use)
+	elem      *node  // kArray
+	label     string // the PostgreSQL type, for errors
 }
 
 // isString reports whether the node's values are Avro strings (where a placeholder fits).
@@ -168,7 +170,7 @@ func scalarOf(oid uint32, mod int32) (*node, bool) {
 
 func decimalNode(prec, scale int32, label string) *node {
 	p, s := strconv.Itoa(int(prec)), strconv.Itoa(int(scale))
-	return &node{kind: kDecimal, scale: scale, label: label,
+	return &node{kind: kDecimal, precision: prec, scale: scale, label: label,
 		schema: `{"type":"bytes","scale":` + s + `,"precision":` + p + `,"connect.version":1,"connect.parameters":{"scale":"` + s +
 			`","connect.decimal.precision":"` + p + `"},"connect.name":"org.apache.kafka.connect.data.Decimal","logicalType":"decimal"}`}
 }

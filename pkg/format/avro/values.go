@@ -9,7 +9,6 @@ import (
 	"math/bits"
 	"strconv"
 
-	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
@@ -18,6 +17,9 @@ type converter struct {
 	num   []byte // decimal digits; zoned timestamps
 	elems []elem // array elements of the value being converted
 	text  []byte // unescaped array element texts
+	// shape is the dimension decoration of the last array converted when it is not one
+	// dimension starting at 1 ("[0:2]", "[1:2][1:3]"), else empty.
+	shape []byte
 }
 
 // appendValue appends the Avro encoding of text (not nil), a value of n's type.
@@ -60,7 +62,7 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 		}
 		return appendDouble(dst, f), nil
 	case kDecimal:
-		return c.appendDecimal(dst, n.scale, text)
+		return c.appendDecimal(dst, n.precision, n.scale, text)
 	case kVarDecimal:
 		neg, intPart, frac, err := pgjson.ParseNumeric(text)
 		if err != nil {
@@ -233,9 +235,13 @@ func parseInt(b []byte) (int64, bool) {
 }
 
 // appendDecimal appends the unscaled value of text at scale as Avro's decimal: bytes of its
-// two's complement, big-endian, in as few bytes as Java's BigInteger.toByteArray uses.
-func (c *converter) appendDecimal(dst []byte, scale int32, text []byte) ([]byte, error) {
+// two's complement, big-endian, in as few bytes as Java's BigInteger.toByteArray uses. A value of
+// more digits than precision is refused: the schema's readers could not hold it.
+func (c *converter) appendDecimal(dst []byte, precision, scale int32, text []byte) ([]byte, error) {
 	if v, ok := fastDecimal(text, int(scale)); ok {
+		if precision < 19 && (v >= pow10[precision] || v <= -pow10[precision]) {
+			return dst, fmt.Errorf("%s has more digits than precision %d", text, precision)
+		}
 		return appendUnscaledInt(dst, v), nil
 	}
 	neg, intPart, frac, err := pgjson.ParseNumeric(text)
@@ -257,8 +263,21 @@ func (c *converter) appendDecimal(dst []byte, scale int32, text []byte) ([]byte,
 		}
 		c.num = c.num[:len(c.num)-drop]
 	}
+	digits := bytes.TrimLeft(c.num, "0")
+	if len(digits) > int(precision) {
+		return dst, fmt.Errorf("%s has more digits than precision %d", text, precision)
+	}
 	return appendUnscaled(dst, neg, c.num)
 }
+
+// pow10[i] is 10^i.
+var pow10 = func() (p [19]int64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = p[i-1] * 10
+	}
+	return p
+}()
 
 // appendMoney appends money_out's "$1,234.56" (lc_monetary C or English) as a decimal of scale 2.
 func (c *converter) appendMoney(dst []byte, text []byte) ([]byte, error) {
@@ -477,96 +496,133 @@ type elem struct {
 	null     bool
 }
 
-// appendArray appends an array literal of one dimension ("{1,2,NULL}", `{"a b","q\"x"}`) as an
-// Avro array of optional elements. An array of several dimensions, or with lower bounds other
-// than 1, has no faithful Avro form here and is refused.
+// maxDims is PostgreSQL's MAXDIM.
+const maxDims = 6
+
+// appendArray appends an array literal ("{1,2,NULL}", `{"a b","q\"x"}`, "[0:1]={{1,2},{3,4}}")
+// as one Avro array of optional elements in row-major order, whatever its dimensions: a column's
+// dimensions are not part of its type in PostgreSQL, so its schema cannot nest. When the value
+// has several dimensions or a lower bound other than 1, c.shape receives PostgreSQL's
+// decoration of it ("[0:2]", "[1:2][1:3]") for the HeaderArrayDims header.
 func (c *converter) appendArray(dst []byte, n *node, text []byte) ([]byte, error) {
-	if len(text) > 0 && text[0] == '[' {
-		return dst, fmt.Errorf("array %.20s with lower bounds other than 1: %w (write it as CDC_VALUE_FORMAT=json)", text, format.ErrNotRepresentable)
-	}
-	c.elems, c.text = c.elems[:0], c.text[:0]
+	c.elems, c.text, c.shape = c.elems[:0], c.text[:0], c.shape[:0]
 	i := skipSpace(text, 0)
-	if i >= len(text) || text[i] != '{' {
-		return dst, fmt.Errorf("malformed array literal: want '{'")
-	}
-	i = skipSpace(text, i+1)
-	if i < len(text) && text[i] == '}' {
-		i++
-	} else {
-		for {
-			i = skipSpace(text, i)
-			if i >= len(text) {
-				return dst, fmt.Errorf("malformed array literal: unterminated")
-			}
-			e := elem{from: len(c.text)}
-			switch text[i] {
-			case '{':
-				return dst, fmt.Errorf("array of more than one dimension: %w (write it as CDC_VALUE_FORMAT=json)", format.ErrNotRepresentable)
-			case '"':
-				i++
-				for i < len(text) && text[i] != '"' {
-					if text[i] == '\\' && i+1 < len(text) {
-						i++
-					}
-					c.text = append(c.text, text[i])
-					i++
-				}
-				if i >= len(text) {
-					return dst, fmt.Errorf("malformed array literal: unterminated quoted element")
-				}
-				i++
-			default:
-				for i < len(text) && text[i] != ',' && text[i] != '}' {
-					if text[i] == '\\' && i+1 < len(text) {
-						i++
-					}
-					c.text = append(c.text, text[i])
-					i++
-				}
-				for len(c.text) > e.from && pgjson.IsArraySpace(c.text[len(c.text)-1]) {
-					c.text = c.text[:len(c.text)-1]
-				}
-				e.null = len(c.text)-e.from == 4 && bytes.EqualFold(c.text[e.from:], []byte("NULL"))
-			}
-			e.to = len(c.text)
-			c.elems = append(c.elems, e)
-			i = skipSpace(text, i)
-			if i < len(text) && text[i] == ',' {
-				i++
-				continue
-			}
-			if i < len(text) && text[i] == '}' {
-				i++
-				break
-			}
-			return dst, fmt.Errorf("malformed array literal: want ',' or '}'")
+	var deco []byte
+	if i < len(text) && text[i] == '[' {
+		eq := bytes.IndexByte(text, '=')
+		if eq < 0 {
+			return dst, fmt.Errorf("malformed array literal: dimension decoration without '='")
 		}
+		deco, i = text[i:eq], eq+1
+	}
+	var dims [maxDims]int
+	ndims := 0
+	i, err := c.arrayLevel(text, i, 0, &dims, &ndims)
+	if err != nil {
+		return dst, err
 	}
 	if skipSpace(text, i) != len(text) {
 		return dst, fmt.Errorf("malformed array literal: junk after '}'")
 	}
+	switch {
+	case deco != nil:
+		c.shape = append(c.shape, deco...)
+	case ndims > 1:
+		for d := range ndims {
+			c.shape = append(c.shape, "[1:"...)
+			c.shape = strconv.AppendInt(c.shape, int64(dims[d]), 10)
+			c.shape = append(c.shape, ']')
+		}
+	}
 	if len(c.elems) > 0 {
 		dst = appendLong(dst, int64(len(c.elems)))
-		// Elements convert with c's buffers: keep their texts apart while they do.
-		elems, texts := c.elems, c.text
-		c.elems, c.text = nil, nil
-		var err error
-		for _, e := range elems {
+		for _, e := range c.elems {
 			if e.null {
 				dst = append(dst, unionNull)
 				continue
 			}
 			dst = append(dst, unionValue)
-			if dst, err = c.convert(dst, n.elem, texts[e.from:e.to]); err != nil {
-				break
+			if dst, err = c.convert(dst, n.elem, c.text[e.from:e.to]); err != nil {
+				return dst, err
 			}
-		}
-		c.elems, c.text = elems, texts
-		if err != nil {
-			return dst, err
 		}
 	}
 	return append(dst, 0), nil
+}
+
+// arrayLevel reads the level of braces at text[i:] (depth 0 the outermost), appending its
+// elements to c.elems; it returns the index after its closing brace.
+func (c *converter) arrayLevel(text []byte, i, depth int, dims *[maxDims]int, ndims *int) (int, error) {
+	if depth >= maxDims {
+		return i, fmt.Errorf("malformed array literal: more than %d dimensions", maxDims)
+	}
+	i = skipSpace(text, i)
+	if i >= len(text) || text[i] != '{' {
+		return i, fmt.Errorf("malformed array literal: want '{'")
+	}
+	*ndims = max(*ndims, depth+1)
+	i = skipSpace(text, i+1)
+	count := 0
+	if i < len(text) && text[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		i = skipSpace(text, i)
+		if i >= len(text) {
+			return i, fmt.Errorf("malformed array literal: unterminated")
+		}
+		switch text[i] {
+		case '{':
+			var err error
+			if i, err = c.arrayLevel(text, i, depth+1, dims, ndims); err != nil {
+				return i, err
+			}
+		case '"':
+			e := elem{from: len(c.text)}
+			i++
+			for i < len(text) && text[i] != '"' {
+				if text[i] == '\\' && i+1 < len(text) {
+					i++
+				}
+				c.text = append(c.text, text[i])
+				i++
+			}
+			if i >= len(text) {
+				return i, fmt.Errorf("malformed array literal: unterminated quoted element")
+			}
+			i++
+			e.to = len(c.text)
+			c.elems = append(c.elems, e)
+		default:
+			e := elem{from: len(c.text)}
+			for i < len(text) && text[i] != ',' && text[i] != '}' {
+				if text[i] == '\\' && i+1 < len(text) {
+					i++
+				}
+				c.text = append(c.text, text[i])
+				i++
+			}
+			for len(c.text) > e.from && pgjson.IsArraySpace(c.text[len(c.text)-1]) {
+				c.text = c.text[:len(c.text)-1]
+			}
+			e.to = len(c.text)
+			e.null = e.to-e.from == 4 && bytes.EqualFold(c.text[e.from:], []byte("NULL"))
+			c.elems = append(c.elems, e)
+		}
+		count++
+		i = skipSpace(text, i)
+		if i < len(text) && text[i] == ',' {
+			i++
+			continue
+		}
+		if i < len(text) && text[i] == '}' {
+			if dims[depth] == 0 {
+				dims[depth] = count
+			}
+			return i + 1, nil
+		}
+		return i, fmt.Errorf("malformed array literal: want ',' or '}'")
+	}
 }
 
 func skipSpace(b []byte, i int) int {

@@ -53,7 +53,7 @@ func TestFastDecimalAgrees(t *testing.T) {
 		if f := rng.IntN(scale + 2); f > 0 {
 			text += "." + fmt.Sprintf("%0*d", f, rng.IntN(1_000_000_000))[:f]
 		}
-		fast, fastErr := c.appendDecimal(nil, int32(scale), []byte(text))
+		fast, fastErr := c.appendDecimal(nil, 38, int32(scale), []byte(text))
 		neg, intPart, frac, err := pgjson.ParseNumeric([]byte(text))
 		if err != nil {
 			t.Fatal(err)
