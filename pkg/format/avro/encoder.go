@@ -144,7 +144,7 @@ func newTable(cfg format.Config, t *change.Table) (*table, error) {
 // encoder writes one table's records.
 type encoder struct {
 	*table
-	spans []int // offsets in dst of the row encoded last, 2 per column
+	spans []int // offsets in dst of the key columns of the row encoded last, 2 per column
 	conv  converter
 	dims  []byte // HeaderArrayDims of the record being encoded, or empty
 	// dimsAfter: e.dims has the after section open.
@@ -252,11 +252,12 @@ func (e *encoder) appendSection(dst []byte, section string, row [][]byte, unavai
 	}
 	e.spans = e.spans[:2*len(e.cols)]
 	for i, n := range e.cols {
-		e.spans[2*i] = len(dst)
+		text := row[i]
 		switch {
-		case unavail != nil && unavail[i] && e.isKey[i]:
-			return dst, fmt.Errorf("encode %s: key column %q has no value", e.t.Export, e.t.Columns[i].Name)
 		case unavail != nil && unavail[i]:
+			if e.isKey[i] {
+				return dst, fmt.Errorf("encode %s: key column %q has no value", e.t.Export, e.t.Columns[i].Name)
+			}
 			// Unknown (unchanged TOAST): the placeholder in a string column under
 			// UnchangedPlaceholder, else null; the unchanged header names it either way.
 			if e.cfg.Unchanged == format.UnchangedPlaceholder && n.isString() {
@@ -265,24 +266,27 @@ func (e *encoder) appendSection(dst []byte, section string, row [][]byte, unavai
 			} else {
 				dst = append(dst, unionNull)
 			}
-			e.spans[2*i] = -1
 			continue
-		case !e.isKey[i] && row[i] == nil:
-			dst = append(dst, unionNull)
-		case !e.isKey[i]:
-			dst = append(dst, unionValue)
-			e.spans[2*i] = len(dst)
-			fallthrough
-		default:
+		case e.isKey[i]:
+			// Required, and the key's bytes: their span is kept for the key.
+			start := len(dst)
 			var err error
-			if dst, err = e.appendColumn(dst, i, row[i]); err != nil {
+			if dst, err = e.appendColumn(dst, i, text); err != nil {
 				return dst, err
 			}
-			if n.kind == kArray && len(e.conv.shape) > 0 {
-				e.addShape(section, i)
+			e.spans[2*i], e.spans[2*i+1] = start, len(dst)
+		case text == nil:
+			dst = append(dst, unionNull)
+			continue
+		default:
+			var err error
+			if dst, err = e.conv.convert(append(dst, unionValue), n, text); err != nil {
+				return dst, &format.ValueError{Column: e.t.Columns[i].Name, Export: e.t.Export, Err: fmt.Errorf("encode %s: %w", n.label, err)}
 			}
 		}
-		e.spans[2*i+1] = len(dst)
+		if n.kind == kArray && len(e.conv.shape) > 0 {
+			e.addShape(section, i)
+		}
 	}
 	return dst, nil
 }
