@@ -152,12 +152,16 @@ func fastTimestamp(t []byte) (int64, bool) {
 // splitTimestamp reads fastTimestamp's rendering into the date and the microseconds past
 // midnight.
 func splitTimestamp(t []byte) (y, m, d, clock int64, ok bool) {
-	if len(t) < 19 || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':' {
+	if len(t) < 19 {
 		return 0, 0, 0, 0, false
 	}
-	y1, y2 := d2(t[0], t[1]), d2(t[2], t[3])
-	y, m, d = y1*100+y2, d2(t[5], t[6]), d2(t[8], t[9])
-	h, mi, sec := d2(t[11], t[12]), d2(t[14], t[15]), d2(t[17], t[18])
+	t19 := t[:19:19] // one bounds check for the fixed part
+	if t19[4] != '-' || t19[7] != '-' || t19[10] != ' ' || t19[13] != ':' || t19[16] != ':' {
+		return 0, 0, 0, 0, false
+	}
+	y1, y2 := d2(t19[0], t19[1]), d2(t19[2], t19[3])
+	y, m, d = y1*100+y2, d2(t19[5], t19[6]), d2(t19[8], t19[9])
+	h, mi, sec := d2(t19[11], t19[12]), d2(t19[14], t19[15]), d2(t19[17], t19[18])
 	if y1 < 0 || y2 < 0 || y < 1 || m < 1 || m > 12 || d < 1 || d > 31 || h < 0 || h > 24 || mi < 0 || mi > 59 || sec < 0 || sec > 60 {
 		return 0, 0, 0, 0, false
 	}
