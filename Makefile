@@ -103,7 +103,8 @@ bench-smoke:
 FUZZTIME ?= 60s
 FUZZ_TARGETS = ./pkg/replication/:FuzzDecode ./pkg/codec/:FuzzEncoder ./pkg/format/internal/pgjson/:FuzzAppendValue \
 	./pkg/codec/:FuzzSplitCopyText ./pkg/watermark/:FuzzDecode ./pkg/watermark/:FuzzTrackerHistory \
-	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./pkg/format/internal/pgjson/:FuzzPlainString
+	./pkg/secret/:FuzzRedact ./pkg/consumer/:FuzzReader ./pkg/format/internal/pgjson/:FuzzPlainString \
+	./pkg/format/avro/:FuzzEncode
 fuzz:
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) "$${t%%:*}"; done
 

@@ -21,6 +21,10 @@ import (
 
 	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format"
+	tmavro "github.com/tidemark/cdc/pkg/format/avro"
+	"github.com/tidemark/cdc/pkg/format/formats"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -49,8 +53,14 @@ import (
 func TestBank(t *testing.T) {
 	modes := strings.Split(bankEnv(t, "CDC_BANK_MODES", "independent,global"), ",")
 	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) { runBank(t, strings.TrimSpace(mode)) })
+		t.Run(mode, func(t *testing.T) { runBank(t, strings.TrimSpace(mode), "") })
 	}
+}
+
+// TestAvroBank is the bank test once in CDC_VALUE_FORMAT=avro, with a real Apicurio Registry:
+// tidemark-apply and the naive consumer read the records through it.
+func TestAvroBank(t *testing.T) {
+	runBank(t, "independent", testenv.Registry(t))
 }
 
 type bankSizes struct {
@@ -79,7 +89,8 @@ const bankSchema = `
 CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL);
 CREATE TABLE ledger (id bigint PRIMARY KEY, src int NOT NULL, dst int NOT NULL, amount bigint NOT NULL);`
 
-func runBank(t *testing.T, mode string) {
+// runBank runs the bank test in watermark mode mode; with a registry URL, in the avro format.
+func runBank(t *testing.T, mode, registry string) {
 	sz := bankSizes{
 		txns: bankInt(t, "CDC_BANK_TXNS", 3000), accounts: bankInt(t, "CDC_BANK_ACCOUNTS", 1000),
 		bigRows: bankInt(t, "CDC_BANK_BIG_ROWS", 200_000), kills: bankInt(t, "CDC_BANK_KILLS", 3),
@@ -109,6 +120,17 @@ CREATE TABLE big (id int PRIMARY KEY, pad text NOT NULL);`,
 		"CDC_TOPIC_PREFIX":  e.prefix,
 		"APPLY_LOG_FORMAT":  "text",
 	}
+	dec := formats.All[0].Decoder() // json
+	if registry != "" {
+		cdcVars["CDC_VALUE_FORMAT"] = "avro"
+		cdcVars["CDC_SCHEMA_REGISTRY_URL"] = registry
+		applyVars["CDC_SCHEMA_REGISTRY_URL"] = registry
+		reg, err := schemareg.New(schemareg.Config{URL: registry})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec = tmavro.NewDecoder(reg)
+	}
 	var procMu sync.Mutex
 	cdc := e.startCDC(cdcVars)
 	applier := e.startBinary(applyBinary, applyVars)
@@ -127,7 +149,9 @@ CREATE TABLE big (id int PRIMARY KEY, pad text NOT NULL);`,
 	wg.Go(func() { rs.run(sctx, t) })
 	wg.Go(func() { ns.run(sctx, t) })
 	for _, table := range []string{"public.accounts", "public.ledger"} {
-		wg.Go(func() { naiveApply(sctx, t, e.brokers, e.topic(table), naive, strings.TrimPrefix(table, "public.")) })
+		wg.Go(func() {
+			naiveApply(sctx, t, e.brokers, e.topic(table), naive, strings.TrimPrefix(table, "public."), dec)
+		})
 	}
 
 	// Faults, at random moments of the workload: SIGKILLs, and big added to the publication.
@@ -456,7 +480,7 @@ func (s *bankSampler) run(ctx context.Context, t *testing.T) {
 
 // naiveApply applies every record of topic to the table in the database at url as it arrives,
 // one statement each: what a consumer without cuts does.
-func naiveApply(ctx context.Context, t *testing.T, brokers []string, topic, url, table string) {
+func naiveApply(ctx context.Context, t *testing.T, brokers []string, topic, url, table string, dec format.Decoder) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Errorf("naive: %v", err)
@@ -476,8 +500,9 @@ func naiveApply(ctx context.Context, t *testing.T, brokers []string, topic, url,
 			if r.Value == nil {
 				continue
 			}
+			var rec format.Record
 			var env envelope
-			if err := json.Unmarshal(r.Value, &env); err != nil || env.After == nil {
+			if err := dec.Decode(&rec, r.Key, r.Value); err != nil || rec.After == nil || json.Unmarshal(rec.After, &env.After) != nil {
 				continue
 			}
 			var sqlText string

@@ -313,6 +313,9 @@ func uriDecode(raw string) string {
 // TLS file, SASL credentials of another mechanism, and CDC_HTTP_ADDR against CDC_METRICS_ADDR
 // are checked where those variables are.)
 func (c *checker) contradictions(e Env, p pipeline.Config) {
+	if p.ValueFormat == codec.FormatAvro && strings.TrimSpace(e.SchemaRegistryURL) == "" && !c.empty["CDC_SCHEMA_REGISTRY_URL"] {
+		c.add("CDC_SCHEMA_REGISTRY_URL", "", "is required by CDC_VALUE_FORMAT=avro, whose records name their schemas by registry id: set it to the registry's Confluent-compatible API (for Apicurio Registry, http://host:8080/apis/ccompat/v7), or choose another CDC_VALUE_FORMAT")
+	}
 	if c.set["CDC_UNCHANGED_TOAST_PLACEHOLDER"] && e.UnchangedToast != string(codec.UnchangedPlaceholder) {
 		c.add("CDC_UNCHANGED_TOAST_PLACEHOLDER", "", "is set, but only CDC_UNCHANGED_TOAST=placeholder uses it (CDC_UNCHANGED_TOAST is %s): unset it, or set CDC_UNCHANGED_TOAST=placeholder", cut(e.UnchangedToast))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tidemark/cdc/internal/supervise"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/pipeline"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Exit codes.
@@ -118,6 +119,14 @@ func command(ctx context.Context, stop *shutdown.Stopper, args []string, getenv 
 	}
 	log.Info("starting tidemark", "version", version, "config", settings)
 	logPostures(log, settings.TLS)
+	if settings.Registry.URL != "" {
+		reg := settings.Registry
+		reg.Logger = log.With("stage", "schemareg")
+		if cfg.Registry, err = schemareg.New(reg); err != nil {
+			log.Error("stopped", "err", err)
+			return exitConfig
+		}
+	}
 	p := pipeline.New(cfg)
 	if cfg.HTTPAddr != "" {
 		board := httpapi.NewStatusBoard(cfg, settings.TLS, p, log)

@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/secret"
 )
 
@@ -55,6 +56,12 @@ var securityVars = []string{"CDC_KAFKA_TLS", "CDC_KAFKA_TLS_CA_FILE", "CDC_KAFKA
 	"CDC_KAFKA_SASL_USERNAME", "CDC_KAFKA_SASL_PASSWORD", "CDC_KAFKA_SASL_OAUTH_TOKEN",
 	"CDC_KAFKA_SASL_OAUTH_TOKEN_FILE"}
 
+// registryVars are cdc's schema registry variables, read by schemareg.ReadEnv: the registry that
+// Avro records (CDC_VALUE_FORMAT=avro) name their schemas in.
+var registryVars = []string{"CDC_SCHEMA_REGISTRY_URL", "CDC_SCHEMA_REGISTRY_USERNAME", "CDC_SCHEMA_REGISTRY_PASSWORD",
+	"CDC_SCHEMA_REGISTRY_TLS_CA_FILE", "CDC_SCHEMA_REGISTRY_TLS_CERT_FILE", "CDC_SCHEMA_REGISTRY_TLS_KEY_FILE",
+	"CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME"}
+
 // config is the validated configuration.
 type config struct {
 	targetURL string
@@ -79,9 +86,11 @@ type config struct {
 	topicPrefix    string
 	watermarkTopic string
 	security       kafkaconn.Security
-	httpAddr       string
-	logLevel       slog.Level
-	logFormat      string
+	// registry is the schema registry of Avro records; URL "" when none is set.
+	registry  schemareg.Config
+	httpAddr  string
+	logLevel  slog.Level
+	logFormat string
 }
 
 // LogValue logs the configuration with the target's password redacted.
@@ -295,6 +304,11 @@ func loadConfig(getenv func(string) string, environ []string) (config, error) {
 		problems = append(problems, p)
 	}
 	c.security = sec
+	reg, regProblems := schemareg.ReadEnv(getenv).Config()
+	for _, p := range regProblems {
+		problems = append(problems, p)
+	}
+	c.registry = reg
 	if target != nil {
 		c.postures = append(c.postures, targetPosture(&target.Config))
 	}
@@ -378,5 +392,6 @@ func writeHelp(w io.Writer) {
 	fmt.Fprintln(w)
 	envdoc.WriteTable(w, envVars())
 	fmt.Fprintf(w, "\nKafka TLS and SASL: %s, as cdc reads them (see cdc help).\n", strings.Join(securityVars, ", "))
+	fmt.Fprintf(w, "Schema registry of Avro records (CDC_VALUE_FORMAT=avro): %s, as cdc reads them.\n", strings.Join(registryVars, ", "))
 	fmt.Fprintln(w, "Unknown APPLY_* variables are an error.")
 }

@@ -24,7 +24,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 			t.Errorf("help lacks %s", v.Name)
 		}
 	}
-	for _, v := range securityVars {
+	for _, v := range append(securityVars, registryVars...) {
 		if !strings.Contains(out.String(), v) {
 			t.Errorf("help lacks %s", v)
 		}

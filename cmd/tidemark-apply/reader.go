@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/consumer"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // reader adapts pkg/consumer's Reader to the applier: each part becomes a batch.
@@ -35,7 +36,17 @@ type txnID struct {
 // start). Every chosen table must have joined before the first cut (WaitAll), so the target
 // never shows one table of the set without the others.
 func openConsumer(ctx context.Context, cfg config, position string, log *slog.Logger) (cutSource, error) {
+	var reg *schemareg.Client
+	if cfg.registry.URL != "" {
+		rc := cfg.registry
+		rc.Logger = log
+		var err error
+		if reg, err = schemareg.New(rc); err != nil {
+			return nil, fmt.Errorf("%w: %w", err, errPermanent)
+		}
+	}
 	rd, err := consumer.New(consumer.Config{
+		Registry:       reg,
 		Kafka:          kafkaSettings(cfg),
 		WatermarkTopic: cfg.watermarkTopic,
 		Tables:         cfg.tables,

@@ -7,7 +7,8 @@
 //
 // TLS and SASL come from the same variables as cdc's (CDC_KAFKA_TLS, CDC_KAFKA_TLS_CA_FILE,
 // CDC_KAFKA_SASL_MECHANISM, ...; see cdc help), with the same rules; the brokers from -brokers,
-// TAIL_BROKERS or CDC_KAFKA_BROKERS.
+// TAIL_BROKERS or CDC_KAFKA_BROKERS. Avro records (CDC_VALUE_FORMAT=avro) are shown as JSON
+// through the schema registry of cdc's CDC_SCHEMA_REGISTRY_* variables.
 //
 // Output, one line per record, tab-separated: topic, partition, offset, key, value (headers
 // follow as name=value when present). Keys and values are shown as JSON, as the decoder of
@@ -42,6 +43,7 @@ import (
 	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 func main() {
@@ -62,6 +64,7 @@ type config struct {
 	prefix   string
 	timeout  time.Duration
 	security kafkaconn.Security
+	registry schemareg.Config // URL "" when none is set
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -99,6 +102,11 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		errs = append(errs, p)
 	}
 	cfg.security = sec
+	reg, regProblems := schemareg.ReadEnv(getenv).Config()
+	for _, p := range regProblems {
+		errs = append(errs, p)
+	}
+	cfg.registry = reg
 	return cfg, errors.Join(errs...)
 }
 
@@ -135,7 +143,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "tidemark-tail: no records in topics %s.*\n", cfg.prefix)
 		return nil
 	}
-	return consume(ctx, settings, targets, stdout)
+	var reg *schemareg.Client
+	if cfg.registry.URL != "" {
+		if reg, err = schemareg.New(cfg.registry); err != nil {
+			return err
+		}
+	}
+	return consume(ctx, settings, targets, formats.NewDecoders(reg), stdout)
 }
 
 // span is the offsets of one partition to read: [start, end).
@@ -190,7 +204,7 @@ func endOffsets(ctx context.Context, adm *kadm.Client, prefix string) (map[strin
 
 // consume prints the records of targets as they arrive, in offset order within each partition,
 // flushing stdout after every fetch, so a long read shows its first records at once.
-func consume(ctx context.Context, settings kafkaconn.Settings, targets map[string]map[int32]span, stdout io.Writer) error {
+func consume(ctx context.Context, settings kafkaconn.Settings, targets map[string]map[int32]span, decs *formats.Decoders, stdout io.Writer) error {
 	assign := make(map[string]map[int32]kgo.Offset)
 	remaining := 0
 	for topic, parts := range targets {
@@ -237,7 +251,7 @@ func consume(ctx context.Context, settings kafkaconn.Settings, targets map[strin
 				return
 			}
 			if !r.Attrs.IsControl() {
-				line, text = appendRecord(line[:0], text, r)
+				line, text = appendRecord(line[:0], text, r, decs)
 				_, _ = out.Write(line)
 			}
 			if r.Offset+1 >= end {
@@ -253,12 +267,12 @@ func consume(ctx context.Context, settings kafkaconn.Settings, targets map[strin
 }
 
 // appendRecord appends r's output line to dst. Key and value are shown as the decoder of their
-// format reads them (formats.Decoder recognises it from the value, else from the key), in JSON;
-// text is a buffer for that, returned for reuse.
-func appendRecord(dst, text []byte, r *kgo.Record) ([]byte, []byte) {
-	dec := formats.Decoder(r.Value)
+// format reads them (decs recognises it from the value, else from the key), in JSON; text is a
+// buffer for that, returned for reuse.
+func appendRecord(dst, text []byte, r *kgo.Record, decs *formats.Decoders) ([]byte, []byte) {
+	dec := decs.For(r.Value)
 	if r.Value == nil {
-		dec = formats.Decoder(r.Key)
+		dec = decs.For(r.Key)
 	}
 	dst = append(dst, r.Topic...)
 	dst = append(dst, '\t')

@@ -140,7 +140,7 @@ func TestConsumeStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- consume(ctx, kafkaconn.Settings{Brokers: c.ListenAddrs()}, targets, out) }()
+	go func() { done <- consume(ctx, kafkaconn.Settings{Brokers: c.ListenAddrs()}, targets, nil, out) }()
 	select {
 	case <-out.wrote:
 	case err := <-done:
@@ -250,7 +250,7 @@ func TestRecordLineEscapesEverything(t *testing.T) {
 	esc := []byte("\x1b[2J\x1b[31m")
 	r := &kgo.Record{Topic: "demo.public.t", Partition: 1, Offset: 7, Key: esc, Value: append([]byte("v\n"), esc...),
 		Headers: []kgo.RecordHeader{{Key: "h\x1b]0;x\x07", Value: esc}, {Key: "a=b", Value: []byte("ok")}, {Key: "tidemark.op", Value: []byte("c")}}}
-	line, _ := appendRecord(nil, nil, r)
+	line, _ := appendRecord(nil, nil, r, nil)
 	got := string(line)
 	want := `demo.public.t	1	7	"\x1b[2J\x1b[31m"	"v\n\x1b[2J\x1b[31m"	"h\x1b]0;x\a"="\x1b[2J\x1b[31m"	"a=b"=ok	tidemark.op=c` + "\n"
 	if got != want {

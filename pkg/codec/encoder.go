@@ -12,6 +12,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/formats"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Header keys written on every record.
@@ -70,6 +71,9 @@ type Config struct {
 	// Types describes the types a format cannot know statically (json-with-schema); the same
 	// catalog must serve every stage. Prepare fills it before NewEncoder.
 	Types *Types
+	// Registry is the schema registry of the formats that register their schemas (avro); nil
+	// when none is configured.
+	Registry *schemareg.Client
 }
 
 // Prepare reads what NewEncoder needs from the database for t: the types of its columns that
@@ -88,7 +92,7 @@ func (c Config) formatConfig() format.Config {
 	if ph == "" {
 		ph = DefaultPlaceholder
 	}
-	return format.Config{Database: c.Database, TopicPrefix: c.TopicPrefix, Unchanged: c.Unchanged, Placeholder: ph, Types: c.Types}
+	return format.Config{Database: c.Database, TopicPrefix: c.TopicPrefix, Unchanged: c.Unchanged, Placeholder: ph, Types: c.Types, Registry: c.Registry}
 }
 
 // Source is the per-change metadata.
@@ -112,6 +116,10 @@ type ValueError = format.ValueError
 // ErrNotRepresentable is wrapped when a value has no faithful encoding in the format (a float
 // NaN or infinity in json-with-schema, ...). The export fails instead of carrying a wrong value.
 var ErrNotRepresentable = format.ErrNotRepresentable
+
+// ErrSchemaRefused is wrapped by Prepare's error when the schema registry refuses a table's
+// schema (avro): permanent for that export alone.
+var ErrSchemaRefused = format.ErrSchemaRefused
 
 // ErrRecordTooLarge is wrapped when a change's record would exceed Config.MaxRecordBytes.
 var ErrRecordTooLarge = errors.New("record too large")

@@ -2,6 +2,7 @@ package codec
 
 import (
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/avro"
 	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/format/json"
@@ -17,6 +18,9 @@ const (
 	// FormatJSONWithSchema is Kafka Connect's JsonConverter format with schemas.enable=true
 	// (pkg/format/connectjson).
 	FormatJSONWithSchema Format = connectjson.Name
+	// FormatAvro is Avro in Confluent's wire format with Debezium's schemas, registered in a
+	// schema registry (pkg/format/avro).
+	FormatAvro Format = avro.Name
 )
 
 // The type catalog is the format package's; the stages build it through these names.

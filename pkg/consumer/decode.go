@@ -22,9 +22,9 @@ var errEnvelope = format.ErrEnvelope
 // decodeChange reads one data record through the decoder of its format (pkg/format/formats
 // recognizes it from the value), and the headers the envelope layer writes. rec is a buffer the
 // caller reuses; ch keeps slices of key, value and headers (no copy).
-func decodeChange(ch *Change, rec *format.Record, e change.ExportID, topic string, partition int32, offset int64, key, value []byte, headers []header) error {
+func decodeChange(ch *Change, rec *format.Record, decs *formats.Decoders, e change.ExportID, topic string, partition int32, offset int64, key, value []byte, headers []header) error {
 	*ch = Change{Export: e, Topic: topic, Partition: partition, Offset: offset}
-	dec := formats.Decoder(value)
+	dec := decs.For(value)
 	if err := dec.Decode(rec, key, value); err != nil {
 		return fmt.Errorf("%s[%d] offset %d: %w", topic, partition, offset, err)
 	}

@@ -15,7 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/kafkaconn"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Config configures a Reader. Brokers and WatermarkTopic are required.
@@ -49,6 +51,9 @@ type Config struct {
 	Opts []kgo.Opt
 	// Logger, nil for slog.Default().
 	Logger *slog.Logger
+	// Registry is the schema registry that Avro records name their schemas in; nil when the
+	// topics hold none (an Avro record is then an error that says so).
+	Registry *schemareg.Client
 }
 
 // ErrClosed is returned by Next after Close.
@@ -114,6 +119,7 @@ func New(cfg Config) (*Reader, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	r := &Reader{cfg: cfg, log: log.With("stage", "consumer"), client: cl, st: newState(cfg.Tables, cfg.WaitAll), paused: map[string]map[int32]bool{}}
+	r.st.decoders = formats.NewDecoders(cfg.Registry)
 	r.st.accept = cfg.Accept
 	if cfg.TopicPrefix != "" {
 		r.st.topicOf = func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -26,6 +27,8 @@ type state struct {
 	lastC  change.LSN
 	events []Event       // resets and the like, in the order they happened, for the next cut
 	rec    format.Record // decodeChange's buffer
+	// decoders read the records of every format (nil: those that need no schema registry).
+	decoders *formats.Decoders
 
 	// resumed: the joined tables of a resumed position whose first record has not been read.
 	resumed    map[change.ExportID]int
@@ -580,7 +583,7 @@ func (s *state) addRecord(topic string, partition int32, offset int64, control b
 		return nil
 	}
 	ch := new(Change)
-	if err := decodeChange(ch, &s.rec, pt.t.id, topic, partition, offset, key, value, headers); err != nil {
+	if err := decodeChange(ch, &s.rec, s.decoders, pt.t.id, topic, partition, offset, key, value, headers); err != nil {
 		return err
 	}
 	if pt.t.phase == phaseJoined && ch.Source.LSN < s.lastC {

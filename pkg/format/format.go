@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // Format is one record format: how a table's changes become the bytes of a record's key and
@@ -73,6 +74,11 @@ type Column struct {
 	IsJSON  bool    // json or jsonb
 	Elem    *Column // the element type of an array column, nil for others
 }
+
+// ErrSchemaRefused is wrapped when the schema registry refuses a table's new schema under its
+// compatibility rules: permanent for that table's export until the schema or the rules change,
+// and for that export alone.
+var ErrSchemaRefused = errors.New("the schema registry refused the table's schema")
 
 // ErrBeyondPostgres is wrapped when a value read back is beyond what PostgreSQL can hold (a
 // decimal past numeric's digits, an array of more dimensions than PostgreSQL's limit, a
@@ -176,6 +182,9 @@ type Config struct {
 	// Types describes the types the format cannot know statically; the same catalog must serve
 	// every stage, so that the snapshot and the stream build identical encoders.
 	Types *Types
+	// Registry is the schema registry that formats with registered schemas (avro) register
+	// them in; nil when none is configured (the JSON formats need none).
+	Registry *schemareg.Client
 }
 
 // Unchanged is what an encoder writes for a column whose value PostgreSQL did not send

@@ -7,6 +7,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/replication"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/snapshot"
 	"github.com/tidemark/cdc/pkg/watermark"
@@ -66,9 +67,13 @@ type Config struct {
 
 	// Watermark is the watermark tracker's mode and interval; zero fields are its defaults.
 	Watermark watermark.Options
-	// ValueFormat is the record format: codec.FormatJSON (default, also when empty) or
-	// codec.FormatJSONWithSchema.
+	// ValueFormat is the record format: codec.FormatJSON (default, also when empty),
+	// codec.FormatJSONWithSchema or codec.FormatAvro.
 	ValueFormat codec.Format
+	// Registry is the schema registry where codec.FormatAvro registers its schemas (required by
+	// it, unused by the JSON formats). One client serves every life of the pipeline, so its
+	// cache of registered schemas outlives a restart of the stages.
+	Registry *schemareg.Client
 	// PublicationPollInterval is how often pg_publication_tables is polled for added and
 	// removed tables.
 	PublicationPollInterval time.Duration

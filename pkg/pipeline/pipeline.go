@@ -170,9 +170,15 @@ func (p *Pipeline) Exports() []ExportState {
 // copied without error. reasons say what is not, apart from the failed exports, which come in
 // failed: their error texts can quote row values, so the caller decides how much to show.
 func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) {
+	if reg := p.cfg.Registry; reg != nil {
+		if st := reg.Status(); !st.Reachable() {
+			reasons = append(reasons, fmt.Sprintf("the schema registry has not answered for %s (%d attempts; last: %v): the tables whose schemas it must register wait for it, and nothing is lost",
+				time.Since(st.Since).Round(time.Second), st.Attempts, st.Err))
+		}
+	}
 	r := p.life.owner.Load()
 	if r == nil {
-		return false, []string{"the pipeline is starting or restarting"}, nil
+		return false, append(reasons, "the pipeline is starting or restarting"), nil
 	}
 	if !r.streaming() {
 		reasons = append(reasons, "the replication stage is not streaming (connecting, or waiting for the slot)")

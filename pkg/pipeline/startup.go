@@ -121,6 +121,7 @@ func startUp(ctx context.Context, cfg Config, life *lifeRegistry, reg prometheus
 		Types:       codec.NewTypes(pl.types.load),
 		Unchanged:   cfg.UnchangedToast,
 		Placeholder: cfg.UnchangedPlaceholder,
+		Registry:    cfg.Registry,
 	}
 	return pl, nil
 }

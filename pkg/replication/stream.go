@@ -15,8 +15,10 @@ import (
 
 type relation struct {
 	export change.ExportID
-	enc    *codec.Encoder
-	ncols  int
+	// enc is nil when the relation's records cannot be encoded (refused, the reason).
+	enc     *codec.Encoder
+	refused error
+	ncols   int
 	// keyed: the relation has key columns (its records have a key).
 	keyed bool
 }
@@ -325,7 +327,16 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 			}
 		}
 	}
-	if err := st.s.cfg.Codec.Prepare(st.ctx, t); err != nil {
+	if err := st.s.cfg.Codec.Prepare(st.ctx, t); errors.Is(err, codec.ErrSchemaRefused) {
+		// The schema registry refused the table's new shape: its export stops alone, the
+		// others go on.
+		err = fmt.Errorf("encoder for %s at %s: %w", e, st.tx.commit, err)
+		st.rels[m.RelationID] = &relation{export: e, ncols: len(t.Columns), refused: err}
+		if r, ok := st.routes[e]; ok && r.mode != routeDrop {
+			st.failExport(e, change.TopicName(st.s.cfg.Codec.TopicPrefix, e), err)
+		}
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("encoder for %s: %w", e, err)
 	}
 	enc, err := codec.NewEncoder(st.s.cfg.Codec, t)
@@ -386,6 +397,12 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	st.tx.seq++
 	if st.tx.changes <= st.tx.skip {
 		// Handed over in an earlier piece; its keys reached the chunk windows then.
+		return nil
+	}
+	if rel.enc == nil {
+		if r.mode != routeDrop {
+			st.failExport(rel.export, change.TopicName(st.s.cfg.Codec.TopicPrefix, rel.export), rel.refused)
+		}
 		return nil
 	}
 	src := st.tx.src

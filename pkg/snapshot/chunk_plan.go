@@ -54,7 +54,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	if len(table.KeyColumns()) == 0 {
 		return &permanentError{fmt.Errorf("chunked copy of %s: %w: the table has no primary key or replica identity index", e, pgcat.ErrUnsupportedTable)}
 	}
-	if err := w.c.cfg.Codec.Prepare(ctx, table); errors.Is(err, codec.ErrTypeNotFound) {
+	if err := w.c.cfg.Codec.Prepare(ctx, table); errors.Is(err, codec.ErrTypeNotFound) || errors.Is(err, codec.ErrSchemaRefused) {
 		return &permanentError{fmt.Errorf("snapshot %s: %w", e, err)}
 	} else if err != nil {
 		return fmt.Errorf("snapshot %s: %w", e, err)

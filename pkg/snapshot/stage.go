@@ -343,7 +343,7 @@ func (s *Stage) prepare(ctx context.Context, conn *pgx.Conn, exports []change.Ex
 			s.hooks.Failed(id, fmt.Errorf("snapshot %s: permission denied (grant SELECT on it to the replication user)", id))
 			continue
 		}
-		if err := s.cfg.Codec.Prepare(ctx, t); errors.Is(err, codec.ErrTypeNotFound) {
+		if err := s.cfg.Codec.Prepare(ctx, t); errors.Is(err, codec.ErrTypeNotFound) || errors.Is(err, codec.ErrSchemaRefused) {
 			s.hooks.Failed(id, fmt.Errorf("snapshot %s: %w", id, err))
 			continue
 		} else if err != nil {

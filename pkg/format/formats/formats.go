@@ -4,14 +4,17 @@ package formats
 
 import (
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/avro"
 	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/json"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // All is every format, by name. The first is the default.
 var All = []format.Format{
 	json.Format{},
 	connectjson.Format{},
+	avro.Format{},
 }
 
 // Lookup returns the format called name ("" is the default).
@@ -44,6 +47,45 @@ var decoders = func() []format.Decoder {
 	}
 	return d
 }()
+
+// Decoders chooses the decoder of a record's format among All, with a schema registry for the
+// formats that read their schemas from one (avro). Without a registry such a format's records
+// are refused with the reason. It is safe for concurrent use.
+type Decoders struct {
+	list []format.Decoder
+}
+
+// registryFormat is a format whose decoder reads writer schemas from a schema registry.
+type registryFormat interface {
+	DecoderWith(reg *schemareg.Client) format.Decoder
+}
+
+// NewDecoders returns the decoders of All, those that need one reading from reg (nil: none).
+func NewDecoders(reg *schemareg.Client) *Decoders {
+	d := &Decoders{list: make([]format.Decoder, len(All))}
+	for i, f := range All {
+		if rf, ok := f.(registryFormat); ok && reg != nil {
+			d.list[i] = rf.DecoderWith(reg)
+		} else {
+			d.list[i] = f.Decoder()
+		}
+	}
+	return d
+}
+
+// For returns the decoder of the first format that recognizes value, else the default format's
+// (whose error then says what the value lacks). A nil *Decoders is Decoder's.
+func (d *Decoders) For(value []byte) format.Decoder {
+	if d == nil {
+		return Decoder(value)
+	}
+	for _, dec := range d.list {
+		if dec.Recognizes(value) {
+			return dec
+		}
+	}
+	return d.list[0]
+}
 
 // Decoder returns the decoder of the first format in All that recognizes value, else the
 // default format's (whose error then says what the value lacks). A consumer reads a topic of
