@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 	"github.com/tidemark/cdc/pkg/schemareg"
 )
@@ -354,9 +355,9 @@ func appendLongJSON(dst []byte, n *snode, v int64) []byte {
 	switch {
 	case n.logical == "date" || n.connect == "io.debezium.time.Date":
 		switch v {
-		case pgjson.DatePosInfinity:
+		case connectjson.DatePosInfinity:
 			return append(dst, `"infinity"`...)
-		case pgjson.DateNegInfinity:
+		case connectjson.DateNegInfinity:
 			return append(dst, `"-infinity"`...)
 		}
 		dst = append(dst, '"')
@@ -374,9 +375,9 @@ func appendLongJSON(dst []byte, n *snode, v int64) []byte {
 		n.connect == "io.debezium.time.Timestamp" || n.connect == "io.debezium.time.MicroTimestamp":
 		milli := n.logical == "timestamp-millis" || n.connect == "io.debezium.time.Timestamp"
 		switch {
-		case v == pgjson.TimestampPosInfinity || milli && v == pgjson.TimestampPosInfinity/1000:
+		case v == connectjson.TimestampPosInfinity || milli && v == connectjson.TimestampPosInfinity/1000:
 			return append(dst, `"infinity"`...)
-		case v == pgjson.TimestampNegInfinity || milli && v == pgjson.TimestampNegInfinity/1000:
+		case v == connectjson.TimestampNegInfinity || milli && v == connectjson.TimestampNegInfinity/1000:
 			return append(dst, `"-infinity"`...)
 		}
 		if milli {
@@ -388,7 +389,7 @@ func appendLongJSON(dst []byte, n *snode, v int64) []byte {
 			clock += 86_400_000_000
 		}
 		dst = append(dst, '"')
-		y, _, _ := pgjson.CivilFromDays(days)
+		y, _, _ := connectjson.CivilFromDays(days)
 		dst = appendCivil(dst, days)
 		if y <= 0 {
 			dst = dst[:len(dst)-3] // " BC" goes after the time
@@ -410,7 +411,7 @@ func appendLongJSON(dst []byte, n *snode, v int64) []byte {
 // appendCivil appends the date of days since the epoch as PostgreSQL writes it: "2024-01-31",
 // "0044-03-15 BC".
 func appendCivil(dst []byte, days int64) []byte {
-	y, m, d := pgjson.CivilFromDays(days)
+	y, m, d := connectjson.CivilFromDays(days)
 	bc := y <= 0
 	if bc {
 		y = 1 - y

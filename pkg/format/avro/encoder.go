@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/twmb/franz-go/pkg/sr"
@@ -55,7 +56,7 @@ func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) e
 		return ErrNoRegistry
 	}
 	if cfg.Types != nil {
-		if err := cfg.Types.ResolveTable(ctx, t, pgjson.StaticType); err != nil {
+		if err := cfg.Types.ResolveTable(ctx, t, connectjson.StaticType); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/format"
-	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 )
 
 // kind is how one column's PostgreSQL text becomes its Avro value.
@@ -160,7 +160,7 @@ func scalarOf(oid uint32, mod int32) (*node, bool) {
 	case pgtype.TSVectorOID:
 		return str(label, "io.debezium.data.Tsvector"), true
 	}
-	if pgjson.StaticType(oid) {
+	if connectjson.StaticType(oid) {
 		if _, isArray := builtinArrayElem(oid); !isArray {
 			return str(label, ""), true // text, varchar, inet, ranges, geometric types, ...: the text
 		}

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"strconv"
 
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
 )
 
@@ -64,7 +65,7 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 	case kDecimal:
 		return c.appendDecimal(dst, n.precision, n.scale, text)
 	case kVarDecimal:
-		neg, intPart, frac, err := pgjson.ParseNumeric(text)
+		neg, intPart, frac, err := connectjson.ParseNumeric(text)
 		if err != nil {
 			return dst, err
 		}
@@ -86,13 +87,13 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 	case kBits:
 		return appendBits(dst, text)
 	case kDate:
-		d, err := pgjson.DateDays(text)
+		d, err := connectjson.DateDays(text)
 		if err != nil {
 			return dst, err
 		}
 		return appendLong(dst, int64(d)), nil
 	case kTimeMilli, kTimeMicro:
-		us, err := pgjson.TimeMicros(text, n.kind == kTimeMilli)
+		us, err := connectjson.TimeMicros(text, n.kind == kTimeMilli)
 		if err != nil {
 			return dst, err
 		}
@@ -104,7 +105,7 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 		}
 		if !ok {
 			var err error
-			if us, err = pgjson.TimestampMicros(text, n.kind == kTimestampMilli); err != nil {
+			if us, err = connectjson.TimestampMicros(text, n.kind == kTimestampMilli); err != nil {
 				return dst, err
 			}
 		}
@@ -116,16 +117,16 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 				c.num = iso
 				return appendBytes(dst, iso), nil
 			}
-			c.num, err = pgjson.AppendZonedTimestamp(c.num[:0], text)
+			c.num, err = connectjson.AppendZonedTimestamp(c.num[:0], text)
 		} else {
-			c.num, err = pgjson.AppendZonedTime(c.num[:0], text)
+			c.num, err = connectjson.AppendZonedTime(c.num[:0], text)
 		}
 		if err != nil {
 			return dst, err
 		}
 		return appendBytes(dst, c.num), nil
 	case kInterval:
-		us, err := pgjson.IntervalMicros(text)
+		us, err := connectjson.IntervalMicros(text)
 		if err != nil {
 			return dst, err
 		}
@@ -140,13 +141,13 @@ func (c *converter) convert(dst []byte, n *node, text []byte) ([]byte, error) {
 
 // fastTimestamp parses the common rendering "YYYY-MM-DD HH:MM:SS[.f{1,6}]" (a year of four
 // digits, AD) into microseconds since the epoch; ok is false for every other text, which
-// pgjson.TimestampMicros parses.
+// connectjson.TimestampMicros parses.
 func fastTimestamp(t []byte) (int64, bool) {
 	y, m, d, clock, ok := splitTimestamp(t)
 	if !ok {
 		return 0, false
 	}
-	return pgjson.DaysFromCivil(y, m, d)*86_400_000_000 + clock, true
+	return connectjson.DaysFromCivil(y, m, d)*86_400_000_000 + clock, true
 }
 
 // splitTimestamp reads fastTimestamp's rendering into the date and the microseconds past
@@ -248,7 +249,7 @@ func (c *converter) appendDecimal(dst []byte, precision, scale int32, text []byt
 		}
 		return appendUnscaledInt(dst, v), nil
 	}
-	neg, intPart, frac, err := pgjson.ParseNumeric(text)
+	neg, intPart, frac, err := connectjson.ParseNumeric(text)
 	if err != nil {
 		return dst, err
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tidemark/cdc/pkg/format/internal/pgjson"
+	"github.com/tidemark/cdc/pkg/format/connectjson"
 )
 
 // TestFastPathsAgree checks the fast paths of timestamps against the general parsers they
@@ -22,13 +22,13 @@ func TestFastPathsAgree(t *testing.T) {
 			}
 		}
 		fast, ok := fastTimestamp([]byte(ts))
-		slow, err := pgjson.TimestampMicros([]byte(ts), false)
+		slow, err := connectjson.TimestampMicros([]byte(ts), false)
 		if !ok || err != nil || fast != slow {
 			t.Fatalf("%s: fast %d (%v), slow %d (%v)", ts, fast, ok, slow, err)
 		}
 		tz := ts + "+00"
 		got, ok := fastZoned([]byte(tz), nil)
-		want, err := pgjson.AppendZonedTimestamp(nil, []byte(tz))
+		want, err := connectjson.AppendZonedTimestamp(nil, []byte(tz))
 		if !ok || err != nil || string(got) != string(want) {
 			t.Fatalf("%s: fast %s (%v), slow %s (%v)", tz, got, ok, want, err)
 		}
@@ -54,7 +54,7 @@ func TestFastDecimalAgrees(t *testing.T) {
 			text += "." + fmt.Sprintf("%0*d", f, rng.IntN(1_000_000_000))[:f]
 		}
 		fast, fastErr := c.appendDecimal(nil, 38, int32(scale), []byte(text))
-		neg, intPart, frac, err := pgjson.ParseNumeric([]byte(text))
+		neg, intPart, frac, err := connectjson.ParseNumeric([]byte(text))
 		if err != nil {
 			t.Fatal(err)
 		}

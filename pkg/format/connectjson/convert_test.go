@@ -121,7 +121,7 @@ func TestConnectValues(t *testing.T) {
 	types := testCatalog(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := types.Resolve(t.Context(), []uint32{tc.oid}, staticType); err != nil {
+			if err := types.Resolve(t.Context(), []uint32{tc.oid}, StaticType); err != nil {
 				t.Fatal(err)
 			}
 			n, err := buildNode(types, tc.oid, tc.mod, 0)
@@ -201,7 +201,7 @@ func FuzzConnectValue(f *testing.F) {
 		}
 	}
 	types := testCatalog(f)
-	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}, staticType); err != nil {
+	if err := types.Resolve(context.Background(), []uint32{16502, 16504, 16508}, StaticType); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, pick uint8, text []byte) {

@@ -32,7 +32,7 @@ func (Format) Prepare(ctx context.Context, cfg format.Config, t *change.Table) e
 	if cfg.Types == nil || t == nil {
 		return nil
 	}
-	return cfg.Types.ResolveTable(ctx, t, staticType)
+	return cfg.Types.ResolveTable(ctx, t, StaticType)
 }
 
 // column is the precomputed encoding state of one column.

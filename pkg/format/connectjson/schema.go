@@ -220,7 +220,7 @@ func buildNode(types *format.Types, oid uint32, mod int32, depth int) (*node, er
 	if n, ok := scalarOf(oid); ok {
 		return withMod(n, oid, mod), nil
 	}
-	if e, ok := builtinArrayElem(oid); ok && staticType(e) {
+	if e, ok := builtinArrayElem(oid); ok && StaticType(e) {
 		elem, err := buildNode(types, e, mod, depth+1)
 		if err != nil {
 			return nil, err
@@ -444,12 +444,12 @@ func builtinArrayElem(oid uint32) (uint32, bool) {
 
 // StaticType reports whether oid needs no catalog entry: a built-in scalar with a static
 // mapping, or a built-in array of one.
-func staticType(oid uint32) bool {
+func StaticType(oid uint32) bool {
 	if _, ok := scalarOf(oid); ok {
 		return true
 	}
 	if e, ok := builtinArrayElem(oid); ok {
-		return staticType(e)
+		return StaticType(e)
 	}
 	return false
 }

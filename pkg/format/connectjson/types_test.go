@@ -34,7 +34,7 @@ func TestTypesResolve(t *testing.T) {
 		{Name: "ts", TypeOID: pgtype.TimestamptzArrayOID, TypeMod: -1},
 	}}
 	for range 2 {
-		if err := types.ResolveTable(t.Context(), tbl, staticType); err != nil {
+		if err := types.ResolveTable(t.Context(), tbl, StaticType); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,11 +45,11 @@ func TestTypesResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err := types.Resolve(t.Context(), []uint32{99999}, staticType)
+	err := types.Resolve(t.Context(), []uint32{99999}, StaticType)
 	if err == nil || !strings.Contains(err.Error(), "99999") {
 		t.Fatalf("missing type: got %v", err)
 	}
-	if err := format.NewTypes(nil).Resolve(t.Context(), []uint32{16500}, staticType); err == nil {
+	if err := format.NewTypes(nil).Resolve(t.Context(), []uint32{16500}, StaticType); err == nil {
 		t.Fatal("resolved a user type without a loader")
 	}
 }

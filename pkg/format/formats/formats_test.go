@@ -1,16 +1,19 @@
 package formats_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/format"
 	"github.com/tidemark/cdc/pkg/format/formats"
 	"github.com/tidemark/cdc/pkg/format/jsonscan"
+	"github.com/tidemark/cdc/pkg/schemareg"
 )
 
 // TestEveryFormatReadsItsOwnRecords is the contract a format in All keeps: its records are
@@ -21,10 +24,20 @@ func TestEveryFormatReadsItsOwnRecords(t *testing.T) {
 		{Name: "id", TypeOID: pgtype.Int4OID, TypeMod: -1, Key: true},
 		{Name: "name", TypeOID: pgtype.TextOID, TypeMod: -1},
 	}}
+	// A registry for the formats that register their schemas (avro).
+	reg, err := schemareg.New(schemareg.Config{URL: srfake.New().URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoders := formats.NewDecoders(reg)
 	for _, f := range formats.All {
 		t.Run(f.Name(), func(t *testing.T) {
-			enc, err := codec.NewEncoder(codec.Config{TopicPrefix: "p", Database: "db", Tombstones: true,
-				Format: codec.Format(f.Name()), Now: func() time.Time { return time.UnixMilli(1) }}, tbl)
+			cfg := codec.Config{TopicPrefix: "p", Database: "db", Tombstones: true,
+				Format: codec.Format(f.Name()), Now: func() time.Time { return time.UnixMilli(1) }, Registry: reg}
+			if err := cfg.Prepare(t.Context(), tbl); err != nil {
+				t.Fatal(err)
+			}
+			enc, err := codec.NewEncoder(cfg, tbl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -37,8 +50,8 @@ func TestEveryFormatReadsItsOwnRecords(t *testing.T) {
 				t.Fatalf("a key change made %d records, want delete, tombstone, create", len(recs))
 			}
 			create := recs[2]
-			dec := formats.Decoder(create.Value)
-			if dec != f.Decoder() {
+			dec := decoders.For(create.Value)
+			if reflect.TypeOf(dec) != reflect.TypeOf(f.Decoder()) {
 				t.Fatalf("formats.Decoder chose %T for a %s record", dec, f.Name())
 			}
 			var r format.Record

@@ -1,4 +1,4 @@
-package pgjson
+package connectjson
 
 // Scalar conversions for formats that write numbers rather than JSON text (avro): the same
 // parsing and Debezium arithmetic as the json-with-schema payloads, returning the values.
