@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +27,13 @@ type faultFigures struct {
 	duplicates int           // changes published twice since the start of the run (cumulative)
 	lost       int           // keys missing, extra or different, over every table
 	regressed  int           // watermark records that moved backwards (cumulative)
-	note       string
+	// With an applier (startApplier): the tables where the replica still differed from the
+	// source 2 minutes after the workload stopped, and the replica samples that broke the bank
+	// invariant (cumulative) of how many.
+	replicaDiffer []string
+	torn, samples int
+	withReplica   bool
+	note          string
 }
 
 // clusterRun is one cdc run against a Cluster under a steady workload: the tests of the cluster
@@ -58,6 +65,12 @@ type clusterRun struct {
 	addedRows    int
 	start        time.Time
 	figures      []faultFigures
+
+	// The replica side (startApplier); applier is nil without it.
+	replica   string
+	applier   *supervisor
+	transfers *transfers
+	watch     *replicaWatch
 }
 
 // startClusterRun starts cdc on pub's tables (clusterTables) against c (CDC_KAFKA_BROKERS:
@@ -155,6 +168,9 @@ func (r *clusterRun) settle(f faultFigures) {
 	r.t.Helper()
 	time.Sleep(2 * time.Second)
 	r.wl.stop()
+	if r.applier != nil {
+		r.transfers.stop()
+	}
 	end := currentLSN(r.t, r.db)
 	if !waitWatermarks(r.t, r.rec, r.sup, 3*time.Minute, end, r.ids) {
 		r.t.FailNow()
@@ -168,11 +184,43 @@ func (r *clusterRun) settle(f faultFigures) {
 		f.lost += missing + extra + diff
 	}
 	f.regressed, _ = r.rec.checkMonotonic(r.t)
+	if r.applier != nil {
+		r.applier.check()
+		f.withReplica = true
+		f.replicaDiffer = replicaDiffers(r.t, r.db, r.replica, append(slices.Clone(r.tables), "public.accounts"), 2*time.Minute)
+		for _, d := range f.replicaDiffer {
+			r.t.Errorf("after %s: the replica differs from the source 2 minutes after the workload stopped: %s", f.name, d)
+		}
+		var examples []string
+		f.samples, f.torn, examples = r.watch.counts()
+		for _, e := range examples {
+			r.t.Errorf("replica sample broke the bank invariant: %s", e)
+		}
+		if f.samples == 0 {
+			r.t.Errorf("after %s: no sample of the replica's accounts yet", f.name)
+		}
+	}
 	r.figures = append(r.figures, f)
-	r.logf("after %s: changes flowed again %s after the fault; node back in sync %s after its restart; %d duplicates, %d keys lost/extra/different, %d watermark regressions %s",
-		f.name, f.flowedIn.Round(100*time.Millisecond), f.restoredIn.Round(100*time.Millisecond), f.duplicates, f.lost, f.regressed, f.note)
+	r.logf("after %s: %s", f.name, f.line())
 	r.wlRound++
 	r.wl = startWorkload(r.t, r.db, r.seed+r.wlRound, 3, r.bigRows, r.addedRows)
+	if r.applier != nil {
+		r.transfers = startTransfers(r.t, r.db, r.seed+r.wlRound)
+	}
+}
+
+// line is f as one line of the table of figures.
+func (f faultFigures) line() string {
+	replica := "no replica"
+	if f.withReplica {
+		replica = fmt.Sprintf("replica: %d tables differing, %d of %d samples torn", len(f.replicaDiffer), f.torn, f.samples)
+	}
+	restored := "no restart"
+	if f.restoredIn > 0 {
+		restored = "node(s) back in sync " + f.restoredIn.Round(100*time.Millisecond).String() + " after restart"
+	}
+	return fmt.Sprintf("flowed again in %s, %s, duplicates %d, lost/extra/different keys %d, watermark regressions %d, %s %s",
+		f.flowedIn.Round(100*time.Millisecond), restored, f.duplicates, f.lost, f.regressed, replica, f.note)
 }
 
 // flowed waits until the watermarks of the streaming tables pass lsn and returns how long after
@@ -216,6 +264,13 @@ func (r *clusterRun) roles(node int32) string {
 func (r *clusterRun) finish(suite string) {
 	r.t.Helper()
 	r.wl.stop()
+	if r.applier != nil {
+		r.transfers.stop()
+		if code := r.applier.stop(); code != 0 {
+			r.t.Errorf("tidemark-apply exit code after SIGTERM = %d, want 0", code)
+		}
+		r.watch.stop()
+	}
 	if code := r.sup.stop(); code != 0 {
 		r.t.Errorf("cdc exit code after SIGTERM = %d, want 0", code)
 	}
@@ -223,13 +278,15 @@ func (r *clusterRun) finish(suite string) {
 	r.rec.stop()
 	slotChecked, slotAhead := r.rec.checkSlotNeverAhead(r.t, samples)
 	for _, f := range r.figures {
-		line := fmt.Sprintf("%s fault [%s]: flowed again in %s, node(s) back in sync %s after restart, duplicates %d, lost/extra/different keys %d, watermark regressions %d %s",
-			suite, f.name, f.flowedIn.Round(100*time.Millisecond), f.restoredIn.Round(100*time.Millisecond), f.duplicates, f.lost, f.regressed, f.note)
+		line := fmt.Sprintf("%s fault [%s]: %s", suite, f.name, f.line())
 		r.t.Log(line)
 		fmt.Fprintln(os.Stderr, line)
 	}
 	summary := fmt.Sprintf("%s summary: seed=%d cdc_restarts=%d unplanned_exits=%d slot_ahead=%d/%d pipeline_restarts=%d workload rounds=%d wall=%s",
 		suite, r.seed, r.sup.restarts, r.sup.unplanned, slotAhead, slotChecked, r.sup.count("pipeline failed; restarting"), r.wlRound, time.Since(r.start).Round(time.Second))
+	if r.applier != nil {
+		summary += fmt.Sprintf(" apply_restarts=%d apply_unplanned_exits=%d apply_warnings: %s", r.applier.restarts, r.applier.unplanned, warnings(r.applier.log.String()))
+	}
 	r.t.Log(summary)
 	fmt.Fprintln(os.Stderr, summary)
 }
