@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,10 +28,12 @@ var clusterTables = initialTables
 // default.replication.factor=3 and min.insync.replicas=2) under a steady workload, and takes the
 // cluster's nodes down as a cluster fails: the leader of a busy data partition, the coordinator
 // of cdc's transactions, the active controller (each killed with SIGKILL and restarted), then two
-// of three nodes for 30 s. After each fault it stops the workload and checks that every topic
-// materialised by key equals its table, that nothing was published twice (read-committed), that
-// no watermark moved backwards, and reports how long changes took to flow again. First, `cdc
-// check` is run against topics of one replica.
+// of three nodes for 30 s. tidemark-apply keeps a replica in a second database meanwhile, and a
+// bank table (transfers between accounts) shows whether it was ever torn. After each fault it
+// stops the workload and checks that every topic materialised by key equals its table, that
+// nothing was published twice (read-committed), that no watermark moved backwards, that the
+// replica equals the source and no sample of it broke the bank's sum, and reports how long
+// changes took to flow again. First, `cdc check` is run against topics of one replica.
 func TestCluster(t *testing.T) {
 	s := seed(t)
 	srv := testenv.StartPrivate(t, testenv.PrivateOptions{})
@@ -50,7 +53,11 @@ func TestCluster(t *testing.T) {
 	createTables(t, db, pub, bigRows, 1000)
 
 	t.Run("check", func(t *testing.T) { clusterCheck(t, c, db, pub) })
-	t.Run("faults", func(t *testing.T) { clusterFaults(t, c, db, pub, s, bigRows) })
+	// tidemark-apply keeps a replica of the published tables and the bank table's.
+	createBank(t, db, pub)
+	replica := srv.NewDB(t)
+	testenv.Exec(t, replica, replicaSchema)
+	t.Run("faults", func(t *testing.T) { clusterFaults(t, c, db, replica, pub, s, bigRows) })
 }
 
 // clusterCheck runs `cdc check` with topics of one replica on the cluster: their ✗ line and
@@ -120,8 +127,9 @@ func assertLines(t testing.TB, out string, want ...string) {
 	}
 }
 
-func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64, bigRows int) {
+func clusterFaults(t *testing.T, c *testenv.Cluster, db, replica, pub string, seed uint64, bigRows int) {
 	r := startClusterRun(t, c, c.Brokers(), db, pub, seed, bigRows, 1000)
+	r.startApplier(replica, c.Brokers())
 
 	// (a) The leader of the busiest data partition: public.a's partition 0.
 	leader, err := c.Leader(t.Context(), r.adm, r.busy, 0)
@@ -166,6 +174,7 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64
 		ready = append(ready, readyz(r.httpAddr))
 		time.Sleep(3 * time.Second)
 		r.sup.check()
+		r.applier.check()
 	}
 	logged := r.sup.since(from)
 	// /readyz says why cdc waits (on c9cb695 it answered 200 {"ready":true} all along).
@@ -245,12 +254,16 @@ func readyz(addr string) string {
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 }
 
-// summarise folds consecutive equal answers: "answer ×n".
+// durations matches the durations in an answer ("for 1m5s").
+var durations = regexp.MustCompile(`\b(\d+h)?(\d+m)?\d+(\.\d+)?s\b`)
+
+// summarise folds consecutive answers that are equal but for their durations: "answer ×n",
+// the answer as it was first given.
 func summarise(answers []string) string {
 	var out []string
 	for i := 0; i < len(answers); {
 		j := i
-		for j < len(answers) && answers[j] == answers[i] {
+		for j < len(answers) && durations.ReplaceAllString(answers[j], "N") == durations.ReplaceAllString(answers[i], "N") {
 			j++
 		}
 		out = append(out, fmt.Sprintf("%q ×%d", answers[i], j-i))
@@ -290,8 +303,8 @@ func warnings(log string) string {
 		msg := line
 		if i := strings.Index(line, "msg="); i >= 0 {
 			msg = line[i:]
-			if len(msg) > 160 {
-				msg = msg[:160]
+			if len(msg) > 300 {
+				msg = msg[:300]
 			}
 		}
 		if counts[msg] == 0 {
