@@ -71,6 +71,7 @@ func (r *clusterRun) stopAndRestart(node int32) faultFigures {
 	time.Sleep(time.Second)
 	f := faultFigures{name: fmt.Sprintf("rolling restart: node %d stopped (SIGTERM) and restarted", node)}
 	roles := r.roles(node)
+	copying := r.rec.describe(r.added())
 	from := r.sup.mark(f.name)
 	at := time.Now()
 	lsn := currentLSN(r.t, r.db)
@@ -82,8 +83,8 @@ func (r *clusterRun) stopAndRestart(node int32) faultFigures {
 	waitInSync(r.t, r.adm, r.prefix)
 	f.restoredIn = time.Since(restarted)
 	f.flowedIn = r.flowed(at, lsn)
-	f.note = fmt.Sprintf("(the node was %s; it stopped in %s and started in %s; cdc logged meanwhile: %s)",
-		roles, stoppedIn.Round(100*time.Millisecond), startedIn.Round(100*time.Millisecond), warnings(r.sup.since(from)))
+	f.note = fmt.Sprintf("(the node was %s; it stopped in %s and started in %s; tables added during the run, at the SIGTERM: %s; cdc logged meanwhile: %s)",
+		roles, stoppedIn.Round(100*time.Millisecond), startedIn.Round(100*time.Millisecond), copying, warnings(r.sup.since(from)))
 	r.logf("%s: changes flowed again %s after the SIGTERM", f.name, f.flowedIn.Round(100*time.Millisecond))
 	return f
 }
@@ -140,9 +141,17 @@ func (r *clusterRun) cutOff(p *Proxy, node int32, d time.Duration) faultFigures 
 // format, with its time= attribute), but for the start-up warning of the tests' unencrypted
 // PostgreSQL connection.
 func firstWarning(log string) (time.Time, string, bool) {
+	return firstLine(log, func(line string) bool {
+		return (strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR")) &&
+			!strings.Contains(line, "sslmode=disable")
+	})
+}
+
+// firstLine returns the time and text of the first line of cdc's log (text format) that match
+// accepts.
+func firstLine(log string, match func(string) bool) (time.Time, string, bool) {
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, "level=WARN") && !strings.Contains(line, "level=ERROR") ||
-			strings.Contains(line, "sslmode=disable") {
+		if !match(line) {
 			continue
 		}
 		rest, ok := strings.CutPrefix(line, "time=")

@@ -162,6 +162,11 @@ func (r *clusterRun) addTable(tbl string) {
 	r.logf("%s added to the publication", tbl)
 }
 
+// added returns the exports of the tables added during the run (addTable).
+func (r *clusterRun) added() []change.ExportID {
+	return r.ids[len(r.flowIDs):]
+}
+
 // settle lets the workload run, then stops it, waits for the watermarks of every table to pass
 // the last write, checks every topic against its table, records f and starts the workload again.
 func (r *clusterRun) settle(f faultFigures) {
