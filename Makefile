@@ -58,8 +58,9 @@ test-race:
 # ./integration/fault/ (inside ./integration/...) starts servers of its own, which it crashes and
 # restarts while cdc runs; it takes about 4 minutes (CDC_FAULT_SEED repeats a run), and its
 # TestCluster about 2.5 more: a three-node Kafka cluster of its own (three JVMs of at most 384 MiB
-# heap) whose nodes it kills under cdc (docs/testing.md#the-cluster-suite), and its
-# TestTopicCreationHeldBack about 1 more (docs/testing.md#topic-creation-held-back). go test runs
+# heap) whose nodes it kills under cdc (docs/testing.md#the-cluster-suite), TestClusterRolling
+# about 4 more (a rolling restart and a node cut off for 2 minutes) and TestKafkaDeadPath about 2,
+# and its TestTopicCreationHeldBack about 1 more (docs/testing.md#topic-creation-held-back). go test runs
 # the package beside ./integration/, the longest.
 # All of this runs on PostgreSQL 15, then test-integration-pg17 runs part of it on 17.
 test-integration:

@@ -12,10 +12,12 @@ import (
 	"github.com/tidemark/cdc/internal/testenv"
 )
 
-// supervisor runs cdc the way a container runtime would: started again after every exit,
-// whether the test killed it or it died on its own.
+// supervisor runs cdc (or another binary: tidemark-apply) the way a container runtime would:
+// started again after every exit, whether the test killed it or it died on its own.
 type supervisor struct {
 	t    testing.TB
+	bin  string
+	name string
 	vars map[string]string
 	log  *testenv.LogBuffer
 
@@ -30,14 +32,20 @@ type supervisor struct {
 
 func newSupervisor(t testing.TB, vars map[string]string) *supervisor {
 	t.Helper()
-	s := &supervisor{t: t, vars: vars, log: &testenv.LogBuffer{}}
+	return newBinarySupervisor(t, cdcBinary, "cdc", vars)
+}
+
+// newBinarySupervisor supervises bin, called name in the test's messages.
+func newBinarySupervisor(t testing.TB, bin, name string, vars map[string]string) *supervisor {
+	t.Helper()
+	s := &supervisor{t: t, bin: bin, name: name, vars: vars, log: &testenv.LogBuffer{}}
 	t.Cleanup(func() {
 		if s.running() {
 			_ = s.cmd.Process.Kill()
 			<-s.done
 		}
 		if t.Failed() {
-			t.Logf("cdc log (tail):\n%s", s.tail(16000))
+			t.Logf("%s log (tail):\n%s", s.name, s.tail(16000))
 		}
 	})
 	return s
@@ -45,16 +53,16 @@ func newSupervisor(t testing.TB, vars map[string]string) *supervisor {
 
 func (s *supervisor) start() {
 	s.t.Helper()
-	cmd := exec.Command(cdcBinary)
+	cmd := exec.Command(s.bin)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + s.t.TempDir()}
 	for k, v := range s.vars {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	s.runs++
-	fmt.Fprintf(s.log, "=== fault: cdc run %d starts at %s\n", s.runs, time.Now().Format(time.StampMilli))
+	fmt.Fprintf(s.log, "=== fault: %s run %d starts at %s\n", s.name, s.runs, time.Now().Format(time.StampMilli))
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start cdc: %v", err)
+		s.t.Fatalf("start %s: %v", s.name, err)
 	}
 	if s.runs > 1 {
 		s.restarts++
@@ -85,7 +93,7 @@ func (s *supervisor) check() {
 	}
 	err := <-s.done
 	s.unplanned++
-	s.t.Errorf("cdc run %d exited on its own (%v); log tail:\n%s", s.runs, err, s.tail(3000))
+	s.t.Errorf("%s run %d exited on its own (%v); log tail:\n%s", s.name, s.runs, err, s.tail(3000))
 	s.start()
 }
 
@@ -96,7 +104,7 @@ func (s *supervisor) kill() {
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.done
 	s.kills++
-	fmt.Fprintf(s.log, "=== fault: cdc run %d killed (SIGKILL) at %s\n", s.runs, time.Now().Format(time.StampMilli))
+	fmt.Fprintf(s.log, "=== fault: %s run %d killed (SIGKILL) at %s\n", s.name, s.runs, time.Now().Format(time.StampMilli))
 	s.start()
 }
 
@@ -112,7 +120,7 @@ func (s *supervisor) stop() int {
 		_ = s.cmd.Process.Kill()
 		err := <-s.done
 		s.done <- err
-		s.t.Errorf("cdc did not stop within a minute of SIGTERM; log tail:\n%s", s.tail(3000))
+		s.t.Errorf("%s did not stop within a minute of SIGTERM; log tail:\n%s", s.name, s.tail(3000))
 	}
 	return s.cmd.ProcessState.ExitCode()
 }

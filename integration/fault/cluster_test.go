@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +18,6 @@ import (
 	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/internal/testsvc"
 	"github.com/tidemark/cdc/pkg/change"
-	"github.com/tidemark/cdc/pkg/pipeline"
 )
 
 // clusterTables are the published tables of the cluster suite (fault_test.go's a, b and c;
@@ -30,10 +28,12 @@ var clusterTables = initialTables
 // default.replication.factor=3 and min.insync.replicas=2) under a steady workload, and takes the
 // cluster's nodes down as a cluster fails: the leader of a busy data partition, the coordinator
 // of cdc's transactions, the active controller (each killed with SIGKILL and restarted), then two
-// of three nodes for 30 s. After each fault it stops the workload and checks that every topic
-// materialised by key equals its table, that nothing was published twice (read-committed), that
-// no watermark moved backwards, and reports how long changes took to flow again. First, `cdc
-// check` is run against topics of one replica.
+// of three nodes for 30 s. tidemark-apply keeps a replica in a second database meanwhile, and a
+// bank table (transfers between accounts) shows whether it was ever torn. After each fault it
+// stops the workload and checks that every topic materialised by key equals its table, that
+// nothing was published twice (read-committed), that no watermark moved backwards, that the
+// replica equals the source and no sample of it broke the bank's sum, and reports how long
+// changes took to flow again. First, `cdc check` is run against topics of one replica.
 func TestCluster(t *testing.T) {
 	s := seed(t)
 	srv := testenv.StartPrivate(t, testenv.PrivateOptions{})
@@ -53,7 +53,11 @@ func TestCluster(t *testing.T) {
 	createTables(t, db, pub, bigRows, 1000)
 
 	t.Run("check", func(t *testing.T) { clusterCheck(t, c, db, pub) })
-	t.Run("faults", func(t *testing.T) { clusterFaults(t, c, db, pub, s, bigRows) })
+	// tidemark-apply keeps a replica of the published tables and the bank table's.
+	createBank(t, db, pub)
+	replica := srv.NewDB(t)
+	testenv.Exec(t, replica, replicaSchema)
+	t.Run("faults", func(t *testing.T) { clusterFaults(t, c, db, replica, pub, s, bigRows) })
 }
 
 // clusterCheck runs `cdc check` with topics of one replica on the cluster: their ✗ line and
@@ -123,157 +127,30 @@ func assertLines(t testing.TB, out string, want ...string) {
 	}
 }
 
-// faultFigures is what one fault cost.
-type faultFigures struct {
-	name       string
-	flowedIn   time.Duration // from the fault until the watermarks passed the WAL position at the fault
-	restoredIn time.Duration // from the restart until the node was back in every in-sync replica set (0: no restart)
-	duplicates int           // changes published twice since the start of the run (cumulative)
-	lost       int           // keys missing, extra or different, over every table
-	regressed  int           // watermark records that moved backwards (cumulative)
-	note       string
-}
-
-func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64, bigRows int) {
-	start := time.Now()
-	adm := c.Admin(t)
-	id := strconv.FormatUint(seed%1_000_000_000, 36)
-	prefix, slot := "clu"+id, "clu_"+id
-	httpPort, err := testsvc.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpAddr := "127.0.0.1:" + strconv.Itoa(httpPort[0])
-	brokers := c.Brokers()
-	vars := map[string]string{
-		"CDC_PG_URL":                    db,
-		"CDC_KAFKA_BROKERS":             strings.Join(brokers, ","),
-		"CDC_PUBLICATION":               pub,
-		"CDC_SLOT":                      slot,
-		"CDC_TOPIC_PREFIX":              prefix,
-		"CDC_TOPIC_PARTITIONS":          "3",
-		"CDC_DELIVERY":                  "exactly-once",
-		"CDC_WATERMARK_INTERVAL":        "200ms",
-		"CDC_PUBLICATION_POLL_INTERVAL": "500ms",
-		"CDC_SNAPSHOT_WORKERS":          "2",
-		"CDC_HTTP_ADDR":                 httpAddr,
-		"CDC_LOG_FORMAT":                "text",
-		"CDC_LOG_LEVEL":                 "info",
-	}
-	busy := change.TopicName(prefix, mustExport(t, clusterTables[0]))
-	ids := make([]change.ExportID, len(clusterTables))
-	for i, tbl := range clusterTables {
-		e, err := change.ParseExportID(tbl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = e
-	}
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	txnID := pipeline.TransactionalID(strings.TrimPrefix(u.Path, "/"), slot)
-
-	rec := startRecorder(t, brokers, prefix+".__watermarks")
-	stopSampling := sampleSlot(t, db, slot)
-	sup := newSupervisor(t, vars)
-	sup.start()
-	if !waitWatermarks(t, rec, sup, 2*time.Minute, 1, ids) {
-		t.FailNow()
-	}
-	t.Logf("%s: tables hydrated", time.Since(start).Round(10*time.Millisecond))
-
-	// Created without CDC_TOPIC_REPLICATION_FACTOR: the brokers' default of 3, the watermark
-	// topic too.
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	tds, err := adm.ListTopics(ctx)
-	cancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range tds.Names() {
-		if !strings.HasPrefix(name, prefix+".") {
-			continue
-		}
-		for _, p := range tds[name].Partitions.Sorted() {
-			if len(p.Replicas) != 3 {
-				t.Errorf("topic %s partition %d has %d replicas, want the brokers' default of 3", name, p.Partition, len(p.Replicas))
-			}
-		}
-	}
-
-	var figures []faultFigures
-	wl := startWorkload(t, db, seed, 3, bigRows, 1000)
-	wlRound := uint64(0)
-	// settle lets the workload run, then stops it, waits for the watermarks to pass the last
-	// write and checks every topic against its table.
-	settle := func(f faultFigures) {
-		time.Sleep(2 * time.Second)
-		wl.stop()
-		end := currentLSN(t, db)
-		if !waitWatermarks(t, rec, sup, 2*time.Minute, end, ids) {
-			t.FailNow()
-		}
-		conn := testenv.Conn(t, db)
-		for _, tbl := range clusterTables {
-			topic := change.TopicName(prefix, mustExport(t, tbl))
-			rep := analyse(t, tbl, readTopic(t, brokers, topic), true)
-			missing, extra, diff, _ := compareWithTable(t, conn, tbl, rep)
-			f.duplicates += rep.duplicates
-			f.lost += missing + extra + diff
-		}
-		f.regressed, _ = rec.checkMonotonic(t)
-		figures = append(figures, f)
-		t.Logf("%s: after %s: changes flowed again %s after the fault; node back in sync %s after its restart; %d duplicates, %d keys lost/extra/different, %d watermark regressions %s",
-			time.Since(start).Round(10*time.Millisecond), f.name, f.flowedIn.Round(100*time.Millisecond), f.restoredIn.Round(100*time.Millisecond), f.duplicates, f.lost, f.regressed, f.note)
-		wlRound++
-		wl = startWorkload(t, db, seed+wlRound, 3, bigRows, 1000)
-	}
-	// flowed returns how long after at the watermarks passed lsn.
-	flowed := func(at time.Time, lsn change.LSN) time.Duration {
-		if !waitWatermarks(t, rec, sup, 3*time.Minute, lsn, ids) {
-			t.FailNow()
-		}
-		return time.Since(at)
-	}
-	// killAndRestart kills node, measures until changes flow, restarts it and waits until it is
-	// back in every in-sync replica set.
-	killAndRestart := func(name string, node int32) faultFigures {
-		time.Sleep(time.Second)
-		f := faultFigures{name: name, note: "(the node was " + roles(t, c, adm, busy, txnID, node) + ")"}
-		at := time.Now()
-		c.Kill(node)
-		lsn := currentLSN(t, db)
-		f.flowedIn = flowed(at, lsn)
-		t.Logf("%s: %s: node %d killed; changes flowed again after %s", time.Since(start).Round(10*time.Millisecond), name, node, f.flowedIn.Round(100*time.Millisecond))
-		restarted := time.Now()
-		c.Restart(node)
-		waitInSync(t, adm, prefix)
-		f.restoredIn = time.Since(restarted)
-		return f
-	}
+func clusterFaults(t *testing.T, c *testenv.Cluster, db, replica, pub string, seed uint64, bigRows int) {
+	r := startClusterRun(t, c, c.Brokers(), db, pub, seed, bigRows, 1000)
+	r.startApplier(replica, c.Brokers())
 
 	// (a) The leader of the busiest data partition: public.a's partition 0.
-	leader, err := c.Leader(t.Context(), adm, busy, 0)
+	leader, err := c.Leader(t.Context(), r.adm, r.busy, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle(killAndRestart(fmt.Sprintf("leader of %s[0] (node %d) killed", busy, leader), leader))
+	r.settle(r.killAndRestart(fmt.Sprintf("leader of %s[0] (node %d) killed", r.busy, leader), leader))
 
 	// (b) The coordinator of cdc's transactions.
-	coord, err := c.TxnCoordinator(t.Context(), adm, txnID)
+	coord, err := c.TxnCoordinator(t.Context(), r.adm, r.txnID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle(killAndRestart(fmt.Sprintf("transaction coordinator of %s (node %d) killed", txnID, coord), coord))
+	r.settle(r.killAndRestart(fmt.Sprintf("transaction coordinator of %s (node %d) killed", r.txnID, coord), coord))
 
 	// (c) The active controller.
 	ctrl, err := c.ActiveController(t.Context(), c.Client(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	settle(killAndRestart(fmt.Sprintf("active controller (node %d) killed", ctrl), ctrl))
+	r.settle(r.killAndRestart(fmt.Sprintf("active controller (node %d) killed", ctrl), ctrl))
 
 	// (d) Two of three nodes down for 30 s: min.insync.replicas=2 cannot be met, and the
 	// controller quorum has no majority.
@@ -284,9 +161,9 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64
 	time.Sleep(time.Second)
 	var downRoles []string
 	for _, n := range down {
-		downRoles = append(downRoles, fmt.Sprintf("node %d: %s", n, roles(t, c, adm, busy, txnID, n)))
+		downRoles = append(downRoles, fmt.Sprintf("node %d: %s", n, r.roles(n)))
 	}
-	from := sup.mark("two nodes down")
+	from := r.sup.mark("two nodes down")
 	at := time.Now()
 	for _, n := range down {
 		c.Kill(n)
@@ -294,15 +171,16 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64
 	lsn := currentLSN(t, db)
 	var ready []string
 	for time.Since(at) < 30*time.Second {
-		ready = append(ready, readyz(httpAddr))
+		ready = append(ready, readyz(r.httpAddr))
 		time.Sleep(3 * time.Second)
-		sup.check()
+		r.sup.check()
+		r.applier.check()
 	}
-	logged := sup.since(from)
+	logged := r.sup.since(from)
 	// /readyz says why cdc waits (on c9cb695 it answered 200 {"ready":true} all along).
 	saidWhy := false
-	for _, r := range ready {
-		saidWhy = saidWhy || strings.Contains(r, "Kafka has not taken a batch")
+	for _, a := range ready {
+		saidWhy = saidWhy || strings.Contains(a, "Kafka has not taken a batch")
 	}
 	if !saidWhy {
 		t.Errorf("/readyz never said that cdc waits for Kafka while two of three nodes were down: %s", summarise(ready))
@@ -313,32 +191,14 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, pub string, seed uint64
 	}
 	startedIn := time.Since(restarted)
 	f := faultFigures{name: fmt.Sprintf("nodes %v down for 30s", down)}
-	f.flowedIn = flowed(at, lsn)
-	afterReturn := time.Since(restarted)
-	waitInSync(t, adm, prefix)
+	f.flowedIn = r.flowed(at, lsn)
+	afterReturn := f.flowedIn - restarted.Sub(at)
+	waitInSync(t, r.adm, r.prefix)
 	f.restoredIn = time.Since(restarted)
 	f.note = fmt.Sprintf("(%s; both restarted in %s, one after the other; changes flowed %s after the first restart began); /readyz meanwhile: %s; cdc logged meanwhile: %s",
 		strings.Join(downRoles, "; "), startedIn.Round(100*time.Millisecond), afterReturn.Round(100*time.Millisecond), summarise(ready), warnings(logged))
-	settle(f)
-
-	wl.stop()
-	if code := sup.stop(); code != 0 {
-		t.Errorf("cdc exit code after SIGTERM = %d, want 0", code)
-	}
-	samples := stopSampling()
-	// Everything cdc committed on its way out, which its last confirmation may cover.
-	rec.drain()
-	slotChecked, slotAhead := rec.checkSlotNeverAhead(t, samples)
-	for _, f := range figures {
-		line := fmt.Sprintf("cluster fault [%s]: flowed again in %s, node(s) back in sync %s after restart, duplicates %d, lost/extra/different keys %d, watermark regressions %d %s",
-			f.name, f.flowedIn.Round(100*time.Millisecond), f.restoredIn.Round(100*time.Millisecond), f.duplicates, f.lost, f.regressed, f.note)
-		t.Log(line)
-		fmt.Fprintln(os.Stderr, line)
-	}
-	summary := fmt.Sprintf("cluster summary: seed=%d cdc_restarts=%d unplanned_exits=%d slot_ahead=%d/%d pipeline_restarts=%d workload rounds=%d wall=%s",
-		seed, sup.restarts, sup.unplanned, slotAhead, slotChecked, sup.count("pipeline failed; restarting"), wlRound, time.Since(start).Round(time.Second))
-	t.Log(summary)
-	fmt.Fprintln(os.Stderr, summary)
+	r.settle(f)
+	r.finish("cluster")
 }
 
 func mustExport(t testing.TB, tbl string) change.ExportID {
@@ -394,12 +254,16 @@ func readyz(addr string) string {
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
 }
 
-// summarise folds consecutive equal answers: "answer ×n".
+// durations matches the durations in an answer ("for 1m5s").
+var durations = regexp.MustCompile(`\b(\d+h)?(\d+m)?\d+(\.\d+)?s\b`)
+
+// summarise folds consecutive answers that are equal but for their durations: "answer ×n",
+// the answer as it was first given.
 func summarise(answers []string) string {
 	var out []string
 	for i := 0; i < len(answers); {
 		j := i
-		for j < len(answers) && answers[j] == answers[i] {
+		for j < len(answers) && durations.ReplaceAllString(answers[j], "N") == durations.ReplaceAllString(answers[i], "N") {
 			j++
 		}
 		out = append(out, fmt.Sprintf("%q ×%d", answers[i], j-i))
@@ -439,8 +303,8 @@ func warnings(log string) string {
 		msg := line
 		if i := strings.Index(line, "msg="); i >= 0 {
 			msg = line[i:]
-			if len(msg) > 160 {
-				msg = msg[:160]
+			if len(msg) > 300 {
+				msg = msg[:300]
 			}
 		}
 		if counts[msg] == 0 {

@@ -8,14 +8,20 @@
 //
 // TestCluster (cluster_test.go) does the same against a three-node Kafka cluster of its own
 // (testenv.StartCluster): it kills a partition leader, the transaction coordinator, the active
-// controller, and two of three nodes at once, and checks the same invariants after each.
+// controller, and two of three nodes at once, and checks the same invariants after each, with
+// tidemark-apply keeping a replica that must equal the source and never be torn (a bank table's
+// sum). TestClusterRolling (clusterrolling_test.go) restarts the three nodes one after another
+// while a table of 200,000 rows copies, then cuts one node off from cdc silently for 2 minutes
+// through a proxy the node advertises to clients. TestKafkaDeadPath (deadpath_test.go) starts
+// cdc against a broker that accepts connections and never answers, then turns a running cdc's
+// broker into one, and reports when cdc noticed and what it said.
 //
 // TestTopicCreationHeldBack (heldtopics_test.go) adds a table to the publication while a
 // HoldProxy in front of the broker holds back every CreateTopics request for 30 s, and checks that
 // the tables already streaming keep a watermark lag under 1 s at the 99th percentile meanwhile.
 //
 // The non-test part of the package is the TCP proxies the suite puts between cdc and the servers:
-// Proxy, which cuts and stalls connections, and HoldProxy, which reads Kafka request frames and
+// Proxy, which cuts, stalls and swallows connections, and HoldProxy, which reads Kafka request frames and
 // holds back those of chosen API keys.
 //
 // Run it with

@@ -183,6 +183,28 @@ func waitWatermarks(t testing.TB, r *wmRecorder, sup *supervisor, timeout time.D
 	}
 }
 
+// reachedAt returns when the recorder first read records that put every export of ids at a
+// watermark >= lsn, and whether it has.
+func (r *wmRecorder) reachedAt(lsn change.LSN, ids []change.ExportID) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := make(map[change.ExportID]bool, len(ids))
+	for _, e := range ids {
+		want[e] = true
+	}
+	passed := make(map[change.ExportID]bool, len(ids))
+	for _, en := range r.entries {
+		if en.checkpoint || !want[en.rec.Export] || en.rec.Watermark == nil || *en.rec.Watermark < lsn {
+			continue
+		}
+		passed[en.rec.Export] = true
+		if len(passed) == len(want) {
+			return en.seen, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // checkMonotonic reports every watermark that moved backwards within its export, in offset order
 // (across all cdc runs), and every failed or removed export. It returns the number of regressions.
 func (r *wmRecorder) checkMonotonic(t testing.TB) (regressions, records int) {

@@ -22,6 +22,9 @@ type Proxy struct {
 	done chan struct{}
 	wg   sync.WaitGroup
 	cuts atomic.Int64
+	// blackhole: new connections are accepted and read, and nothing is forwarded (see Blackhole).
+	blackhole atomic.Bool
+	holes     atomic.Int64
 }
 
 // NewProxy listens on addr (e.g. "127.0.0.1:0") and forwards to target. An empty target refuses
@@ -74,6 +77,22 @@ func (p *Proxy) Stall() int {
 	}
 	return len(p.links)
 }
+
+// Blackhole makes the proxy a dead path: the connections open now are stalled (see Stall), and
+// new ones are accepted and read but never forwarded nor answered, as a server that accepts and
+// then hangs, or a path that died behind a middlebox. It returns how many client connections it
+// stalled. Heal ends it for new connections.
+func (p *Proxy) Blackhole() int {
+	p.blackhole.Store(true)
+	return p.Stall()
+}
+
+// Heal makes the proxy forward new connections again after Blackhole. The connections stalled
+// meanwhile stay stalled: their bytes are gone, and the client has to notice and reconnect.
+func (p *Proxy) Heal() { p.blackhole.Store(false) }
+
+// Holes is how many connections the proxy accepted while it was a blackhole.
+func (p *Proxy) Holes() int64 { return p.holes.Load() }
 
 // Stalled is how many stalled client connections are still open.
 func (p *Proxy) Stalled() int {
@@ -168,6 +187,10 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
+	if p.blackhole.Load() {
+		p.swallow(client)
+		return
+	}
 	server, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		// The server is down (being restarted): the client sees a closed connection.
@@ -205,6 +228,22 @@ func (p *Proxy) serve(client net.Conn) {
 	go pipe(server, client)
 	go pipe(client, server)
 	wg.Wait()
+}
+
+// swallow reads client until it closes (or the proxy does) and never answers.
+func (p *Proxy) swallow(client net.Conn) {
+	if !p.track(client) {
+		_ = client.Close()
+		return
+	}
+	p.holes.Add(1)
+	defer p.untrack(client)
+	buf := make([]byte, 32<<10)
+	for {
+		if _, err := client.Read(buf); err != nil {
+			return
+		}
+	}
 }
 
 // copy forwards src to dst until either fails, or until l is stalled: then it holds what it

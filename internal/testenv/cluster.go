@@ -39,6 +39,11 @@ type ClusterOptions struct {
 	InternalReplicationFactor int
 	// Heap is each node's JVM flags (default ClusterHeap).
 	Heap []string
+	// AdvertisedPorts maps a node id to the port that node advertises to clients on 127.0.0.1
+	// instead of its own client port: a test puts a proxy there (forwarding to the node's Port)
+	// so that every client connection to that node, not only a bootstrap one, goes through it.
+	// Traffic between the nodes stays direct (their INTERNAL listener).
+	AdvertisedPorts map[int32]int
 }
 
 // ClusterHeap is the JVM flags of a cluster node in tests: three of them and the test's other
@@ -64,10 +69,16 @@ type Cluster struct {
 
 // ClusterNode is one node of a Cluster.
 type ClusterNode struct {
-	ID             int32
-	Dir            string
-	Port           int // the PLAINTEXT client and inter-broker listener
+	ID   int32
+	Dir  string
+	Port int // the PLAINTEXT client listener
+	// InternalPort is the inter-broker listener; a client that bootstraps there is told the
+	// nodes' internal addresses, so it bypasses the proxies of AdvertisedPorts.
+	InternalPort   int
 	ControllerPort int
+	// AdvertisedPort is the port clients are sent to (Port unless ClusterOptions.AdvertisedPorts
+	// names another).
+	AdvertisedPort int
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -76,6 +87,9 @@ type ClusterNode struct {
 
 // Addr is the node's client listener, host:port.
 func (n *ClusterNode) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.Port) }
+
+// InternalAddr is the node's inter-broker listener, host:port.
+func (n *ClusterNode) InternalAddr() string { return "127.0.0.1:" + strconv.Itoa(n.InternalPort) }
 
 // StartCluster starts the cluster, waits until every node has started and the controller quorum
 // has a leader, and stops it at cleanup. It skips under -short and fails the test when the
@@ -111,7 +125,7 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	if err != nil {
 		t.Fatalf("testenv: Kafka jars: %v", err)
 	}
-	ports, err := testsvc.FreePorts(2 * opts.Nodes)
+	ports, err := testsvc.FreePorts(3 * opts.Nodes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +137,11 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	var voters []string
 	for i := range opts.Nodes {
 		n := &ClusterNode{ID: int32(i + 1), Dir: filepath.Join(dir, fmt.Sprintf("node-%d", i+1)),
-			Port: ports[2*i], ControllerPort: ports[2*i+1]}
+			Port: ports[3*i], ControllerPort: ports[3*i+1], InternalPort: ports[3*i+2]}
+		n.AdvertisedPort = n.Port
+		if p, ok := opts.AdvertisedPorts[n.ID]; ok {
+			n.AdvertisedPort = p
+		}
 		c.Nodes = append(c.Nodes, n)
 		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", n.ID, n.ControllerPort))
 	}
@@ -144,10 +162,10 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		props := fmt.Sprintf(`process.roles=broker,controller
 node.id=%[1]d
 controller.quorum.voters=%[2]s
-listeners=PLAINTEXT://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
-advertised.listeners=PLAINTEXT://127.0.0.1:%[3]d
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
+listeners=PLAINTEXT://127.0.0.1:%[3]d,INTERNAL://127.0.0.1:%[10]d,CONTROLLER://127.0.0.1:%[4]d
+advertised.listeners=PLAINTEXT://127.0.0.1:%[11]d,INTERNAL://127.0.0.1:%[10]d
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=INTERNAL
 controller.listener.names=CONTROLLER
 log.dirs=%[5]s
 num.partitions=1
@@ -164,7 +182,8 @@ share.coordinator.state.topic.min.isr=%[9]d
 group.initial.rebalance.delay.ms=0
 log.cleaner.dedupe.buffer.size=16777216
 `, n.ID, strings.Join(voters, ","), n.Port, n.ControllerPort, filepath.Join(n.Dir, "data"),
-			opts.DefaultReplicationFactor, opts.MinInsyncReplicas, opts.InternalReplicationFactor, txnISR)
+			opts.DefaultReplicationFactor, opts.MinInsyncReplicas, opts.InternalReplicationFactor, txnISR,
+			n.InternalPort, n.AdvertisedPort)
 		if err := os.WriteFile(filepath.Join(n.Dir, "server.properties"), []byte(props), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -213,6 +232,16 @@ func (c *Cluster) Brokers() []string {
 	out := make([]string, len(c.Nodes))
 	for i, n := range c.Nodes {
 		out[i] = n.Addr()
+	}
+	return out
+}
+
+// DirectBrokers are the nodes' inter-broker listeners: seeds for a test's own clients that must
+// not go through the proxies of ClusterOptions.AdvertisedPorts.
+func (c *Cluster) DirectBrokers() []string {
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		out[i] = n.InternalAddr()
 	}
 	return out
 }
@@ -312,7 +341,26 @@ func (c *Cluster) Kill(id int32) {
 	}
 }
 
-// Restart starts node id again on its data folder (after Kill) and returns once its log says it
+// Stop stops node id's JVM with SIGTERM, a controlled shutdown (its partitions' leadership moves
+// to other nodes first), and waits until it is gone; after 2 minutes it fails the test.
+func (c *Cluster) Stop(id int32) {
+	c.t.Helper()
+	n := c.Node(id)
+	n.mu.Lock()
+	cmd, done := n.cmd, n.done
+	n.mu.Unlock()
+	if cmd == nil {
+		c.t.Fatalf("testenv: cluster node %d is not running", id)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		c.t.Fatalf("testenv: cluster node %d still alive 2 minutes after SIGTERM", id)
+	}
+}
+
+// Restart starts node id again on its data folder (after Kill or Stop) and returns once its log says it
 // started.
 func (c *Cluster) Restart(id int32) {
 	c.t.Helper()
@@ -373,10 +421,11 @@ func (c *Cluster) RSS(id int32) int64 {
 	return 0
 }
 
-// Client returns a client of the cluster (seeds: every node), closed at cleanup.
+// Client returns a client of the cluster, closed at cleanup. It reaches every node directly
+// (DirectBrokers), never through a proxy of ClusterOptions.AdvertisedPorts.
 func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Brokers()...)}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.DirectBrokers()...)}, opts...)...)
 	if err != nil {
 		t.Fatalf("testenv: cluster client: %v", err)
 	}
@@ -455,7 +504,7 @@ func (c *Cluster) ActiveController(ctx context.Context, cl *kgo.Client) (int32, 
 
 // waitController waits until the quorum has a leader and returns it.
 func (c *Cluster) waitController(ctx context.Context) (int32, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers()...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.DirectBrokers()...))
 	if err != nil {
 		return -1, err
 	}
