@@ -142,6 +142,7 @@ func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
 	g.Go(func() error { return s.poll.run(gctx) })
 	g.Go(func() error { return s.recon.run(gctx, s.in.reconciles, s.units) })
 	g.Go(func() error { return s.chunker.Run(gctx) })
+	go watchKafka(gctx, s.sink.Waiting, log.With("stage", "sink"))
 	s.life.owner.Store(&running{owner: s.o, streaming: s.repl.Streaming, kafkaWaiting: s.sink.Waiting})
 	defer s.life.owner.Store(nil)
 	s.life.ran.Store(true)
@@ -302,6 +303,34 @@ func confirmFinal(ctx context.Context, conn *pgcat.Conn, slot string, lsn change
 		case <-ctx.Done():
 			return
 		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// watchKafka logs, once per stall, when the sink's batch has waited for Kafka longer than
+// kafkaStall (franz-go retries an unanswered broker quietly: without this line a silent broker
+// shows only on /readyz), and again when Kafka takes batches again. It ends with ctx.
+func watchKafka(ctx context.Context, waiting func() time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var stalled time.Duration // the wait when the stall was logged; 0: none logged
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d := waiting()
+		switch {
+		case stalled == 0 && d > kafkaStall:
+			stalled = d
+			log.Warn("kafka has not taken a batch for "+d.Round(time.Second).String()+": brokers unreachable or silent, or fewer in-sync replicas than min.insync.replicas; cdc waits and loses nothing",
+				"waiting", d.Round(time.Second).String())
+		case stalled != 0 && d < stalled:
+			log.Info("kafka takes batches again", "stalled_for_at_least", stalled.Round(time.Second).String())
+			stalled = 0
+		case stalled != 0:
+			stalled = d
 		}
 	}
 }
