@@ -86,7 +86,7 @@ type owner struct {
 	// reconciler (the inbox's channels).
 	topicQ     []topicJob
 	requestQ   []snapshot.Request
-	reconcileQ []reconcileJob
+	reconcileQ []snapshot.ReconcileJob
 	// Commands the replication stage applies in order: detecting waits for Detect before the
 	// snapshot is requested, beginning for SetConsistentPoint before a Begin is answered.
 	detecting    []detectWait
@@ -161,7 +161,7 @@ type inbox struct {
 	// reconciler, topicJobs to the topic administrator.
 	wake       chan struct{}
 	requests   chan snapshot.Request
-	reconciles chan reconcileJob
+	reconciles chan snapshot.ReconcileJob
 	topicJobs  chan topicJob
 }
 
@@ -172,7 +172,7 @@ func newInbox() *inbox {
 		stopped:    make(chan struct{}),
 		wake:       make(chan struct{}, 1),
 		requests:   make(chan snapshot.Request),
-		reconciles: make(chan reconcileJob),
+		reconciles: make(chan snapshot.ReconcileJob),
 		topicJobs:  make(chan topicJob),
 	}
 }
@@ -361,8 +361,8 @@ func (o *owner) serve(ctx context.Context) error {
 type outbound struct {
 	requests   chan<- snapshot.Request
 	req        snapshot.Request
-	reconciles chan<- reconcileJob
-	job        reconcileJob
+	reconciles chan<- snapshot.ReconcileJob
+	job        snapshot.ReconcileJob
 	topicJobs  chan<- topicJob
 	topics     topicJob
 	detected   <-chan struct{}
@@ -542,7 +542,10 @@ func query[T any](ctx context.Context, in *inbox, ev event, reply chan T) (T, er
 // (snapshot.Hooks, the Failed of snapshot.ChunkHooks).
 type snapshotEvents struct{ in *inbox }
 
-var _ snapshot.Hooks = snapshotEvents{}
+var (
+	_ snapshot.Hooks          = snapshotEvents{}
+	_ snapshot.ReconcileHooks = snapshotEvents{}
+)
 
 func (s snapshotEvents) Begin(ctx context.Context, c change.LSN, tables []snapshot.TableInfo) (map[change.ExportID]int, error) {
 	reply := make(chan beginReply, 1)
@@ -555,6 +558,11 @@ func (s snapshotEvents) Begin(ctx context.Context, c change.LSN, tables []snapsh
 
 func (s snapshotEvents) Restart(e change.ExportID, reason string) {
 	s.in.send(context.Background(), evRestart{e: e, reason: reason})
+}
+
+// Reconciled (snapshot.ReconcileHooks): the deletes of e's reconcile are handed over.
+func (s snapshotEvents) Reconciled(e change.ExportID) {
+	s.in.send(context.Background(), evReconciled{e: e})
 }
 
 func (s snapshotEvents) Failed(e change.ExportID, err error) {

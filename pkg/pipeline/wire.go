@@ -42,7 +42,7 @@ type stages struct {
 	snap    *snapshot.Stage
 	chunker *snapshot.Chunker
 	poll    *poller
-	recon   *reconciler
+	recon   *snapshot.Reconciler
 	// Stream units (replication, reconciles) and bulk units (snapshot rows) reach the sink
 	// through mergeUnits (merged), stream first.
 	units, bulk, merged chan *change.Unit
@@ -67,7 +67,8 @@ func build(cfg Config, life *lifeRegistry, reg prometheus.Registerer, attempt in
 	}
 	s.poll = newPoller(cfg, pgConnect, s.in, log)
 	s.poll.toast = &life.toast
-	s.recon = &reconciler{cfg: cfg, log: log.With("stage", "pipeline"), connect: pgConnect, codec: pl.codec, sink: s.sink, in: s.in}
+	s.recon = &snapshot.Reconciler{Publication: cfg.Publication, Connect: pgConnect, Codec: pl.codec, Keys: s.sink,
+		Hooks: snapshotEvents{s.in}, Logger: log.With("stage", "pipeline")}
 	s.o = newOwner(cfg, pl.tracker, log.With("stage", "pipeline"), s.in,
 		targets{repl: s.repl, chunks: s.chunker, topics: s.sink, facts: s.repl.Facts()})
 	s.o.startLSN = pl.slot.Confirmed
@@ -140,7 +141,14 @@ func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
 	g.Go(func() error { return s.repl.Run(gctx, s.units) })
 	g.Go(func() error { return s.snap.Run(gctx, s.in.requests, s.bulk) })
 	g.Go(func() error { return s.poll.run(gctx) })
-	g.Go(func() error { return s.recon.run(gctx, s.in.reconciles, s.units) })
+	g.Go(func() error {
+		err := s.recon.Run(gctx, s.in.reconciles, s.units)
+		if _, ok := errors.AsType[*sink.RecordError](err); ok {
+			// A record the sink never writes: reading it again cannot help.
+			return fatal(err)
+		}
+		return err
+	})
 	g.Go(func() error { return s.chunker.Run(gctx) })
 	go watchKafka(gctx, s.sink.Waiting, log.With("stage", "sink"))
 	s.life.owner.Store(&running{owner: s.o, streaming: s.repl.Streaming, kafkaWaiting: s.sink.Waiting})
@@ -157,7 +165,7 @@ func (s *stages) run(ctx context.Context, stopAt *atomic.Int64) error {
 // topic); the stages hold only this.
 type kafkaSink interface {
 	topicControl
-	keyScanner
+	snapshot.KeyScanner
 	Run(ctx context.Context, in <-chan *change.Unit, acks sink.Acker) error
 	Waiting() time.Duration
 	Delivery() sink.Delivery

@@ -208,20 +208,12 @@ func orDefault(err, def error) error {
 	return def
 }
 
-// TopicKeys is what ScanKeys found in a topic: the keys alive at the end of the records before
-// a cut (an earlier copy's rows and changes) and the keys with a value at or after it (the
-// current copy's rows).
-type TopicKeys struct {
-	Before map[string]struct{}
-	After  map[string]struct{}
-}
-
 // ScanKeys reads topic as ScanTopic does, from from to atLeast, and folds its keyed records at
 // the cut (per partition, the offset where the records after it begin): before the cut a record
 // with a value makes its key alive, a tombstone kills it and a keyless record carrying the
 // header truncate kills every key; after the cut every key with a value counts.
-func (s *Sink) ScanKeys(ctx context.Context, topic string, from, cut, atLeast map[int32]int64, truncate change.Header) (TopicKeys, error) {
-	k := TopicKeys{Before: make(map[string]struct{}), After: make(map[string]struct{})}
+func (s *Sink) ScanKeys(ctx context.Context, topic string, from, cut, atLeast map[int32]int64, truncate change.Header) (change.TopicKeys, error) {
+	k := change.TopicKeys{Before: make(map[string]struct{}), After: make(map[string]struct{})}
 	err := s.ScanTopic(ctx, topic, from, atLeast, func(r *kgo.Record) error {
 		if r.Offset >= cut[r.Partition] {
 			if r.Key != nil && r.Value != nil {
