@@ -196,3 +196,44 @@ func checkChunks(t *testing.T, e change.ExportID, units []*change.Unit, from []s
 	}
 	return keys
 }
+
+// TestChunkCarriesSnapshot: a chunk names the transactions its snapshot saw. A transaction that
+// committed before the copy is seen; one that holds an xid and is still open while the chunk
+// is read is not (it is a long-running one for the chunker, which stops waiting for it after
+// a second).
+func TestChunkCarriesSnapshot(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	tbl := pgcat.Ident(schema) + ".snap"
+	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text)")
+	var committed int64
+	if err := conn.QueryRow(t.Context(), "INSERT INTO "+tbl+" VALUES (1, 'a') RETURNING pg_current_xact_id()::text::int8").Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	open := connectTest(t, url)
+	execTest(t, open, "BEGIN")
+	var running int64
+	if err := open.QueryRow(t.Context(), "INSERT INTO "+tbl+" VALUES (2, 'b') RETURNING pg_current_xact_id()::text::int8").Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	defer execTest(t, open, "ROLLBACK")
+
+	e := change.ExportID{Schema: schema, Table: "snap"}
+	cfg := Config{ConnString: url, Workers: 1, Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}
+	units := runChunker(t, cfg, ChunkJob{Export: e, Attempt: 1})[e]
+	if len(units) != 1 || units[0].Chunk.Snapshot == nil {
+		t.Fatalf("%d chunks, want 1 with a snapshot", len(units))
+	}
+	snap := units[0].Chunk.Snapshot
+	t.Logf("chunk snapshot %+v; committed xid %d, open xid %d", snap, committed, running)
+	if !snap.Sees(uint32(committed)) {
+		t.Errorf("the chunk's snapshot %+v does not see xid %d, committed before the copy", snap, committed)
+	}
+	if snap.Sees(uint32(running)) {
+		t.Errorf("the chunk's snapshot %+v sees xid %d, open during the copy", snap, running)
+	}
+	if units[0].Chunk.Read != 1 {
+		t.Errorf("the chunk read %d rows, want 1 (the open transaction's row is not visible)", units[0].Chunk.Read)
+	}
+}
