@@ -51,6 +51,9 @@ type window struct {
 	// delivered before the low marker, with the xid of the last one that changed each ("" for
 	// a truncate).
 	pending map[string]uint32
+	// unseen counts the keys left to the stream because the chunk's snapshot did not see a
+	// transaction delivered before the low marker.
+	unseen int
 }
 
 // leave leaves key k (a truncate: "") to the stream.
@@ -165,6 +168,7 @@ func (st *streamState) chunkRead(id uint64, u *change.Unit) {
 	for k, xid := range w.pending {
 		if !snap.Sees(xid) {
 			w.leave(k)
+			w.unseen++
 		}
 	}
 	w.pending = nil
@@ -278,6 +282,10 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 		clear(u.Records[len(kept):])
 		u.Records, u.Rows = kept, len(kept)
+		if w.unseen > 0 {
+			st.log.Info("chunk: keys left to the stream, changed before its low marker by transactions its snapshot did not see",
+				"export", e.String(), "chunk", w.seq, "keys", w.unseen, "rows_published", u.Rows)
+		}
 		// The rows stay in memory until the sink has them: their claim goes with the unit.
 		w.unit = nil
 		st.removeWindow(r, w)
@@ -322,6 +330,7 @@ func (st *streamState) noteKeys() {
 					w.pending[k] = xid
 				case !w.unit.Chunk.Snapshot.Sees(xid):
 					w.leave(k)
+					w.unseen++
 				}
 			}
 		}
