@@ -2,7 +2,6 @@ package replication
 
 import (
 	"maps"
-	"slices"
 
 	"github.com/jackc/pglogrepl"
 
@@ -355,7 +354,7 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 		}
 		keys = append(keys, k)
 	}
-	st.tx.touched[e] = slices.Clip(keys)
+	st.tx.touched[e] = keys
 }
 
 // chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete
