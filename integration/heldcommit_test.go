@@ -61,13 +61,17 @@ func TestChunkedHeldCommit(t *testing.T) {
 	release := holdCommit(t, e, admin, fmt.Sprintf("UPDATE big SET v = 'held' WHERE id = %d", rows))
 	hydrated := func(r watermark.Record) bool { return r.State == watermark.StateHydrated }
 	// A chunker that waits for the held transaction finishes only after it is let go.
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if slices.ContainsFunc(rec.all(), func(r watermark.Record) bool { return r.Export == bigID && hydrated(r) }) {
-			break
-		}
+	whileHeld := false
+	for deadline := time.Now().Add(30 * time.Second); !whileHeld && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		whileHeld = slices.ContainsFunc(rec.all(), func(r watermark.Record) bool { return r.Export == bigID && hydrated(r) })
 	}
 	release()
 	hyd := rec.first(t, 2*time.Minute, bigID, "hydrated", hydrated)
+	left := containsLog(p, "chunk: keys left to the stream")
+	t.Logf("copied while the update was held: %v; a chunk left keys to the stream: %v", whileHeld, left)
+	if whileHeld && !left {
+		t.Errorf("the last chunk was read while the update was held, and no chunk left its key to the stream")
+	}
 	if hyd.Snapshot != nil && hyd.Snapshot.ChunksDone < 2 {
 		t.Fatalf("the copy took %d chunks, want the last read while the update was held", hyd.Snapshot.ChunksDone)
 	}
