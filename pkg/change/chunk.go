@@ -1,6 +1,7 @@
 package change
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -26,6 +27,38 @@ type Chunk struct {
 	Read int
 	// Estimated is the table's estimated rows when its copy was set up (pg_class).
 	Estimated int64
+	// Snapshot says which transactions the chunk's read saw (nil: unknown, taken as all that
+	// committed before its low marker).
+	Snapshot *XidSnapshot
+}
+
+// XidSnapshot is the part of a PostgreSQL snapshot that says which committed transactions it
+// sees (pg_current_snapshot): those with an xid below Xmax and not in Xip. Xids are the 32-bit
+// ones pgoutput sends in Begin (the low half of an xid8), compared in PostgreSQL's circular
+// order.
+//
+// A chunk needs it because a transaction's commit record precedes the moment it stops counting
+// as running (PostgreSQL writes the record, then takes the xid out of the proc array): the
+// stream can deliver a transaction before a chunk's low marker that the chunk's snapshot, taken
+// after the marker, still sees as running.
+type XidSnapshot struct {
+	Xmin, Xmax uint32
+	// Xip are the transactions running when the snapshot was taken, with xids below Xmax.
+	// On a hot standby PostgreSQL does not list them (they are all subtransactions to it), so
+	// only Xmax counts there.
+	Xip []uint32
+}
+
+// Sees reports whether the snapshot sees the changes of a transaction that committed with xid.
+// A nil snapshot sees every transaction.
+func (s *XidSnapshot) Sees(xid uint32) bool {
+	switch {
+	case s == nil || int32(xid-s.Xmin) < 0:
+		return true // not running when the snapshot was taken
+	case int32(xid-s.Xmax) >= 0:
+		return false
+	}
+	return !slices.Contains(s.Xip, xid)
 }
 
 // Last reports whether the chunk reaches the table's last key.

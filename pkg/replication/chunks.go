@@ -1,7 +1,7 @@
 package replication
 
 import (
-	"slices"
+	"maps"
 
 	"github.com/jackc/pglogrepl"
 
@@ -16,6 +16,23 @@ import (
 // rows are published without the noted keys: the stream already published a change of those
 // that is at least as new as the chunk's read. A chunk whose turn has not come yet keeps its
 // window open, so rows are never published behind a newer change of their key.
+//
+// Transactions before the low marker that the chunk did not see. PostgreSQL writes a
+// transaction's commit record (RecordTransactionCommit) before it takes the xid out of the proc
+// array (ProcArrayEndTransaction); a snapshot taken in between counts it as running. So the
+// stream can deliver a transaction before a chunk's low marker that the chunk's snapshot, taken
+// after the marker, does not see: the chunk's row of such a key is older than the change the
+// stream published before it. The chunk therefore carries its snapshot (change.XidSnapshot),
+// and the keys of every transaction that the stream delivered before the low marker and the
+// snapshot does not see are left out of the chunk too, exactly as if it had committed in the
+// window. For that the export keeps the keys the stream changed, each with the xid of the last
+// transaction that changed it (recent), until a chunk's snapshot sees that transaction: every
+// chunk opened after that is read under a later snapshot, which sees it too. A window takes a
+// copy of them when it opens and adds the keys delivered until its low marker; when its rows
+// (and snapshot) arrive, the keys of transactions the snapshot does not see join its noted keys.
+// Per key the last transaction is enough: a transaction that changes a row another one
+// changed waits for the other's xid lock, which is released after the other left the proc
+// array, so the snapshot that sees the later one sees the earlier one as well.
 
 // window is the state of one chunk between OpenWindow and its publication.
 type window struct {
@@ -24,11 +41,31 @@ type window struct {
 	// open: the low marker arrived; keys changed from now on are noted.
 	open bool
 	// high: the high marker arrived; the chunk is published when its turn comes.
-	high      bool
+	high bool
+	// touched: the keys whose chunk rows are left to the stream; truncated: all of them.
 	touched   map[string]struct{}
 	truncated bool
 	unit      *change.Unit
+	// pending: until the rows (and their snapshot) arrive, the keys changed by transactions
+	// delivered before the low marker, with the xid of the last one that changed each ("" for
+	// a truncate).
+	pending map[string]uint32
+	// unseen counts the keys left to the stream because the chunk's snapshot did not see a
+	// transaction delivered before the low marker.
+	unseen int
 }
+
+// leave leaves key k (a truncate: "") to the stream.
+func (w *window) leave(k string) {
+	if k == truncateKey {
+		w.truncated = true
+		return
+	}
+	w.touched[k] = struct{}{}
+}
+
+// truncateKey stands for a truncate among noted keys (a record key is never empty).
+const truncateKey = ""
 
 // drop releases the window's rows: their claim goes back to the chunker's budget.
 func (w *window) drop() {
@@ -46,6 +83,9 @@ type chunking struct {
 	// windows by seq; active counts the open ones (keys are noted only when there are).
 	windows map[int]*window
 	active  int
+	// recent: keys the stream changed, with the xid of the last transaction that changed each,
+	// that no chunk snapshot was seen to include yet (see above).
+	recent map[string]uint32
 }
 
 // OpenWindow registers chunk id (the seq-th of e's chunked copy) before its low marker is
@@ -97,7 +137,7 @@ func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) 
 	}
 	st.dropWindows(r)
 	r.mode = routeMerge
-	r.chunks = &chunking{total: -1, windows: make(map[int]*window)}
+	r.chunks = &chunking{total: -1, windows: make(map[int]*window), recent: make(map[string]uint32)}
 }
 
 func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
@@ -108,7 +148,7 @@ func (st *streamState) openWindow(id uint64, e change.ExportID, seq int) {
 	if old, ok := r.chunks.windows[seq]; ok { // a retry of the same chunk
 		st.removeWindow(r, old)
 	}
-	w := &window{export: e, seq: seq}
+	w := &window{export: e, seq: seq, touched: make(map[string]struct{}), pending: maps.Clone(r.chunks.recent)}
 	r.chunks.windows[seq] = w
 	if st.windows == nil {
 		st.windows = make(map[uint64]*window)
@@ -123,6 +163,18 @@ func (st *streamState) chunkRead(id uint64, u *change.Unit) {
 		return
 	}
 	w.unit = u
+	snap := u.Chunk.Snapshot
+	for k, xid := range w.pending {
+		if !snap.Sees(xid) {
+			w.leave(k)
+			w.unseen++
+		}
+	}
+	w.pending = nil
+	// Every chunk opened from now on reads under a later snapshot: it sees what this one sees.
+	if r, ok := st.routes[w.export]; ok && r.chunks != nil {
+		maps.DeleteFunc(r.chunks.recent, func(_ string, xid uint32) bool { return snap.Sees(xid) })
+	}
 }
 
 func (st *streamState) abandonWindow(id uint64) {
@@ -195,7 +247,6 @@ func (st *streamState) marker(m *pglogrepl.LogicalDecodingMessage) error {
 	if !high {
 		if !w.open {
 			w.open = true
-			w.touched = make(map[string]struct{})
 			r.chunks.active++
 		}
 		return nil
@@ -230,6 +281,10 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 		}
 		clear(u.Records[len(kept):])
 		u.Records, u.Rows = kept, len(kept)
+		if w.unseen > 0 {
+			st.log.Info("chunk: keys left to the stream, changed before its low marker by transactions its snapshot did not see",
+				"export", e.String(), "chunk", w.seq, "keys", w.unseen, "rows_published", u.Rows)
+		}
 		// The rows stay in memory until the sink has them: their claim goes with the unit.
 		w.unit = nil
 		st.removeWindow(r, w)
@@ -249,33 +304,43 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 	return nil
 }
 
-// noteKeys adds the keys a committed transaction changed to the open windows of their exports.
+// noteKeys notes the keys a committed transaction (or a piece of one) changed, for the chunks
+// of their exports: in the open windows; in the windows before their low marker, when the
+// chunk's snapshot does not see the transaction (or is not known yet); and among the export's
+// recent keys.
 func (st *streamState) noteKeys() {
+	xid := st.tx.xid
 	for e, keys := range st.tx.touched {
 		r, ok := st.routes[e]
-		if !ok || r.chunks == nil || r.chunks.active == 0 {
+		if !ok || r.chunks == nil {
 			continue
 		}
-		for _, w := range r.chunks.windows {
-			if !w.open {
-				continue
-			}
-			for _, k := range keys {
-				if k == nil {
-					w.truncated = true
-					continue
+		for _, key := range keys {
+			k := string(key) // a truncate (nil): truncateKey
+			r.chunks.recent[k] = xid
+			for _, w := range r.chunks.windows {
+				switch {
+				case w.open:
+					w.leave(k)
+				case w.unit == nil:
+					if w.pending == nil {
+						w.pending = make(map[string]uint32)
+					}
+					w.pending[k] = xid
+				case !w.unit.Chunk.Snapshot.Sees(xid):
+					w.leave(k)
+					w.unseen++
 				}
-				w.touched[string(k)] = struct{}{}
 			}
 		}
 	}
 	clear(st.tx.touched)
 }
 
-// touch notes, for an export with open windows, the keys of records[from:] of the open
+// touch notes, for an export being copied in chunks, the keys of records of the open
 // transaction (a nil key: a truncate).
 func (st *streamState) touch(e change.ExportID, r *route, records []change.Record) {
-	if r.chunks == nil || r.chunks.active == 0 {
+	if r.chunks == nil {
 		return
 	}
 	if st.tx.touched == nil {
@@ -289,7 +354,7 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 		}
 		keys = append(keys, k)
 	}
-	st.tx.touched[e] = slices.Clip(keys)
+	st.tx.touched[e] = keys
 }
 
 // chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete

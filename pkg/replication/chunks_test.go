@@ -2,6 +2,7 @@ package replication
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -198,5 +199,124 @@ func TestChunkWindowTruncateAbandonAndForeignMarkers(t *testing.T) {
 	}
 	if len(got) != 1 || len(got[0]) != 1 || got[0][0] != "4" {
 		t.Fatalf("after the retry: chunks %v, want [[4]]", got)
+	}
+}
+
+// truncateMsg truncates relation rel.
+func truncateMsg(rel uint32) []byte {
+	b := []byte{'T'}
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, 0)
+	return xlog(binary.BigEndian.AppendUint32(b, rel))
+}
+
+// A transaction the stream delivers before a chunk's low marker, but that the chunk's snapshot
+// still sees as running (its commit record was written, its xid not yet out of the proc array),
+// is newer than the chunk's rows: its keys are left to the stream, as if it had committed in the
+// window. One the snapshot sees leaves the chunk alone.
+func TestChunkWindowUnseenTransactionBeforeLowMarker(t *testing.T) {
+	xip := &change.XidSnapshot{Xmin: 490, Xmax: 510, Xip: []uint32{490, 500}}
+	above := &change.XidSnapshot{Xmin: 490, Xmax: 500, Xip: []uint32{490}}
+	seen := &change.XidSnapshot{Xmin: 490, Xmax: 510, Xip: []uint32{490}}
+	tx500 := [][]byte{begin(0x100, 500), update(2, "2", "newer"), commit(0x100, 0x108)}
+	trunc500 := [][]byte{begin(0x100, 500), truncateMsg(2), commit(0x100, 0x108)}
+	low, high := markerMsg(0x110, change.ChunkMarker(testTag, 7, false)), markerMsg(0x300, change.ChunkMarker(testTag, 7, true))
+	for _, tc := range []struct {
+		name string
+		snap *change.XidSnapshot
+		// order of events: "open" (OpenWindow), "tx" (the transaction of xid 500), "low",
+		// "rows" (ChunkRead), "high".
+		steps []string
+		tx    [][]byte
+		want  []string
+	}{
+		{"in the snapshot's running xids", xip, []string{"open", "tx", "low", "rows", "high"}, tx500, []string{"1", "3"}},
+		{"at or above the snapshot's xmax", above, []string{"open", "tx", "low", "rows", "high"}, tx500, []string{"1", "3"}},
+		{"seen by the snapshot", seen, []string{"open", "tx", "low", "rows", "high"}, tx500, []string{"1", "2", "3"}},
+		{"streamed before the window opened", xip, []string{"tx", "open", "low", "rows", "high"}, tx500, []string{"1", "3"}},
+		{"streamed after the rows arrived", xip, []string{"open", "rows", "tx", "low", "high"}, tx500, []string{"1", "3"}},
+		{"seen, streamed after the rows arrived", seen, []string{"open", "rows", "tx", "low", "high"}, tx500, []string{"1", "2", "3"}},
+		{"a truncate the snapshot does not see", xip, []string{"open", "tx", "low", "rows", "high"}, trunc500, nil},
+		{"a truncate the snapshot sees", seen, []string{"open", "tx", "low", "rows", "high"}, trunc500, []string{"1", "2", "3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, out, enc := chunkStream(t)
+			u := chunkUnit(t, enc, 0, 0x110, true, "1", "2", "3")
+			u.Chunk.Snapshot = tc.snap
+			for _, step := range tc.steps {
+				switch step {
+				case "open":
+					st.openWindow(7, tB, 0)
+				case "tx":
+					feed(t, st, tc.tx...)
+				case "low":
+					feed(t, st, low)
+				case "rows":
+					st.chunkRead(7, u)
+					st.copyComplete(tB, 1)
+				case "high":
+					feed(t, st, high)
+				}
+			}
+			var chunks [][]string
+			for _, u := range drain(out) {
+				if u.Kind == change.KindChunk {
+					chunks = append(chunks, ids(t, u))
+				}
+			}
+			if len(chunks) != 1 || !slices.Equal(chunks[0], tc.want) {
+				t.Fatalf("chunks published %v, want one with ids %v", chunks, tc.want)
+			}
+		})
+	}
+}
+
+// The keys the stream changed are kept for the chunks to come only until a chunk's snapshot
+// sees their transactions: a later chunk's snapshot is taken after, and sees them too.
+func TestChunkRecentKeysPrunedBySnapshot(t *testing.T) {
+	st, _, enc := chunkStream(t)
+	feed(t, st, begin(0x100, 500), update(2, "2", "a"), commit(0x100, 0x108),
+		begin(0x120, 501), update(2, "3", "b"), commit(0x120, 0x128))
+	if got := len(st.routes[tB].chunks.recent); got != 2 {
+		t.Fatalf("recent keys %d, want 2", got)
+	}
+	st.openWindow(7, tB, 0)
+	feed(t, st, markerMsg(0x130, change.ChunkMarker(testTag, 7, false)))
+	u := chunkUnit(t, enc, 0, 0x130, false, "1")
+	u.Chunk.Snapshot = &change.XidSnapshot{Xmin: 501, Xmax: 510, Xip: []uint32{501}}
+	st.chunkRead(7, u)
+	recent := st.routes[tB].chunks.recent
+	if _, ok := recent[`{"id":3}`]; len(recent) != 1 || !ok {
+		t.Fatalf("recent keys after a snapshot that sees xid 500 only: %v, want the key of xid 501's change", recent)
+	}
+}
+
+// A window opened before another chunk's snapshot pruned the recent keys keeps its own copy:
+// its snapshot may be older than the other's.
+func TestChunkWindowKeepsKeysPrunedAfterItOpened(t *testing.T) {
+	st, out, enc := chunkStream(t)
+	st.openWindow(7, tB, 0)
+	st.openWindow(8, tB, 1)
+	feed(t, st, begin(0x100, 500), update(2, "2", "newer"), commit(0x100, 0x108),
+		markerMsg(0x110, change.ChunkMarker(testTag, 7, false)), markerMsg(0x120, change.ChunkMarker(testTag, 8, false)))
+	later := chunkUnit(t, enc, 1, 0x120, true, "5")
+	later.Chunk.Snapshot = &change.XidSnapshot{Xmin: 501, Xmax: 510}
+	st.chunkRead(8, later)
+	if n := len(st.routes[tB].chunks.recent); n != 0 {
+		t.Fatalf("recent keys %d after a snapshot that sees every transaction, want 0", n)
+	}
+	first := chunkUnit(t, enc, 0, 0x110, false, "1", "2")
+	first.Chunk.Snapshot = &change.XidSnapshot{Xmin: 500, Xmax: 501, Xip: []uint32{500}}
+	st.chunkRead(7, first)
+	st.copyComplete(tB, 2)
+	feed(t, st, markerMsg(0x200, change.ChunkMarker(testTag, 7, true)), markerMsg(0x210, change.ChunkMarker(testTag, 8, true)))
+	var chunks [][]string
+	for _, u := range drain(out) {
+		if u.Kind == change.KindChunk {
+			chunks = append(chunks, ids(t, u))
+		}
+	}
+	if len(chunks) != 2 || !slices.Equal(chunks[0], []string{"1"}) || !slices.Equal(chunks[1], []string{"5"}) {
+		t.Fatalf("chunks %v, want [[1] [5]]: xid 500 changed 2 and the first chunk's snapshot does not see it", chunks)
 	}
 }

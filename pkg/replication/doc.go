@@ -28,7 +28,12 @@
 // markers arrive as logical decoding messages (pgoutput's messages option). Between a chunk's
 // low marker and its publication, every key of the export that a committed transaction changes
 // is noted in the chunk's window; at the high marker, once every earlier chunk of the export was
-// published, its rows are published without the noted keys (a truncate drops them all). The
+// published, its rows are published without the noted keys (a truncate drops them all). Keys
+// changed before the low marker by a transaction that the chunk's snapshot does not see (its
+// commit record came first, its xid left the proc array later) are noted too: the export keeps
+// the keys the stream changed, with the xid of the last transaction that changed each, until a
+// chunk's snapshot sees that transaction (memory: the keys changed between two chunk reads, like
+// a window's keys between its markers). The
 // chunk's unit carries the chunker's claim on its memory (change.Claim): the sink returns it once
 // the unit is durable, the stage when it drops the chunk.
 //

@@ -42,6 +42,13 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 	if err != nil {
 		return nil, fmt.Errorf("read schema of %s: %w", t.job.Export, err)
 	}
+	// The transactions the chunk's snapshot (taken by the query above) sees: the replication
+	// stage leaves to the stream the keys of those it delivered before the low marker that the
+	// snapshot does not see.
+	snap, err := readXidSnapshot(ctx, w.conn)
+	if err != nil {
+		return nil, err
+	}
 	t.planMu.Lock()
 	if fp != t.fingerprint {
 		if err := w.setup(ctx, t); err != nil {
@@ -83,7 +90,7 @@ func (w *chunkWorker) copy(ctx context.Context, t *chunkTable, ch *plannedChunk,
 
 	u := &change.Unit{
 		Kind: change.KindChunk, Export: t.job.Export, Attempt: t.job.Attempt, Commit: low,
-		Chunk:   &change.Chunk{Seq: ch.seq, Estimated: t.estimated},
+		Chunk:   &change.Chunk{Seq: ch.seq, Estimated: t.estimated, Snapshot: snap},
 		Records: w.scratch(limit),
 	}
 	start := time.Now()

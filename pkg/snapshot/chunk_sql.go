@@ -1,6 +1,8 @@
 package snapshot
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -81,4 +83,25 @@ func (t *chunkTable) literal(vals []string) string {
 	}
 	b.WriteString(")")
 	return b.String()
+}
+
+// readXidSnapshot reads which transactions the snapshot of conn's transaction sees
+// (pg_current_snapshot; in a REPEATABLE READ transaction, the transaction's snapshot). Xids are
+// cut to the 32 bits pgoutput sends.
+func readXidSnapshot(ctx context.Context, conn *pgx.Conn) (*change.XidSnapshot, error) {
+	var (
+		xmin, xmax int64
+		xip        []int64
+	)
+	err := conn.QueryRow(ctx, `SELECT pg_catalog.pg_snapshot_xmin(s)::text::int8, pg_catalog.pg_snapshot_xmax(s)::text::int8,
+		ARRAY(SELECT x::text::int8 FROM pg_catalog.pg_snapshot_xip(s) x)
+		FROM pg_catalog.pg_current_snapshot() s`).Scan(&xmin, &xmax, &xip)
+	if err != nil {
+		return nil, fmt.Errorf("read the chunk's snapshot: %w", err)
+	}
+	snap := &change.XidSnapshot{Xmin: uint32(xmin), Xmax: uint32(xmax), Xip: make([]uint32, len(xip))}
+	for i, x := range xip {
+		snap.Xip[i] = uint32(x)
+	}
+	return snap, nil
 }

@@ -197,10 +197,19 @@ func (w *chunkWorker) marker(ctx context.Context, id uint64, high bool) (change.
 // Why the wait: PostgreSQL writes a commit record before the transaction stops counting as
 // running for new snapshots (flush, synchronous replication). A snapshot taken right after the
 // low marker may therefore miss a transaction whose changes the stream delivers before the
-// marker, and the chunk's older row would be published after them. Every such transaction is in
-// the running set of a snapshot taken after the marker; the chunk's snapshot is taken once none
-// of them runs any more. Transactions still running after a second without having committed
-// are long-running ones: they commit after the marker, whenever they do, and are not waited for.
+// marker, and the chunk's older row would be published after them. The chunk's snapshot is taken
+// once the transactions listed as running after the marker are over. Transactions still running
+// after a second without having committed are long-running ones: they commit after the marker,
+// whenever they do, and are not waited for.
+//
+// The wait makes such misses rare; it does not rule them out: pg_snapshot_xip lists only xids
+// below the snapshot's xmax, so the newest transaction, committed but still in the proc array, is
+// not waited for (TestChunkedHeldCommit), nor is one that spends more than a second between its
+// commit record and marking its xid committed, nor one an earlier chunk found long-running
+// that commits just before this chunk's marker. What keeps the chunk right is the merge: the
+// chunk carries its snapshot (copy, readXidSnapshot), and the replication stage leaves to the
+// stream the keys of every transaction it delivered before the low marker that the snapshot
+// does not see.
 func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk, id uint64) (*change.Unit, error) {
 	low, err := w.marker(ctx, id, false)
 	if err != nil {

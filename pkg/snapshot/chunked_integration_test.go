@@ -2,10 +2,14 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
@@ -195,4 +199,150 @@ func checkChunks(t *testing.T, e change.ExportID, units []*change.Unit, from []s
 		t.Errorf("%s: no chunks", e)
 	}
 	return keys
+}
+
+// TestChunkCarriesSnapshot: a chunk names the transactions its snapshot saw. A transaction that
+// committed before the copy is seen; one that holds an xid and is still open while the chunk
+// is read is not (it is a long-running one for the chunker, which stops waiting for it after
+// a second).
+func TestChunkCarriesSnapshot(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	tbl := pgcat.Ident(schema) + ".snap"
+	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text)")
+	var committed int64
+	if err := conn.QueryRow(t.Context(), "INSERT INTO "+tbl+" VALUES (1, 'a') RETURNING pg_current_xact_id()::text::int8").Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	open := connectTest(t, url)
+	execTest(t, open, "BEGIN")
+	var running int64
+	if err := open.QueryRow(t.Context(), "INSERT INTO "+tbl+" VALUES (2, 'b') RETURNING pg_current_xact_id()::text::int8").Scan(&running); err != nil {
+		t.Fatal(err)
+	}
+	defer execTest(t, open, "ROLLBACK")
+
+	e := change.ExportID{Schema: schema, Table: "snap"}
+	cfg := Config{ConnString: url, Workers: 1, Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}
+	units := runChunker(t, cfg, ChunkJob{Export: e, Attempt: 1})[e]
+	if len(units) != 1 || units[0].Chunk.Snapshot == nil {
+		t.Fatalf("%d chunks, want 1 with a snapshot", len(units))
+	}
+	snap := units[0].Chunk.Snapshot
+	t.Logf("chunk snapshot %+v; committed xid %d, open xid %d", snap, committed, running)
+	if !snap.Sees(uint32(committed)) {
+		t.Errorf("the chunk's snapshot %+v does not see xid %d, committed before the copy", snap, committed)
+	}
+	if snap.Sees(uint32(running)) {
+		t.Errorf("the chunk's snapshot %+v sees xid %d, open during the copy", snap, running)
+	}
+	if units[0].Chunk.Read != 1 {
+		t.Errorf("the chunk read %d rows, want 1 (the open transaction's row is not visible)", units[0].Chunk.Read)
+	}
+}
+
+// TestChunkSnapshotMissesCommittedTransaction makes, in real PostgreSQL, the situation behind
+// a stale chunk row: a transaction whose commit record precedes the chunk's low marker (so the
+// stream delivers it before the window opens) while its xid is still in the proc array when
+// the chunk's snapshot is taken. A synchronous-replication wait holds it there: PostgreSQL
+// writes and flushes the commit record and marks the xid committed, then waits for a standby
+// (here one that never comes) before it takes the xid out of the proc array. The chunk's
+// snapshot must say whether it saw that transaction, and say it truly: the chunk's row of the
+// key is the transaction's version exactly when the snapshot sees it. (The chunker's wait after
+// the low marker lists running transactions from pg_snapshot_xip, which leaves out those at or
+// above the snapshot's xmax: the newest transaction is not waited for, and the chunk reads the
+// row from before it.)
+func TestChunkSnapshotMissesCommittedTransaction(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	tbl := pgcat.Ident(schema) + ".held"
+	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)")
+	execTest(t, conn, "INSERT INTO "+tbl+" SELECT g, 'old' FROM generate_series(1, 10) g")
+	execTest(t, conn, "ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'")
+	execTest(t, conn, "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
+		execTest(t, conn, "SELECT pg_reload_conf()")
+	})
+
+	held := connectTest(t, url)
+	var pid int32
+	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	execTest(t, held, "SET synchronous_commit = on")
+	done := make(chan error, 1)
+	go func() {
+		_, err := held.Exec(context.Background(), "UPDATE "+tbl+" SET v = 'new' WHERE id = 5")
+		done <- err
+	}()
+	xid, commitEnd := waitSyncRep(t, conn, pid)
+	release := func() {
+		execTest(t, conn, "SELECT pg_cancel_backend($1)", pid)
+		if err := <-done; err != nil {
+			t.Errorf("held update: %v", err)
+		}
+	}
+	// The chunker waits for a committed transaction it sees running: let it go after a while.
+	timer := time.AfterFunc(3*time.Second, release)
+	defer func() {
+		if timer.Stop() {
+			release()
+		}
+	}()
+
+	e := change.ExportID{Schema: schema, Table: "held"}
+	cfg := Config{ConnString: url, Workers: 1, Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}
+	units := runChunker(t, cfg, ChunkJob{Export: e, Attempt: 1})[e]
+	if len(units) != 1 {
+		t.Fatalf("%d chunks, want 1", len(units))
+	}
+	u := units[0]
+	if u.Commit <= commitEnd {
+		t.Fatalf("low marker %s not after the held transaction's commit record (WAL at %s)", u.Commit, commitEnd)
+	}
+	newRow := false
+	for _, r := range u.Records {
+		if string(r.Key) == `{"id":5}` {
+			newRow = strings.Contains(string(r.Value), `"new"`)
+		}
+	}
+	seen := u.Chunk.Snapshot.Sees(xid)
+	t.Logf("held xid %d committed below %s; chunk snapshot %+v, low marker %s: sees it %v, row of id 5 is its version %v",
+		xid, commitEnd, u.Chunk.Snapshot, u.Commit, seen, newRow)
+	if seen != newRow {
+		t.Errorf("the chunk's snapshot sees the held transaction: %v; its row of id 5 is that transaction's version: %v", seen, newRow)
+	}
+}
+
+// waitSyncRep waits until backend pid waits for synchronous replication and returns its xid and
+// the WAL position then (past its commit record).
+func waitSyncRep(t *testing.T, conn *pgx.Conn, pid int32) (uint32, change.LSN) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var (
+			xid *int64
+			lsn string
+		)
+		// Nothing here takes an xid: a transaction completed after the held one would move
+		// the snapshots' xmax past it.
+		err := conn.QueryRow(t.Context(), `SELECT backend_xid::text::int8, pg_current_wal_lsn()::text
+			FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'SyncRep'`, pid).Scan(&xid, &lsn)
+		if err == nil && xid != nil {
+			pos, err := change.ParseLSN(lsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return uint32(*xid), pos
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("the held update never waited for synchronous replication")
+	return 0, 0
 }

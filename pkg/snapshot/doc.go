@@ -15,13 +15,18 @@
 //
 //  1. ChunkHooks.OpenWindow registers the chunk with the replication stage;
 //  2. the low marker is written into the WAL (pg_logical_emit_message, not transactional);
-//  3. the worker waits until the transactions running right after the marker are over (a
-//     commit record precedes the moment a transaction stops counting as running: a snapshot
-//     taken at once could miss a transaction the stream delivers before the marker);
+//  3. the worker waits until the transactions listed as running right after the marker are
+//     over (a commit record precedes the moment a transaction stops counting as running: a
+//     snapshot taken at once could miss a transaction the stream delivers before the marker).
+//     This only makes such misses rare: pg_snapshot_xip leaves out running xids at or above
+//     xmax, and long-running ones are not waited for;
 //  4. the chunk is read with COPY in a REPEATABLE READ transaction of its own and encoded as
 //     snapshot reads (op "r") at the low marker's LSN: one change.KindChunk unit, whose
 //     change.Chunk names the range read (the markers name the chunk, not its range: the
-//     replication stage notes every key of the table the stream changes in the window);
+//     replication stage notes every key of the table the stream changes in the window) and the
+//     transactions the chunk's snapshot sees (change.XidSnapshot, from pg_current_snapshot in
+//     the chunk's transaction): the replication stage also leaves to the stream the keys of
+//     transactions it delivered before the low marker that the snapshot does not see;
 //  5. ChunkHooks.ChunkRead hands the unit over, then the high marker is written.
 //
 // Schema changes during a chunked copy. The chunk's transaction first locks the table (ACCESS
@@ -37,7 +42,8 @@
 // table) fails the export alone.
 //
 // The replication stage publishes the unit when the high marker arrives, without the rows whose
-// key the stream changed after the low marker, in chunk order. No transaction lives longer than
+// key the stream changed after the low marker, or before it in a transaction the chunk's
+// snapshot does not see, in chunk order. No transaction lives longer than
 // one chunk's read. ChunkHooks.CopyComplete follows the last chunk. A chunk whose read fails is
 // abandoned (ChunkHooks.AbandonWindow) and read again under a new id, on a new connection, after
 // a backoff; a table that is gone, unreadable or unencodable fails alone (ChunkHooks.Failed).
