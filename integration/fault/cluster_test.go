@@ -174,9 +174,7 @@ func clusterFaults(t *testing.T, c *testenv.Cluster, db, replica, pub string, se
 		ready = append(ready, readyz(r.httpAddr))
 		time.Sleep(3 * time.Second)
 		r.sup.check()
-		if r.applier != nil {
-			r.applier.check()
-		}
+		r.applier.check()
 	}
 	logged := r.sup.since(from)
 	// /readyz says why cdc waits (on c9cb695 it answered 200 {"ready":true} all along).

@@ -37,8 +37,9 @@ type Cut struct {
 	Part  int
 	Final bool
 	// Load, when set, makes this a part of a table's load, not of a cut: Txns hold changes of
-	// Load.Export alone, below its hydration watermark (LSN), in an order that keeps each key's
-	// order (a chunked copy's rows may come after changes of other keys at higher LSNs). Apply
+	// Load.Export alone, its copy's rows and its changes below its hydration watermark (LSN),
+	// in an order that keeps each key's order (a chunked copy's rows may come after changes of
+	// other keys at higher LSNs, and the last chunk's rows may lie at or above LSN). Apply
 	// them to a shadow of the table (part 0: start it empty), outside any cut; the table joins
 	// in a later cut, whose EventJoined makes the shadow the table. Position is not set.
 	Load *Load

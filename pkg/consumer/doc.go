@@ -25,6 +25,10 @@
 // 0. A table that joins is loaded first: its copy's rows and its changes below the watermark it
 // was hydrated at come in load parts (Cut.Load set) between cuts, in an order that keeps each
 // key's order; the cut that joins it says EventJoined and carries its changes from there on.
+// The load takes every copy row below the offsets of the record that said hydrated, whatever
+// its position: a chunked copy's rows carry their chunk's low marker, and cdc's stream position
+// does not move on the markers, so the last chunk's rows can lie at or above that watermark (no
+// change of the table lies between the two: the rows are its state at the watermark).
 //
 // # Guarantees
 //

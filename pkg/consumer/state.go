@@ -357,7 +357,7 @@ func (s *state) startLoad(t *table, rec watermark.Record) {
 		t.start = maps.Clone(rec.Snapshot.StartOffsets)
 	}
 	t.loadParts = 0
-	t.load = &merge{limit: t.hydW, targets: map[*part]int64{}}
+	t.load = &merge{limit: t.hydW, copies: true, targets: map[*part]int64{}}
 	for _, pn := range slices.Sorted(maps.Keys(rec.Offsets)) {
 		pt := s.addPart(t, pn, s.startOf(t, pn))
 		t.load.parts = append(t.load.parts, pt)
@@ -621,7 +621,14 @@ func (pt *part) reading(max int) bool {
 // says; they concern keys no change in between touched, so taking them when they come keeps
 // every key's order.
 type merge struct {
-	limit   change.LSN
+	limit change.LSN
+	// copies: a load's merge, which takes every copy row below the targets, whatever its
+	// position. A chunked copy's rows carry their chunk's low marker, and cdc's stream position
+	// does not move on the markers themselves, so the record that says hydrated can carry a
+	// watermark at or below the last chunk's rows: no change of the table lies between the two
+	// (a change committed before the low marker is below the watermark, one after the high
+	// marker above the rows), so those rows are the table's state at the watermark.
+	copies  bool
 	parts   []*part
 	targets map[*part]int64
 	// last is the last change taken: a truncate, which cdc writes to every partition, comes
@@ -655,7 +662,7 @@ func (m *merge) take(max, maxBytes int) (done bool) {
 				continue
 			}
 			h := pt.held[0]
-			if h.Source.LSN >= m.limit || h.Offset >= m.targets[pt] {
+			if h.Source.LSN >= m.limit && !(m.copies && h.Source.Snapshot) || h.Offset >= m.targets[pt] {
 				continue // the rest belongs to later cuts
 			}
 			if best == nil || compareChanges(h, best.held[0]) < 0 {
@@ -876,7 +883,7 @@ func (s *state) nextLoadPart(max, maxBytes int) *Cut {
 			t.phase, t.load = phaseJoining, nil
 			for _, pt := range t.parts {
 				// What the load left is for the cuts, in offset order.
-				pt.held = append(pt.later, pt.held...)
+				pt.held = byOffset(pt.later, pt.held)
 				pt.heldBytes += pt.laterBytes
 				pt.later, pt.laterBytes = nil, 0
 			}
@@ -884,6 +891,25 @@ func (s *state) nextLoadPart(max, maxBytes int) *Cut {
 		return &Cut{LSN: t.hydW, Prev: s.lastC, Load: l, Part: part, Final: done, Txns: txns}
 	}
 	return nil
+}
+
+// byOffset merges two lists of one partition's changes, each in offset order, into one in
+// offset order. (Once a load is done, what it left in held lies past its targets, after the
+// later changes read below them; but a partition's changes reach the cuts in offset order
+// whatever they are.)
+func byOffset(a, b []*Change) []*Change {
+	if len(a) == 0 || len(b) == 0 || a[len(a)-1].Offset < b[0].Offset {
+		return append(a, b...)
+	}
+	out := make([]*Change, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].Offset < b[0].Offset {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // position is where a reader resumes after the last cut.
