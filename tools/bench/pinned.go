@@ -181,6 +181,6 @@ func printPinned(w io.Writer, p *pinnedRun) {
 	}
 	fmt.Fprintf(w, "  pinned (cdc and the Go reader on CPU %s, PostgreSQL and the broker on CPU %s):\n", p.CDCCPUs, p.ServerCPUs)
 	fmt.Fprintf(w, "    READ (Go reader)  %10.0f changes/s\n", p.Read.PerSecond)
-	fmt.Fprintf(w, "    cdc exactly-once  %10.0f changes/s = %.2f of READ; cdc CPU %.2f s, walsender %.2f s\n",
-		p.CDC.PerSecond, p.ReadRatio, p.CPUSeconds, p.WalsenderCPUSeconds)
+	fmt.Fprintf(w, "    cdc exactly-once  %10.0f changes/s = %.2f of READ (process start -> caught up; from replication start %.0f = %.2f); cdc CPU %.2f s, walsender %.2f s\n",
+		p.CDC.PerSecond, p.ReadRatio, p.CDCAfterStartup.PerSecond, over(p.CDCAfterStartup.PerSecond, p.Read.PerSecond), p.CPUSeconds, p.WalsenderCPUSeconds)
 }
