@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidemark/cdc/internal/testenv"
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/sink"
 	"github.com/tidemark/cdc/pkg/wait"
 )
 
@@ -31,12 +32,14 @@ type acl struct {
 }
 
 // leastPrivilege returns the ACLs of docs/production.md ("Kafka ACLs: least privilege") for a
-// deployment with topic prefix prefix whose cdc uses transactional id txnID: cdc writes the
+// deployment with topic prefix prefix whose cdc uses transactional id txnID (and its large
+// producer's, txnID + sink.LargeTransactionalIDSuffix): cdc writes the
 // topics, the applier only reads them.
 func leastPrivilege(cdc, applier, prefix, txnID string) []acl {
 	return []acl{
 		{cdc, "topic", prefix + ".", true, []kadm.ACLOperation{kadm.OpCreate, kadm.OpDescribe, kadm.OpDescribeConfigs, kadm.OpWrite, kadm.OpRead}},
 		{cdc, "transactional-id", txnID, false, []kadm.ACLOperation{kadm.OpDescribe, kadm.OpWrite}},
+		{cdc, "transactional-id", txnID + sink.LargeTransactionalIDSuffix, false, []kadm.ACLOperation{kadm.OpDescribe, kadm.OpWrite}},
 		{applier, "topic", prefix + ".", true, []kadm.ACLOperation{kadm.OpDescribe, kadm.OpRead}},
 	}
 }

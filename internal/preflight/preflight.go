@@ -436,14 +436,25 @@ func (p *checker) kafka(ctx context.Context) {
 		p.pass("Kafka: at-least-once delivery: no transactions needed")
 		return
 	}
-	// Transactions: finding the transaction coordinator of the transactional id that cdc run
-	// uses reads metadata only (no producer id is taken, so a running instance is not fenced),
-	// and needs the DESCRIBE that the id's ACLs grant. The id names the database: without it
-	// (PostgreSQL unreachable, already a failure) any id tells whether transactions work.
+	// Transactions: finding the transaction coordinator of each transactional id that cdc run
+	// uses (the sink's and its large producer's) reads metadata only (no producer id is taken,
+	// so a running instance is not fenced), and needs the DESCRIBE that the ids' ACLs grant.
+	// The ids name the database: without it (PostgreSQL unreachable, already a failure) any id
+	// tells whether transactions work.
 	txnID := "tidemark-check"
 	if p.database != "" {
 		txnID = pipeline.TransactionalID(p.database, cfg.Slot)
 	}
+	for _, id := range []string{txnID, txnID + sink.LargeTransactionalIDSuffix} {
+		if !p.transactions(cctx, cl, id) {
+			return
+		}
+	}
+	p.pass("Kafka: transactions available (exactly-once)")
+}
+
+// transactions finds the transaction coordinator of txnID and reports whether it could.
+func (p *checker) transactions(cctx context.Context, cl *kgo.Client, txnID string) bool {
 	fc := kmsg.NewPtrFindCoordinatorRequest()
 	fc.CoordinatorType = 1 // transaction
 	fc.CoordinatorKey = txnID
@@ -451,6 +462,7 @@ func (p *checker) kafka(ctx context.Context) {
 	// A cluster that never ran a transaction creates its transaction-state topic now: the
 	// coordinator is "not available" until it has.
 	var fr *kmsg.FindCoordinatorResponse
+	var err error
 	for {
 		fr, err = fc.RequestWith(cctx, cl)
 		if err != nil || cctx.Err() != nil {
@@ -474,8 +486,9 @@ func (p *checker) kafka(ctx context.Context) {
 	case len(fr.Coordinators) == 0 && fr.ErrorCode != 0:
 		p.fail("exactly-once needs transactions, or set CDC_DELIVERY=at-least-once", "Kafka: transactions unavailable: %s", errName(fr.ErrorCode))
 	default:
-		p.pass("Kafka: transactions available (exactly-once)")
+		return true
 	}
+	return false
 }
 
 // errName names a Kafka error code (its message when known).

@@ -44,6 +44,20 @@ const (
 	// for the measurement that chose it).
 	DefaultCompression = "lz4"
 
+	// producerBatchBytes is the largest record batch of the main producer. franz-go builds each
+	// produce request in a pooled buffer that starts at 1 KiB and doubles as it is written, and
+	// with 16 MiB batches every request regrew it (and the collector dropped the pool's large
+	// buffers): 1 MB batches cost less producer CPU per record (docs/performance.md).
+	// In franz-go the batch limit is also the largest record it takes, so records larger than
+	// largeRecordBytes go through the large producer.
+	producerBatchBytes = 1 << 20
+	// largeRecordBytes is the largest record (change.Record.Size) the main producer takes:
+	// its batch limit less room for the record batch's framing and the record's varints.
+	largeRecordBytes = producerBatchBytes - 16<<10
+	// LargeTransactionalIDSuffix is appended to Config.TransactionalID for the large producer,
+	// which produces batches that hold a record above 1 MB, up to MaxRecordBytes.
+	LargeTransactionalIDSuffix = "-large"
+
 	// metadataMinAge is the shortest time between two metadata refreshes of the producer.
 	metadataMinAge = 250 * time.Millisecond
 	// producerLinger is kgo's per-partition linger: small, because Run flushes every batch.

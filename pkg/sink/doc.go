@@ -44,8 +44,18 @@
 //     durable part); the sink treats pieces as units.
 //
 // Record size: one record (one row change: key, value and headers) may be up to MaxRecordBytes
-// (16 MiB). The producer builds record batches of up to that size, and EnsureTopics creates every
-// topic with max.message.bytes=MaxRecordBytes, overriding the broker's default of 1 MiB. A topic
+// (16 MiB). The main producer builds record batches of up to 1 MiB: franz-go writes each produce
+// request into a pooled buffer that grows by doubling, and batches of 16 MiB made it regrow for
+// every request. In franz-go the batch limit is also the largest record a client takes, so a
+// batch whose units hold a record above about 1 MiB goes through a second producer, with record
+// batches of up to MaxRecordBytes and (exactly-once) a transactional id of its own,
+// TransactionalID + LargeTransactionalIDSuffix. A batch uses one producer from start to commit:
+// a unit with such a record closes the batch before it and opens one of its own on the large
+// producer (which may take smaller units after it), so every batch is still one transaction,
+// batches commit one after another, and per-partition order holds. Init initialises both
+// producers, so a new instance fences both ids and resolves the open transactions of both.
+// EnsureTopics creates every topic with max.message.bytes=MaxRecordBytes, overriding the
+// broker's default of 1 MiB. A topic
 // that already existed keeps its own max.message.bytes (EnsureTopics logs a warning when it is
 // smaller); raise it with kafka-configs.sh --alter --add-config max.message.bytes=16777216.
 // Consumers need nothing special: fetch limits are not absolute, a broker always returns at

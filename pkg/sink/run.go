@@ -41,7 +41,12 @@ type batch struct {
 	limit    int // MaxBatchBytes, or MaxBulkBatchBytes once a snapshot unit is in
 	records  int // records produced, AllPartitions copies counted
 	recBytes int
-	txn      bool // a Kafka transaction is open
+	txn      bool     // a Kafka transaction is open
+	prod     producer // the Sink's prod, or prodLarge for a batch that holds a large record
+	large    bool     // prod is prodLarge
+	// ts is the timestamp of the records being produced: read once per unit (and once per
+	// call for the owner's records), not once per record by franz-go.
+	ts time.Time
 }
 
 // Run consumes units until in is closed (it then finishes the open batch and returns nil) or
@@ -91,7 +96,10 @@ func (s *Sink) Run(ctx context.Context, in <-chan *change.Unit, acks Acker) erro
 // With first nil it is a tick: only the reply's records are produced. It reports whether in
 // was closed.
 func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *change.Unit, linger *time.Timer, acks Acker) (closed bool, err error) {
-	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes}
+	b := &batch{start: time.Now(), limit: s.cfg.MaxBatchBytes, prod: s.prod}
+	if first != nil && largestRecord(first) > largeRecordBytes {
+		b.prod, b.large = s.prodLarge, true
+	}
 	s.inFlight.Store(b.start.UnixNano())
 	defer s.inFlight.Store(0)
 	s.resetBatchErr()
@@ -99,7 +107,7 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		if err != nil && b.txn {
 			// A produce that failed with INVALID_PRODUCER_EPOCH only learns at the abort
 			// whether another instance took over.
-			if aerr := s.abort(ctx); errors.Is(aerr, kerr.ProducerFenced) && !errors.Is(err, ErrFenced) {
+			if aerr := s.abort(ctx, b); errors.Is(aerr, kerr.ProducerFenced) && !errors.Is(err, ErrFenced) {
 				err = &fencedError{id: s.cfg.TransactionalID, err: err}
 			}
 		}
@@ -124,7 +132,7 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 				return closed, err
 			}
 		}
-		if err := s.flush(ctx); err != nil {
+		if err := s.flush(ctx, b); err != nil {
 			return closed, err
 		}
 		// The units are durable: their share of their stage's budget goes back.
@@ -144,12 +152,12 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 		if err := s.produceRecords(ctx, b, recs); err != nil {
 			return closed, err
 		}
-		if err := s.flush(ctx); err != nil {
+		if err := s.flush(ctx, b); err != nil {
 			return closed, err
 		}
 	}
 	if b.txn {
-		if err := s.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		if err := b.prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			return closed, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 		}
 		b.txn = false
@@ -194,6 +202,12 @@ func (s *Sink) collect(ctx context.Context, b *batch, in <-chan *change.Unit, li
 				s.next = u
 				return false, nil
 			}
+			if !b.large && largestRecord(u) > largeRecordBytes {
+				// A record the main producer cannot take: the large producer takes the
+				// unit in a batch (a transaction) of its own.
+				s.next = u
+				return false, nil
+			}
 			if err := s.produceUnit(ctx, b, u); err != nil {
 				return false, err
 			}
@@ -207,7 +221,7 @@ func (s *Sink) begin(b *batch) error {
 	if s.cfg.Delivery != ExactlyOnce || b.txn {
 		return nil
 	}
-	if err := s.prod.BeginTransaction(); err != nil {
+	if err := b.prod.BeginTransaction(); err != nil {
 		return fmt.Errorf("begin kafka transaction: %w", s.classify(err))
 	}
 	b.txn = true
@@ -216,8 +230,8 @@ func (s *Sink) begin(b *batch) error {
 
 // flush waits until every produced record is acknowledged, then reports the batch's first
 // produce error.
-func (s *Sink) flush(ctx context.Context) error {
-	if err := s.prod.Flush(ctx); err != nil {
+func (s *Sink) flush(ctx context.Context, b *batch) error {
+	if err := b.prod.Flush(ctx); err != nil {
 		return fmt.Errorf("flush records to kafka: %w", err)
 	}
 	if err := s.takeBatchErr(); err != nil {
@@ -230,13 +244,13 @@ func (s *Sink) flush(ctx context.Context) error {
 // that a cancelled ctx still ends the transaction cleanly. A failure is logged and returned
 // for classification only: the broker aborts the transaction at its timeout, and the next
 // instance fences it anyway.
-func (s *Sink) abort(ctx context.Context) error {
+func (s *Sink) abort(ctx context.Context, b *batch) error {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	s.metrics.aborts.Inc()
-	err := s.prod.AbortBufferedRecords(actx)
+	err := b.prod.AbortBufferedRecords(actx)
 	if err == nil {
-		err = s.prod.EndTransaction(actx, kgo.TryAbort)
+		err = b.prod.EndTransaction(actx, kgo.TryAbort)
 	}
 	if err != nil && !errors.Is(err, kerr.ProducerFenced) {
 		s.log.Warn("abort kafka transaction", "error", err)
@@ -244,9 +258,19 @@ func (s *Sink) abort(ctx context.Context) error {
 	return err
 }
 
+// largestRecord returns the size (change.Record.Size) of u's largest record.
+func largestRecord(u *change.Unit) int {
+	n := 0
+	for i := range u.Records {
+		n = max(n, u.Records[i].Size())
+	}
+	return n
+}
+
 func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error {
 	b.units = append(b.units, u)
 	b.bytes += u.Bytes()
+	b.ts = time.Now()
 	if u.Kind == change.KindSnapshot || u.Kind == change.KindChunk {
 		b.limit = min(b.limit, s.cfg.MaxBulkBatchBytes)
 	}
@@ -260,6 +284,7 @@ func (s *Sink) produceUnit(ctx context.Context, b *batch, u *change.Unit) error 
 
 // produceRecords produces the owner's records (checkpoints, watermarks) in b's transaction.
 func (s *Sink) produceRecords(ctx context.Context, b *batch, recs []change.Record) error {
+	b.ts = time.Now()
 	for i := range recs {
 		if err := s.produceRecord(ctx, b, &recs[i]); err != nil {
 			return err
@@ -291,7 +316,7 @@ func (s *Sink) produceRecord(ctx context.Context, b *batch, r *change.Record) er
 func (s *Sink) produce(ctx context.Context, b *batch, r *change.Record, partition int32) {
 	sr := s.newRecord()
 	kr := &sr.rec
-	kr.Topic, kr.Key, kr.Value, kr.Partition = r.Topic, r.Key, r.Value, partition
+	kr.Topic, kr.Key, kr.Value, kr.Partition, kr.Timestamp = r.Topic, r.Key, r.Value, partition, b.ts
 	if partition >= 0 {
 		kr.Context = s.part.explicit
 	}
@@ -307,7 +332,7 @@ func (s *Sink) produce(ctx context.Context, b *batch, r *change.Record, partitio
 	}
 	b.records++
 	b.recBytes += r.Size()
-	s.prod.Produce(ctx, kr, s.promise)
+	b.prod.Produce(ctx, kr, s.promise)
 }
 
 // onProduced is the promise of every record. It only records: the offset of a success, the

@@ -30,8 +30,14 @@ var scenarios = []struct {
 	{"AllPartitions", scenarioAllPartitions},
 	{"KeyPartitioning", scenarioKeyPartitioning},
 	{"ReadWatermarks", scenarioReadWatermarks},
-	{"ReadWatermarksResolvesOpenTransaction", scenarioReadWatermarksOpenTxn},
+	{"ReadWatermarksResolvesOpenTransaction", func(t *testing.T, env *testEnv) { scenarioReadWatermarksOpenTxn(t, env, "") }},
+	{"ReadWatermarksResolvesOpenLargeTransaction", func(t *testing.T, env *testEnv) {
+		scenarioReadWatermarksOpenTxn(t, env, LargeTransactionalIDSuffix)
+	}},
 	{"Fenced", scenarioFenced},
+	{"FencedLarge", scenarioFencedLarge},
+	{"LargeRecordsExactlyOnce", func(t *testing.T, env *testEnv) { scenarioLargeRecords(t, env, ExactlyOnce) }},
+	{"LargeRecordsAtLeastOnce", func(t *testing.T, env *testEnv) { scenarioLargeRecords(t, env, AtLeastOnce) }},
 	{"FailedBatchAtLeastOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, AtLeastOnce) }},
 	{"FailedBatchExactlyOnce", func(t *testing.T, env *testEnv) { scenarioFailedBatch(t, env, ExactlyOnce) }},
 	{"Heartbeats", scenarioHeartbeats},
@@ -386,16 +392,17 @@ func scenarioReadWatermarks(t *testing.T, env *testEnv) {
 	}
 }
 
-// scenarioReadWatermarksOpenTxn leaves a transaction open under the sink's transactional id, as
-// a crashed instance would; ReadWatermarks must resolve (abort) it and not return its records.
-func scenarioReadWatermarksOpenTxn(t *testing.T, env *testEnv) {
+// scenarioReadWatermarksOpenTxn leaves a transaction open under the sink's transactional id
+// (with suffix: the large producer's), as a crashed instance would; ReadWatermarks must
+// resolve (abort) it and not return its records.
+func scenarioReadWatermarksOpenTxn(t *testing.T, env *testEnv, suffix string) {
 	ctx := t.Context()
 	cfg := env.config(t, ExactlyOnce)
 	if err := env.newSink(t, cfg).EnsureTopics(ctx, nil); err != nil {
 		t.Fatalf("EnsureTopics: %v", err)
 	}
 	produceTxn(t, env, cfg.WatermarkTopic, cfg.TransactionalID, true, "w1")
-	cl := txnClient(t, env, cfg.TransactionalID)
+	cl := txnClient(t, env, cfg.TransactionalID+suffix)
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatalf("begin: %v", err)
 	}

@@ -35,14 +35,20 @@ type producer interface {
 // Sink produces units to Kafka. Make one with New; it is used by one Run at a time. After Run
 // returns an error, Close the Sink and make a new one.
 type Sink struct {
-	cfg     Config
-	log     *slog.Logger
-	client  *kgo.Client
-	prod    producer
-	admin   *kadm.Client
-	part    *partitioner
-	offsets *offsetTracker
-	metrics *metrics
+	cfg    Config
+	log    *slog.Logger
+	client *kgo.Client
+	prod   producer
+	// large produces the batches that hold a record larger than the main producer's batch
+	// limit (largeRecordBytes), with record batches of up to MaxRecordBytes, under its own
+	// transactional id (TransactionalID + LargeTransactionalIDSuffix). A batch, and so a
+	// transaction, uses one producer from its start to its commit.
+	large     *kgo.Client
+	prodLarge producer
+	admin     *kadm.Client
+	part      *partitioner
+	offsets   *offsetTracker
+	metrics   *metrics
 
 	mu         sync.Mutex
 	closeOnce  sync.Once
@@ -85,8 +91,9 @@ type slabs struct {
 	free []*[slabSize]slabRecord
 }
 
-// maxFreeSlabs bounds the slabs kept for reuse (each about 115 KiB).
-const maxFreeSlabs = 64
+// minFreeSlabs is the fewest slabs kept for reuse (each about 115 KiB); beyond it, as many as
+// the last batch used are kept, so that a batch of the same size allocates none.
+const minFreeSlabs = 4
 
 // newRecord returns a zeroed record from the slab.
 func (s *Sink) newRecord() *slabRecord {
@@ -106,15 +113,18 @@ func (s *Sink) newRecord() *slabRecord {
 	return r
 }
 
-// recycleSlabs makes every slab handed out so far free for reuse. Call it only when every
-// record produced from them has had its promise called (after a successful Flush): franz-go
-// does not touch a record after its promise.
+// recycleSlabs makes every slab handed out so far free for reuse, keeping as many as the batch
+// used (at least minFreeSlabs): the next batch of that size takes all its records from them,
+// and a smaller batch lets the surplus go. Call it only when every record produced from them
+// has had its promise called (after a successful Flush): franz-go does not touch a record
+// after its promise.
 func (s *Sink) recycleSlabs() {
 	sl := &s.slab
-	for _, p := range sl.used {
-		if len(sl.free) < maxFreeSlabs {
-			sl.free = append(sl.free, p)
-		}
+	keep := max(len(sl.used), minFreeSlabs)
+	sl.free = append(sl.free, sl.used...)
+	if len(sl.free) > keep {
+		clear(sl.free[keep:])
+		sl.free = sl.free[:keep]
 	}
 	clear(sl.used)
 	sl.used, sl.cur, sl.next = sl.used[:0], nil, 0
@@ -142,30 +152,43 @@ func New(cfg Config) (*Sink, error) {
 	if _, err := cfg.Security.ClientOpts(); err != nil {
 		return nil, fmt.Errorf("configure kafka sink: %w", err)
 	}
-	client, err := kafkaconn.NewClient(s.settings(""), s.producerOpts()...)
+	client, err := kafkaconn.NewClient(s.settings(""), s.producerOpts(producerBatchBytes, cfg.TransactionalID)...)
 	if err != nil {
 		return nil, fmt.Errorf("create kafka client: %w", err)
 	}
-	s.client = client
-	s.prod = client
+	large, err := kafkaconn.NewClient(s.settings(LargeTransactionalIDSuffix), s.producerOpts(MaxRecordBytes, s.largeTxnID())...)
+	if err != nil {
+		client.Close()
+		return nil, fmt.Errorf("create kafka client: %w", err)
+	}
+	s.client, s.large = client, large
+	s.prod, s.prodLarge = client, large
 	s.admin = kadm.NewClient(client)
 	return s, nil
 }
 
-// clientOpts are the producer client's options.
+// largeTxnID is the large producer's transactional id ("" in at-least-once mode).
+func (s *Sink) largeTxnID() string {
+	if s.cfg.Delivery != ExactlyOnce {
+		return ""
+	}
+	return s.cfg.TransactionalID + LargeTransactionalIDSuffix
+}
+
 // settings are how the sink's clients reach Kafka; suffix is added to the client id.
 func (s *Sink) settings(suffix string) kafkaconn.Settings {
 	return kafkaconn.Settings{Brokers: s.cfg.Brokers, Security: s.cfg.Security, ClientID: s.cfg.ClientID + suffix, DialTimeout: s.cfg.DialTimeout}
 }
 
-// producerOpts are the producer's options beside its settings.
-func (s *Sink) producerOpts() []kgo.Opt {
+// producerOpts are the options of a producer with record batches of up to batchBytes and
+// transactional id txnID (exactly-once mode), beside its settings.
+func (s *Sink) producerOpts(batchBytes int32, txnID string) []kgo.Opt {
 	maxBuffered := max(s.cfg.MaxBatchBytes, 2*MaxRecordBytes)
 	codec, _ := compressionCodec(s.cfg.Compression) // validated by New
 	opts := []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(s.part),
-		kgo.ProducerBatchMaxBytes(MaxRecordBytes),
+		kgo.ProducerBatchMaxBytes(batchBytes),
 		kgo.ProducerLinger(producerLinger),
 		kgo.ProducerBatchCompression(codec),
 		kgo.MaxBufferedBytes(maxBuffered),
@@ -178,7 +201,7 @@ func (s *Sink) producerOpts() []kgo.Opt {
 	}
 	if s.cfg.Delivery == ExactlyOnce {
 		opts = append(opts,
-			kgo.TransactionalID(s.cfg.TransactionalID),
+			kgo.TransactionalID(txnID),
 			kgo.TransactionTimeout(s.cfg.TransactionTimeout),
 			// A transaction begun right after the previous commit often finds the coordinator
 			// still writing its markers (CONCURRENT_TRANSACTIONS); retry sooner than the
@@ -219,12 +242,15 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return fmt.Errorf("cannot reach Kafka at %s: %w; check CDC_KAFKA_BROKERS", strings.Join(s.cfg.Brokers, ","), err)
 }
 
-// Init initialises the producer: it loads the producer id, which in exactly-once mode fences
-// any previous instance with the same transactional id and completes or aborts its last
-// transaction. ReadWatermarks calls it; calling it again is cheap.
+// Init initialises both producers: it loads their producer ids, which in exactly-once mode
+// fences any previous instance with the same transactional ids and completes or aborts its
+// last transactions. ReadWatermarks calls it; calling it again is cheap.
 func (s *Sink) Init(ctx context.Context) error {
 	if _, _, err := s.client.ProducerID(ctx); err != nil {
 		return s.classify(fmt.Errorf("initialise kafka producer: %w", err))
+	}
+	if _, _, err := s.large.ProducerID(ctx); err != nil {
+		return s.classify(fmt.Errorf("initialise kafka producer for large records: %w", err))
 	}
 	return nil
 }
@@ -248,7 +274,10 @@ func (s *Sink) EndOffsets(topic string) map[int32]int64 {
 // Close closes the client; calls after the first do nothing. In exactly-once mode an open
 // transaction is left for the broker to abort (or for the next instance to fence).
 func (s *Sink) Close() {
-	s.closeOnce.Do(s.client.Close)
+	s.closeOnce.Do(func() {
+		s.client.Close()
+		s.large.Close()
+	})
 }
 
 // partitionCount returns topic's partition count, asking the cluster when it is not known yet.

@@ -56,7 +56,7 @@ type cdcProc struct {
 	hwmKiB int64
 }
 
-// startCDC runs bin with only PATH, HOME, TMPDIR, the Go runtime's GOGC (when the bench has it:
+// startCDC runs bin (under taskset -c when vars has cpusVar) with only PATH, HOME, TMPDIR, the Go runtime's GOGC (when the bench has it:
 // `GOGC=200 go run ./tools/bench` tries another collector setting) and vars in its environment:
 // cdc refuses unknown CDC_* variables, so the bench's own (CDC_TEST_*) must not leak into it.
 func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error) {
@@ -65,12 +65,17 @@ func startCDC(bin, logPath, tmp string, vars map[string]string) (*cdcProc, error
 		return nil, fmt.Errorf("open cdc log: %w", err)
 	}
 	cmd := exec.Command(bin)
+	if cpus := vars[cpusVar]; cpus != "" {
+		cmd = exec.Command("taskset", "-c", cpus, bin) // taskset execs bin: the same process
+	}
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + tmp}
 	if gogc, ok := os.LookupEnv("GOGC"); ok {
 		cmd.Env = append(cmd.Env, "GOGC="+gogc)
 	}
 	for k, v := range vars {
-		cmd.Env = append(cmd.Env, k+"="+v)
+		if k != cpusVar {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	p := &cdcProc{cmd: cmd, logPath: logPath, done: make(chan struct{})}

@@ -6,10 +6,12 @@ import (
 	"io"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 // compressionCodecs are the CDC_KAFKA_COMPRESSION values the compression scenario compares.
-var compressionCodecs = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+var compressionCodecs = sink.Compressions
 
 // compressionResult is one codec's figures: both paths' throughput, the bytes they left on the
 // broker (log segment sizes) and cdc's CPU time.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"strconv"
 	"strings"
@@ -47,9 +48,9 @@ var connectJVM = []string{"-Xms256m", "-Xmx2g", "-server", "-XX:+UseG1GC", "-XX:
 	"-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent", "-Djava.awt.headless=true"}
 
 // debeziumMatchedProducer are worker properties that give Connect's producer Tidemark's sink
-// settings (pkg/sink clientOpts): acks=all, idempotence with 5 requests in flight (franz-go's
-// idempotent producer), a 5ms linger, no compression, 32 MiB of buffer. Batches are 1 MiB
-// (Tidemark's go up to 16 MiB, but the topics have the broker's default max.message.bytes).
+// settings (pkg/sink producerOpts): acks=all, idempotence with 5 requests in flight (franz-go's
+// idempotent producer), a 5ms linger, 32 MiB of buffer, 1 MiB batches, and Tidemark's codec
+// (matchedProducer sets compression.type to it: -codec, or cdc's default lz4).
 // The profile also sets plugin.discovery=service_load, which the worker itself recommends at
 // start-up ("All plugins have ServiceLoader manifests"): it skips the scan of every jar for
 // plugins, seconds of Connect's start-up here.
@@ -60,8 +61,15 @@ var debeziumMatchedProducer = map[string]string{
 	"producer.max.in.flight.requests.per.connection": "5",
 	"producer.linger.ms":                             "5",
 	"producer.batch.size":                            strconv.Itoa(1 << 20),
-	"producer.compression.type":                      "none",
 	"producer.buffer.memory":                         strconv.Itoa(32 << 20),
+}
+
+// matchedProducer is debeziumMatchedProducer with Kafka's producer codec set to codec (whose
+// names are the same as CDC_KAFKA_COMPRESSION's).
+func matchedProducer(codec string) map[string]string {
+	m := maps.Clone(debeziumMatchedProducer)
+	m["producer.compression.type"] = codec
+	return m
 }
 
 // Debezium profiles.
@@ -162,7 +170,7 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	}
 	workers := []*connectWorker{
 		s.newConnectWorker(lib, plugins, profileDefault, nil),
-		s.newConnectWorker(lib, plugins, profileMatched, debeziumMatchedProducer),
+		s.newConnectWorker(lib, plugins, profileMatched, matchedProducer(s.b.o.benchCodec())),
 	}
 	dzRes := make([]debeziumTool, len(workers))
 	for i, w := range workers {

@@ -22,12 +22,17 @@
 //     exactly-once cdc and as often by an at-least-once cdc, each run with its own slot and
 //     topics hydrated before the backlog, in the order A B B A A B ... (the first catch-up of a
 //     run is slower, so each mode gets the same places); the report gives each mode's total
-//     changes over total time and the ratio exactly-once / at-least-once.
+//     changes over total time and the ratio exactly-once / at-least-once. With -pin (the
+//     default) one more exactly-once catch-up runs with cdc pinned to CPU 0 and PostgreSQL and
+//     the broker to CPU 1 (taskset), against the Go reader's READ limit measured pinned the
+//     same way from a slot of its own (pinned.go).
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode, with the copy
 //     strategy of -lag-strategy (chunked by default; copy to compare).
 //   - compression: one table copied and one pgbench backlog caught up with each
 //     CDC_KAFKA_COMPRESSION codec, with the bytes each left on the broker (log segment sizes).
+//     Every other cdc run uses cdc's defaults, lz4 included (-codec picks another), and the
+//     WRITE limits' producer and Debezium's matched producer use the same codec.
 //   - memory: cdc's peak RSS during a -memory-rows copy while two small tables stream (the lag
 //     scenario's run) and during the catch-up of a -memory-txns backlog (target 256 MiB).
 //   - tables: -quiet-tables quiet tables beside 10 busy ones: time to hydrate, topics created,

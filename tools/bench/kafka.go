@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Producer settings of pkg/sink (sink.clientOpts): the WRITE limit uses the same.
+// Producer settings of pkg/sink (sink.producerOpts, its main producer): the WRITE limit uses the same.
 const (
 	sinkBatchMaxBytes     = 1 << 20
 	sinkLinger            = 5 * time.Millisecond
@@ -22,19 +22,27 @@ const (
 	sinkTransactionTimout = 60 * time.Second
 )
 
+// benchCodecs are kgo's codecs by CDC_KAFKA_COMPRESSION name (sink.Compressions).
+var benchCodecs = map[string]kgo.CompressionCodec{
+	"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
+}
+
 // kafkaClient is an admin-capable client for the bench's own look-ups.
 type kafkaClient struct {
 	brokers []string
 	cl      *kgo.Client
 	adm     *kadm.Client
+	// codec is the batch codec of the WRITE limits' producers: cdc's (-codec, or its default).
+	codec string
 }
 
-func newKafkaClient(brokers []string) (*kafkaClient, error) {
+func newKafkaClient(brokers []string, codec string) (*kafkaClient, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &kafkaClient{brokers: brokers, cl: cl, adm: kadm.NewClient(cl)}, nil
+	return &kafkaClient{brokers: brokers, cl: cl, adm: kadm.NewClient(cl), codec: codec}, nil
 }
 
 func (k *kafkaClient) close() { k.cl.Close() }
@@ -279,7 +287,7 @@ func writeLimitWith(ctx context.Context, k *kafkaClient, samples []sampleRecord,
 	if err := k.createDest(ctx, dest, policy); err != nil {
 		return writeResult{}, err
 	}
-	opts, mode := producerOpts(k.brokers, perTxn, transactional, tuned)
+	opts, mode := producerOpts(k.brokers, k.codec, perTxn, transactional, tuned)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return writeResult{}, fmt.Errorf("kafka producer: %w", err)
@@ -315,17 +323,17 @@ func (k *kafkaClient) createDest(ctx context.Context, dest map[string]string, po
 
 // producerOpts are the WRITE limit producer's options, pkg/sink's settings unless tuned, and a
 // description of them for the report.
-func producerOpts(brokers []string, perTxn int, transactional, tuned bool) ([]kgo.Opt, string) {
+func producerOpts(brokers []string, codec string, perTxn int, transactional, tuned bool) ([]kgo.Opt, string) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ClientID("tidemark-bench"),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerBatchMaxBytes(sinkBatchMaxBytes),
 		kgo.ProducerLinger(sinkLinger),
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		kgo.ProducerBatchCompression(benchCodecs[codec]),
 		kgo.MaxBufferedBytes(sinkMaxBufferedBytes),
 	}
-	mode := "idempotent, acks=all"
+	mode := "idempotent, acks=all, " + codec
 	if tuned {
 		opts = append(opts, kgo.ProducerBatchMaxBytes(producerTunedBatch), kgo.ProducerLinger(producerTunedLinger),
 			kgo.MaxBufferedBytes(producerTunedBuffered))

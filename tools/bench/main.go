@@ -8,8 +8,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidemark/cdc/pkg/sink"
 )
 
 func main() {
@@ -61,6 +65,8 @@ type options struct {
 	scaleWMInterval string
 	abBin           string
 	abRounds        int
+	pin             bool
+	codec           string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -97,6 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.profileRounds, "profile-rounds", 3, "extra exactly-once catch-ups of the streaming backlog, and extra chunked copies of the snapshot table, each with a CPU profile, merged for the catch-up's and the snapshot's CPU split (0: none)")
 	fs.StringVar(&o.abBin, "ab-bin", "", "stream scenario: also catch the backlog up exactly-once with this other cdc binary (B) and with the repository's (A), alternating A B B A ..., -ab-rounds times each, and print each run's CPU per change beside the walsender's of the same run (an A/B comparison on a shared machine)")
 	fs.IntVar(&o.abRounds, "ab-rounds", 3, "catch-ups per binary with -ab-bin")
+	fs.BoolVar(&o.pin, "pin", true, "stream scenario: one more exactly-once catch-up with cdc pinned to CPU 0 and PostgreSQL and the broker to CPU 1 (taskset), against a READ limit measured the same way (needs 2 CPUs and the bench's own servers)")
+	fs.StringVar(&o.codec, "codec", "", "CDC_KAFKA_COMPRESSION of every cdc run but the compression scenario's, and the codec of the WRITE limits' producer (default: cdc's default, "+sink.DefaultCompression+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
@@ -162,7 +170,18 @@ func (o options) problems() []error {
 	if o.lagStrategy != "chunked" && o.lagStrategy != "copy" {
 		errs = append(errs, fmt.Errorf("-lag-strategy %q: want chunked or copy", o.lagStrategy))
 	}
+	if o.codec != "" && !slices.Contains(sink.Compressions, o.codec) {
+		errs = append(errs, fmt.Errorf("-codec %q: want one of %s", o.codec, strings.Join(sink.Compressions, ", ")))
+	}
 	return errs
+}
+
+// benchCodec is the codec of cdc's runs and of the WRITE limits: -codec, or cdc's default.
+func (o options) benchCodec() string {
+	if o.codec == "" {
+		return sink.DefaultCompression
+	}
+	return o.codec
 }
 
 // Scenario names, as -only takes them.

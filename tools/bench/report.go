@@ -181,6 +181,8 @@ type streamResult struct {
 	// DeliveryRatios the ratio of each round's pair.
 	DeliveryRounds int       `json:"delivery_rounds,omitempty"`
 	DeliveryRatios []float64 `json:"delivery_ratios_per_round,omitempty"`
+	// Pinned is the catch-up with cdc and the servers on CPUs of their own (-pin).
+	Pinned *pinnedRun `json:"pinned,omitempty"`
 }
 
 // label names the run in the report: "cdc chunked", or "cdc" when the strategy is unknown.
@@ -421,6 +423,7 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 	if s.CeilingBest.PerSecond > 0 {
 		fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 	}
+	printPinned(w, s.Pinned)
 	for _, c := range runs {
 		printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
 	}

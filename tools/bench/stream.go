@@ -40,7 +40,12 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 		profiled = append(profiled, s.newLane(deliveryExactlyOnce, fmt.Sprintf("prof%d", i), exports))
 	}
 	ab := s.abLanes(exports)
-	for _, l := range append(append(order, profiled...), ab...) {
+	pin := s.pinLane(exports)
+	lanes := append(append(order, profiled...), ab...)
+	if pin != nil {
+		lanes = append(lanes, pin)
+	}
+	for _, l := range lanes {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
 			return res, err
@@ -52,6 +57,12 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	startLSN, err := createReadSlots(ctx, conn, readSlot, recvSlot)
 	if err != nil {
 		return res, err
+	}
+	var pinStart change.LSN
+	if pin != nil {
+		if pinStart, err = createSlot(ctx, conn, s.pinnedSlot()); err != nil {
+			return res, err
+		}
 	}
 
 	// The backlog, written while cdc is stopped.
@@ -76,6 +87,11 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	eos, stats, err := s.streamCatchUps(wctx, res, order, target)
 	if err != nil {
 		return res, err
+	}
+	if pin != nil {
+		if res.Pinned, err = s.pinnedCatchUp(wctx, conn, res, pin, pinStart, target); err != nil {
+			return res, err
+		}
 	}
 	if err := s.profileCatchUp(wctx, res, profiled, target); err != nil {
 		b.logf("stream: CPU split: %v", err)
