@@ -3,13 +3,14 @@
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder, and on request an
 # Apicurio schema registry beside them. No Docker needed.
 #
-# Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|install-registry|
-#                            up|down|clean|env|status|pg-crash|registry-up|registry-down|java21
+# Usage: scripts/services.sh install|install-tools|install-connect|install-avro-reader|
+#                            install-debezium|install-registry|up|down|clean|env|status|pg-crash|registry-up|registry-down|java21
 #
 #   install  PostgreSQL 15 server binaries (apt, when root; with TIDEMARK_PG_VERSION=17, Debian
 #            13's in a private folder: scripts/postgresql-17.sh), Java and Maven (apt, when root),
 #            Kafka jars (Maven Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), the
-#            Kafka Connect jars (install-connect) and Apicurio Registry (install-registry; without
+#            Kafka Connect jars (install-connect), the Avro reader's jars (install-avro-reader)
+#            and Apicurio Registry (install-registry; without
 #            a Java of 21 or later only a warning, but under CI=true a failure). Idempotent.
 #   install-tools
 #            buildah, podman, runc, chromium and prometheus (promtool) from Debian's packages when
@@ -18,6 +19,11 @@
 #            only the jars of a Kafka Connect standalone worker with JsonConverter and
 #            FileStreamSink (Maven Central, cached in $TIDEMARK_CACHE/connect-<version>/lib), for
 #            the Kafka Connect integration test. Idempotent.
+#   install-avro-reader
+#            only the jars of the plain Java consumer scripts/avro-reader/TidemarkAvroReader.java
+#            (Apicurio Registry's Avro deserializer and kafka-clients, Maven Central, cached in
+#            $TIDEMARK_CACHE/avro-reader-<kafka version>/lib), for the test that a JVM reads
+#            Tidemark's Avro. Idempotent.
 #   install-debezium
 #            install-connect, then Debezium's PostgreSQL connector as it ships for Kafka Connect
 #            (its plugin archive from Maven Central, unpacked into
@@ -86,6 +92,7 @@ KAFKA_VERSION="${TIDEMARK_KAFKA_VERSION:-4.1.1}"
 LOG4J_VERSION="${TIDEMARK_LOG4J_VERSION:-2.24.3}"
 KAFKA_LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
 CONNECT_LIB="$CACHE/connect-$KAFKA_VERSION/lib"
+AVRO_READER_LIB="$CACHE/avro-reader-$KAFKA_VERSION/lib"
 DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
 DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
@@ -288,6 +295,18 @@ fetch_connect() {
 
 install_connect() {
 	cached_install "$CONNECT_LIB" "connect-$KAFKA_VERSION" "Kafka Connect $KAFKA_VERSION jars" fetch_connect
+}
+
+# fetch_avro_reader collects the jars of the plain Java consumer of scripts/avro-reader (Apicurio
+# Registry's Avro deserializer, kafka-clients) with their runtime dependencies.
+fetch_avro_reader() {
+	mvn_copy "$1" "$1" "apicurio-registry-serdes-avro-serde and kafka-clients:$KAFKA_VERSION" avro-reader \
+		-Dkafka.version="$KAFKA_VERSION" -DincludeScope=runtime
+	ls "$1"/apicurio-registry-serdes-avro-serde-*.jar >/dev/null 2>&1 || die "no apicurio-registry-serdes-avro-serde jar in $1"
+}
+
+install_avro_reader() {
+	cached_install "$AVRO_READER_LIB" "avro-reader-$KAFKA_VERSION" "Avro reader jars" fetch_avro_reader
 }
 
 # install_debezium unpacks Debezium's PostgreSQL connector plugin archive into $DEBEZIUM_PLUGINS.
@@ -806,6 +825,7 @@ main() {
 	install)
 		cmd_install
 		install_connect
+		install_avro_reader
 		install_registry
 		check_registry_java
 		;;
@@ -815,6 +835,10 @@ main() {
 	install-connect)
 		install_java
 		install_connect
+		;;
+	install-avro-reader)
+		install_java
+		install_avro_reader
 		;;
 	install-debezium)
 		install_java
