@@ -75,6 +75,8 @@
 #   TIDEMARK_REGISTRY_TLS_CERT        with TIDEMARK_REGISTRY_TLS_KEY (PEM files): the registry serves
 #                                     HTTPS only, with this certificate, on its port [plain HTTP]
 #   TIDEMARK_REGISTRY_TLS_KEY         the certificate's private key
+#   TIDEMARK_REGISTRY_PERSIST         1: the registry keeps its schemas in an H2 file of its state folder,
+#                                     across registry-down and registry-up [in memory]
 #   TIDEMARK_JAVA21_HOME              a Java of 21 or later for the registry [found as java21 says]
 #   TIDEMARK_JVM_DIR                  folder of installed Java homes that java21 searches [/usr/lib/jvm]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
@@ -103,6 +105,7 @@ REGISTRY_HEAP="${TIDEMARK_REGISTRY_HEAP:--Xms64m -Xmx256m -XX:+UseSerialGC -XX:T
 REGISTRY_START_TIMEOUT="${TIDEMARK_REGISTRY_START_TIMEOUT:-90}"
 REGISTRY_TLS_CERT="${TIDEMARK_REGISTRY_TLS_CERT:-}"
 REGISTRY_TLS_KEY="${TIDEMARK_REGISTRY_TLS_KEY:-}"
+REGISTRY_PERSIST="${TIDEMARK_REGISTRY_PERSIST:-}"
 REGISTRY_SCHEME=http
 [ -z "$REGISTRY_TLS_CERT" ] || REGISTRY_SCHEME=https
 JVM_DIR="${TIDEMARK_JVM_DIR:-/usr/lib/jvm}"
@@ -681,6 +684,13 @@ registry_up() {
 			-Dquarkus.http.ssl.certificate.key-files="$REGISTRY_TLS_KEY"
 			-Dquarkus.http.insecure-requests=disabled)
 	fi
+	# In memory (a restart starts empty), or with TIDEMARK_REGISTRY_PERSIST=1 in an H2 file of the
+	# state folder, kept across registry-down and registry-up as a production registry keeps its
+	# storage.
+	local storage=()
+	if [ -n "$REGISTRY_PERSIST" ] && [ "$REGISTRY_PERSIST" != 0 ]; then
+		storage=(-Dapicurio.datasource.url="jdbc:h2:file:$REGISTRY_DIR/h2/registry")
+	fi
 	mkdir -p "$REGISTRY_DIR"
 	: >"$REGISTRY_LOG"
 	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
@@ -689,7 +699,7 @@ registry_up() {
 	(cd "$REGISTRY_DIR" && exec setsid nohup "$home/bin/java" $REGISTRY_HEAP \
 		-Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port=0 \
-		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
+		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 ${storage[@]+"${storage[@]}"} \
 		-Dvertx.cacheDirBase="$REGISTRY_DIR/vertx-cache" \
 		-jar "$REGISTRY_HOME/quarkus-run.jar" >"$REGISTRY_LOG" 2>&1 </dev/null) &
 	local pid=$!
