@@ -1,6 +1,7 @@
 package avro
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -479,6 +480,8 @@ func appendBytesJSON(dst []byte, n *snode, v []byte) []byte {
 			}
 		}
 		return append(dst, '"')
+	case n.connect == "io.debezium.time.ZonedTimestamp" && len(v) > 0 && (v[0] == '-' || bytes.HasPrefix(v, []byte("0000-"))):
+		return format.AppendJSONString(dst, connectjson.AppendZonedTimestampText(nil, v))
 	case n.typ == "string":
 		return format.AppendJSONString(dst, v)
 	}
