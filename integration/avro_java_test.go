@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/tidemark/cdc/internal/testenv"
 )
 
@@ -122,6 +124,19 @@ func TestJavaConsumerReadsAvro(t *testing.T) {
 	if len(lines) != len(recs) {
 		t.Fatalf("the JVM read %d records, the topic holds %d", len(lines), len(recs))
 	}
+	state, ops, merged := javaState(t, lines, recs)
+	t.Logf("the JVM read %d records (ops %v) into %d rows, %d unchanged TOASTed values merged", len(lines), ops, len(state), merged)
+	if ops["r"] != rows || ops["c"] != rows || ops["u"] != 2 || ops["d"] != 2 {
+		t.Errorf("ops %v: want %d r and c, 2 u and 2 d", ops, rows)
+	}
+	compareJavaRows(t, e, cases, state)
+}
+
+// javaState checks each line against the record Go read at the same place (partition, offset,
+// schema ids) and rebuilds the rows the topic ends with, merging unchanged TOASTed columns from
+// the row's previous image; it returns them with the count of each op and of merged values.
+func javaState(t *testing.T, lines []javaLine, recs []*kgo.Record) (map[string]map[string]*string, map[string]int, int) {
+	t.Helper()
 	state := map[string]map[string]*string{}
 	ops := map[string]int{}
 	merged := 0
@@ -153,11 +168,7 @@ func TestJavaConsumerReadsAvro(t *testing.T) {
 		}
 		state[id] = l.After
 	}
-	t.Logf("the JVM read %d records (ops %v) into %d rows, %d unchanged TOASTed values merged", len(lines), ops, len(state), merged)
-	if ops["r"] != rows || ops["c"] != rows || ops["u"] != 2 || ops["d"] != 2 {
-		t.Errorf("ops %v: want %d r and c, 2 u and 2 d", ops, rows)
-	}
-	compareJavaRows(t, e, cases, state)
+	return state, ops, merged
 }
 
 func parseJavaLines(t testing.TB, out []byte) []javaLine {
