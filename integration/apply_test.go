@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -191,6 +192,23 @@ func tableText(t *testing.T, url, table string) map[string]map[string]string {
 // Debezium's encodings (decimals, days, micro- and milliseconds) back: the replica equals the
 // source value by value, through the copy and the stream.
 func TestApplyCreateWithSchema(t *testing.T) {
+	testApplyCreate(t, map[string]string{"CDC_VALUE_FORMAT": "json-with-schema"}, false)
+}
+
+// TestApplyCreateFromAvro is TestApplyCreateWithSchema in CDC_VALUE_FORMAT=avro: tidemark-apply
+// creates the table from the value schema the records' ids name in a real registry. One known
+// loss, documented in docs/value-mapping.md: pkg/format/avro reads images back in the json
+// format's form, where a jsonb holding the JSON literal null is SQL NULL.
+func TestApplyCreateFromAvro(t *testing.T) {
+	regURL := testenv.Registry(t)
+	testApplyCreate(t, map[string]string{"CDC_VALUE_FORMAT": "avro", "CDC_SCHEMA_REGISTRY_URL": regURL}, true)
+}
+
+// testApplyCreate runs cdc with the format's variables, and tidemark-apply (with the same
+// registry variable) creating the missing table; the replica must equal the source, column by
+// column as PostgreSQL renders them (with jsonNullIsNull, but for a jsonb JSON null, which
+// must then be SQL NULL).
+func testApplyCreate(t *testing.T, formatVars map[string]string, jsonNullIsNull bool) {
 	e := newEnv(t)
 	ctx := t.Context()
 	e.exec(`CREATE TABLE typed (id int PRIMARY KEY, i2 int2, i8 int8, n numeric(12,2), nv numeric, f8 float8, b bool,
@@ -206,16 +224,20 @@ func TestApplyCreateWithSchema(t *testing.T) {
 		`CREATE PUBLICATION it_pub FOR TABLE typed`)
 	replica := testenv.NewDB(t)
 	vars := e.baseVars()
-	vars["CDC_VALUE_FORMAT"] = "json-with-schema"
+	maps.Copy(vars, formatVars)
 	p := e.startCDC(vars)
-	e.startBinary(applyBinary, map[string]string{
+	applyVars := map[string]string{
 		"APPLY_TARGET_URL":    replica,
 		"APPLY_TABLES":        "public.typed",
 		"APPLY_CREATE_TABLES": "true",
 		"CDC_KAFKA_BROKERS":   strings.Join(e.brokers, ","),
 		"CDC_TOPIC_PREFIX":    e.prefix,
 		"APPLY_LOG_FORMAT":    "text",
-	})
+	}
+	if u := formatVars["CDC_SCHEMA_REGISTRY_URL"]; u != "" {
+		applyVars["CDC_SCHEMA_REGISTRY_URL"] = u
+	}
+	a := e.startBinary(applyBinary, applyVars)
 	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.typed")
 	e.exec(`INSERT INTO typed SELECT id + 100, i2, i8, n, nv, f8, b, s, by, d, ts, ts3, tz, tm, tm3, u, j, ia, sa FROM typed`,
 		`UPDATE typed SET n = n + 1, d = d - 1 WHERE id = 1`)
@@ -231,7 +253,11 @@ func TestApplyCreateWithSchema(t *testing.T) {
 		}
 		for id, row := range src {
 			for col, v := range row {
-				if w, ok := dst[id][col]; !ok || w != v {
+				w, ok := dst[id][col]
+				if jsonNullIsNull && col == "j" && v == "null" && w == "<null>" {
+					continue
+				}
+				if !ok || w != v {
 					diffs = append(diffs, fmt.Sprintf("id %s %s: source %q, replica %q", id, col, v, w))
 				}
 			}
@@ -243,6 +269,9 @@ func TestApplyCreateWithSchema(t *testing.T) {
 	}
 	for _, d := range diffs {
 		t.Error(d)
+	}
+	if done, err := a.exited(); done {
+		t.Errorf("tidemark-apply exited: %v\n%s", err, tail(a.log.String(), 3000))
 	}
 }
 

@@ -59,7 +59,7 @@ var avroColumns = []avroColumn{
 	{name: "ttz", typ: "timetz", value: "('01:02:03.5+0' || (g%10) || ':30')::timetz", cmp: "(%s) AT TIME ZONE 'UTC'"},
 	{name: "ts", typ: "timestamp", value: "CASE g WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity' WHEN 3 THEN '0044-03-15 12:00:00 BC' ELSE TIMESTAMP '2024-01-01' + g * interval '1 day 1.000001 s' END"},
 	{name: "ts3", typ: "timestamp(3)", value: "TIMESTAMP '1969-12-31 23:59:59.999' + g * interval '1 ms'"},
-	{name: "tstz", typ: "timestamptz", value: "CASE g WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity' ELSE TIMESTAMPTZ '2024-01-01 00:00:00+05' + g * interval '1 h 0.25 s' END"},
+	{name: "tstz", typ: "timestamptz", value: "CASE g WHEN 1 THEN 'infinity' WHEN 2 THEN '-infinity' WHEN 3 THEN '0044-03-15 12:00:00.5+00 BC' WHEN 4 THEN '0001-01-01 00:00:00+00 BC' ELSE TIMESTAMPTZ '2024-01-01 00:00:00+05' + g * interval '1 h 0.25 s' END"},
 	{name: "iv", typ: "interval", value: "make_interval(days => g*3, secs => g * 1.000001)", cmp: "justify_hours(%s)"}, // MicroDuration: days as 24 h
 	{name: "pt", typ: "point", value: "point(g, -g)", cmp: "(%s)::text"},
 	{name: "mood", typ: "mood", value: "(ARRAY['sad','ok','happy'])[g%3+1]::mood"},

@@ -34,20 +34,11 @@ func avroRepresentable(sqlType, lit string) bool {
 	return true
 }
 
-// TestAvroTypes: every type of the types test (typeCases), with its edge values that Avro can
-// carry, read by the snapshot (op r) and arriving through replication (op c) under other
-// database defaults, in CDC_VALUE_FORMAT=avro with a real Apicurio Registry: every record decodes
-// with the registry's schema of its id (twmb/avro re-encodes it to the same bytes), the two stages
-// give identical rows, and testdata/types_avro.golden holds each value as pkg/format/avro's
-// decoder reads it back (`type | SQL | read back`; rewrite with -update and review the diff).
-func TestAvroTypes(t *testing.T) {
-	regURL := testenv.Registry(t)
-	e := newEnv(t)
-	ctx := t.Context()
-	typesSetup(e) // the user types (and the json test's own table, not published here)
+// avroTypeCases returns the types test's cases with the values Avro can carry, the number of
+// rows of their table (the last all NULL), and the VALUES tuple of a row under an id.
+func avroTypeCases() ([]typeCase, int, func(row, id int) string) {
 	cases := make([]typeCase, len(typeCases))
 	rows := 0
-	var cols []string
 	for i, c := range typeCases {
 		cases[i].sqlType = c.sqlType
 		for _, v := range c.values {
@@ -56,7 +47,6 @@ func TestAvroTypes(t *testing.T) {
 			}
 		}
 		rows = max(rows, len(cases[i].values))
-		cols = append(cols, typeColumn(c.sqlType)+" "+c.sqlType)
 	}
 	rows++ // a row of NULLs
 	rowSQL := func(row, id int) string {
@@ -70,10 +60,34 @@ func TestAvroTypes(t *testing.T) {
 		}
 		return "(" + strings.Join(vals, ", ") + ")"
 	}
+	return cases, rows, rowSQL
+}
+
+// avroTypesTable creates the table avro_types of cases (after typesSetup) with its rows.
+func avroTypesTable(e *env, cases []typeCase, rows int, rowSQL func(row, id int) string) {
+	var cols []string
+	for _, c := range cases {
+		cols = append(cols, typeColumn(c.sqlType)+" "+c.sqlType)
+	}
 	e.exec(fmt.Sprintf("CREATE TABLE avro_types (id int PRIMARY KEY, %s)", strings.Join(cols, ", ")))
 	for row := 1; row <= rows; row++ {
 		e.exec("INSERT INTO avro_types VALUES " + rowSQL(row, row))
 	}
+}
+
+// TestAvroTypes: every type of the types test (typeCases), with its edge values that Avro can
+// carry, read by the snapshot (op r) and arriving through replication (op c) under other
+// database defaults, in CDC_VALUE_FORMAT=avro with a real Apicurio Registry: every record decodes
+// with the registry's schema of its id (twmb/avro re-encodes it to the same bytes), the two stages
+// give identical rows, and testdata/types_avro.golden holds each value as pkg/format/avro's
+// decoder reads it back (`type | SQL | read back`; rewrite with -update and review the diff).
+func TestAvroTypes(t *testing.T) {
+	regURL := testenv.Registry(t)
+	e := newEnv(t)
+	ctx := t.Context()
+	typesSetup(e) // the user types (and the json test's own table, not published here)
+	cases, rows, rowSQL := avroTypeCases()
+	avroTypesTable(e, cases, rows, rowSQL)
 	e.exec(`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET DateStyle = ''SQL, DMY''', current_database());
 		EXECUTE format('ALTER DATABASE %I SET TimeZone = ''Asia/Kolkata''', current_database());
 		EXECUTE format('ALTER DATABASE %I SET IntervalStyle = ''iso_8601''', current_database());

@@ -3,13 +3,14 @@
 # Kafka broker, both bound to 127.0.0.1, with all state under one folder, and on request an
 # Apicurio schema registry beside them. No Docker needed.
 #
-# Usage: scripts/services.sh install|install-tools|install-connect|install-debezium|install-registry|
-#                            up|down|clean|env|status|pg-crash|registry-up|registry-down|java21
+# Usage: scripts/services.sh install|install-tools|install-connect|install-avro-reader|
+#                            install-debezium|install-registry|up|down|clean|env|status|pg-crash|registry-up|registry-down|java21
 #
 #   install  PostgreSQL 15 server binaries (apt, when root; with TIDEMARK_PG_VERSION=17, Debian
 #            13's in a private folder: scripts/postgresql-17.sh), Java and Maven (apt, when root),
 #            Kafka jars (Maven Central, cached in $TIDEMARK_CACHE/kafka-<version>/lib), the
-#            Kafka Connect jars (install-connect) and Apicurio Registry (install-registry; without
+#            Kafka Connect jars (install-connect), the Avro reader's jars (install-avro-reader)
+#            and Apicurio Registry (install-registry; without
 #            a Java of 21 or later only a warning, but under CI=true a failure). Idempotent.
 #   install-tools
 #            buildah, podman, runc, chromium and prometheus (promtool) from Debian's packages when
@@ -18,6 +19,11 @@
 #            only the jars of a Kafka Connect standalone worker with JsonConverter and
 #            FileStreamSink (Maven Central, cached in $TIDEMARK_CACHE/connect-<version>/lib), for
 #            the Kafka Connect integration test. Idempotent.
+#   install-avro-reader
+#            only the jars of the plain Java consumer scripts/avro-reader/TidemarkAvroReader.java
+#            (Apicurio Registry's Avro deserializer and kafka-clients, Maven Central, cached in
+#            $TIDEMARK_CACHE/avro-reader-<kafka version>/lib), for the test that a JVM reads
+#            Tidemark's Avro. Idempotent.
 #   install-debezium
 #            install-connect, then Debezium's PostgreSQL connector as it ships for Kafka Connect
 #            (its plugin archive from Maven Central, unpacked into
@@ -69,6 +75,8 @@
 #   TIDEMARK_REGISTRY_TLS_CERT        with TIDEMARK_REGISTRY_TLS_KEY (PEM files): the registry serves
 #                                     HTTPS only, with this certificate, on its port [plain HTTP]
 #   TIDEMARK_REGISTRY_TLS_KEY         the certificate's private key
+#   TIDEMARK_REGISTRY_PERSIST         1: the registry keeps its schemas in an H2 file of its state folder,
+#                                     across registry-down and registry-up [in memory]
 #   TIDEMARK_JAVA21_HOME              a Java of 21 or later for the registry [found as java21 says]
 #   TIDEMARK_JVM_DIR                  folder of installed Java homes that java21 searches [/usr/lib/jvm]
 #   TIDEMARK_WATCH_PID                with `up`: stop the servers and remove the state folder once
@@ -86,6 +94,7 @@ KAFKA_VERSION="${TIDEMARK_KAFKA_VERSION:-4.1.1}"
 LOG4J_VERSION="${TIDEMARK_LOG4J_VERSION:-2.24.3}"
 KAFKA_LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
 CONNECT_LIB="$CACHE/connect-$KAFKA_VERSION/lib"
+AVRO_READER_LIB="$CACHE/avro-reader-$KAFKA_VERSION/lib"
 DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
 DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
@@ -96,6 +105,7 @@ REGISTRY_HEAP="${TIDEMARK_REGISTRY_HEAP:--Xms64m -Xmx256m -XX:+UseSerialGC -XX:T
 REGISTRY_START_TIMEOUT="${TIDEMARK_REGISTRY_START_TIMEOUT:-90}"
 REGISTRY_TLS_CERT="${TIDEMARK_REGISTRY_TLS_CERT:-}"
 REGISTRY_TLS_KEY="${TIDEMARK_REGISTRY_TLS_KEY:-}"
+REGISTRY_PERSIST="${TIDEMARK_REGISTRY_PERSIST:-}"
 REGISTRY_SCHEME=http
 [ -z "$REGISTRY_TLS_CERT" ] || REGISTRY_SCHEME=https
 JVM_DIR="${TIDEMARK_JVM_DIR:-/usr/lib/jvm}"
@@ -288,6 +298,18 @@ fetch_connect() {
 
 install_connect() {
 	cached_install "$CONNECT_LIB" "connect-$KAFKA_VERSION" "Kafka Connect $KAFKA_VERSION jars" fetch_connect
+}
+
+# fetch_avro_reader collects the jars of the plain Java consumer of scripts/avro-reader (Apicurio
+# Registry's Avro deserializer, kafka-clients) with their runtime dependencies.
+fetch_avro_reader() {
+	mvn_copy "$1" "$1" "apicurio-registry-serdes-avro-serde and kafka-clients:$KAFKA_VERSION" avro-reader \
+		-Dkafka.version="$KAFKA_VERSION" -DincludeScope=runtime
+	ls "$1"/apicurio-registry-serdes-avro-serde-*.jar >/dev/null 2>&1 || die "no apicurio-registry-serdes-avro-serde jar in $1"
+}
+
+install_avro_reader() {
+	cached_install "$AVRO_READER_LIB" "avro-reader-$KAFKA_VERSION" "Avro reader jars" fetch_avro_reader
 }
 
 # install_debezium unpacks Debezium's PostgreSQL connector plugin archive into $DEBEZIUM_PLUGINS.
@@ -662,6 +684,13 @@ registry_up() {
 			-Dquarkus.http.ssl.certificate.key-files="$REGISTRY_TLS_KEY"
 			-Dquarkus.http.insecure-requests=disabled)
 	fi
+	# In memory (a restart starts empty), or with TIDEMARK_REGISTRY_PERSIST=1 in an H2 file of the
+	# state folder, kept across registry-down and registry-up as a production registry keeps its
+	# storage.
+	local storage=()
+	if [ -n "$REGISTRY_PERSIST" ] && [ "$REGISTRY_PERSIST" != 0 ]; then
+		storage=(-Dapicurio.datasource.url="jdbc:h2:file:$REGISTRY_DIR/h2/registry")
+	fi
 	mkdir -p "$REGISTRY_DIR"
 	: >"$REGISTRY_LOG"
 	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
@@ -670,7 +699,7 @@ registry_up() {
 	(cd "$REGISTRY_DIR" && exec setsid nohup "$home/bin/java" $REGISTRY_HEAP \
 		-Dquarkus.http.host=127.0.0.1 "${listen[@]}" \
 		-Dquarkus.management.host=127.0.0.1 -Dquarkus.management.port=0 \
-		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 \
+		-Dapicurio.storage.kind=sql -Dapicurio.storage.sql.kind=h2 ${storage[@]+"${storage[@]}"} \
 		-Dvertx.cacheDirBase="$REGISTRY_DIR/vertx-cache" \
 		-jar "$REGISTRY_HOME/quarkus-run.jar" >"$REGISTRY_LOG" 2>&1 </dev/null) &
 	local pid=$!
@@ -806,6 +835,7 @@ main() {
 	install)
 		cmd_install
 		install_connect
+		install_avro_reader
 		install_registry
 		check_registry_java
 		;;
@@ -815,6 +845,10 @@ main() {
 	install-connect)
 		install_java
 		install_connect
+		;;
+	install-avro-reader)
+		install_java
+		install_avro_reader
 		;;
 	install-debezium)
 		install_java

@@ -48,7 +48,8 @@ type applier struct {
 	// stageTx is the transaction staged names the staging tables already used in.
 	stageTx pgx.Tx
 	staged  map[string]bool
-	// fields are decoded json-with-schema value schemas, by the schema's text (a few).
+	// schemas are decoded record schemas (json-with-schema's Connect schema, avro's schema id), by
+	// their bytes (a few).
 	schemas map[string]format.Schema
 	// skip are the records APPLY_SKIP_RECORDS passes over.
 	skip map[recordRef]bool
@@ -255,11 +256,11 @@ func (a *applier) prepare(ctx context.Context, tx pgx.Tx, s *step, loading bool)
 		return nil, nil, err
 	}
 	if t == nil && a.createTables {
-		return nil, nil, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
+		return nil, nil, fmt.Errorf("target table %s does not exist, and its records carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema or avro): %w",
 			a.targetName(s.export).Sanitize(), errPermanent)
 	}
 	if t == nil {
-		return nil, nil, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
+		return nil, nil, fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema or avro: %w",
 			a.targetName(s.export).Sanitize(), errPermanent)
 	}
 	return t, r, nil

@@ -73,7 +73,8 @@ type step struct {
 	// before and after are the envelope's images (nil when null).
 	before, after json.RawMessage
 	// schema is the record's schema as its format writes it (json-with-schema's Connect
-	// schema; nil for json), and dec the format's decoder, which reads it and the values.
+	// schema, avro's 4-byte schema id; nil for json), and dec the format's decoder, which reads
+	// it and the values.
 	schema json.RawMessage
 	dec    format.Decoder
 	// unchanged: the update leaves unchanged TOAST columns out of after.

@@ -32,7 +32,7 @@ type Env struct {
 	Tables         string `env:"APPLY_TABLES" helpDefault:"(required unless APPLY_ALL_TABLES=true)" desc:"comma-separated schema.table list of the tables to keep in step; not a system schema (pg_*, information_schema), not the progress table"`
 	AllTables      string `env:"APPLY_ALL_TABLES" envDefault:"false" desc:"true: instead of APPLY_TABLES, keep in step every table the watermark topic names (narrowed by APPLY_SCHEMAS), including tables added to cdc's publication later"`
 	Schemas        string `env:"APPLY_SCHEMAS" helpDefault:"(every schema)" desc:"with APPLY_ALL_TABLES=true: comma-separated schema names whose tables are kept in step; the others are left alone"`
-	CreateTables   string `env:"APPLY_CREATE_TABLES" envDefault:"false" desc:"true: create a missing target table from the record schemas (needs CDC_VALUE_FORMAT=json-with-schema on cdc); false: a missing table or column is an error"`
+	CreateTables   string `env:"APPLY_CREATE_TABLES" envDefault:"false" desc:"true: create a missing target table from the record schemas (needs CDC_VALUE_FORMAT=json-with-schema or avro on cdc); false: a missing table or column is an error"`
 	TargetSchema   string `env:"APPLY_TARGET_SCHEMA" helpDefault:"(the source's schema)" desc:"schema of the target tables; by default each table keeps its source schema (not a system schema)"`
 	ProgressTable  string `env:"APPLY_PROGRESS_TABLE" envDefault:"public.tidemark_apply_progress" desc:"schema.table of the progress table (created if missing): the last applied cut's position, written in the cut's transaction"`
 	Name           string `env:"APPLY_NAME" envDefault:"tidemark-apply" desc:"this applier's row in the progress table; two appliers into one target need different names"`

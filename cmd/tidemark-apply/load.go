@@ -248,12 +248,12 @@ func (a *applier) beginLoad(ctx context.Context, tx pgx.Tx, e change.ExportID, b
 			ok = t != nil
 		}
 		if !ok {
-			return fmt.Errorf("target table %s does not exist, and the first records of its copy carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema): %w",
+			return fmt.Errorf("target table %s does not exist, and the first records of its copy carry no schema to create it from (cdc's CDC_VALUE_FORMAT must be json-with-schema or avro): %w",
 				name.Sanitize(), errPermanent)
 		}
 	}
 	if !ok {
-		return fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema: %w",
+		return fmt.Errorf("target table %s does not exist: create it, or set APPLY_CREATE_TABLES=true with json-with-schema or avro: %w",
 			name.Sanitize(), errPermanent)
 	}
 	if len(t.key) == 0 {

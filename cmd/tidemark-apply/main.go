@@ -20,7 +20,7 @@
 //   - Exact values. Values are passed to PostgreSQL as text and cast to the target column's
 //     type, so its own input function reads them (values.go says what is converted first).
 //   - Target tables must exist with the source's columns (a superset is fine) and its key as
-//     primary key; with APPLY_CREATE_TABLES=true and json-with-schema records, a missing table
+//     primary key; with APPLY_CREATE_TABLES=true and json-with-schema or avro records, a missing table
 //     is created from the records' schema. A mismatch stops the applier with an error naming it.
 //
 // Errors in the target or Kafka restart the session (reconnect, read the progress row, resume)

@@ -52,6 +52,7 @@ type StatusBoard struct {
 	mu    sync.Mutex
 	pg    connStatus
 	kafka connStatus
+	reg   connStatus // the schema registry (CDC_VALUE_FORMAT=avro); unused without one
 	slot  slotStatus
 	at    time.Time            // of the last sample
 	wal   ring[walSample]      // the server's WAL position over the window
@@ -127,7 +128,7 @@ func (c *copyRate) perSecond(rows int64, now time.Time) (float64, bool) {
 // connections' postures; it samples once Run starts.
 func NewStatusBoard(cfg pipeline.Config, postures []posture.Posture, src Source, log *slog.Logger) *StatusBoard {
 	return &StatusBoard{cfg: cfg, src: src, postures: postures, started: time.Now(), log: log.With("stage", "status"),
-		pg: connStatus{State: "unknown"}, kafka: connStatus{State: "unknown"}, slot: slotStatus{Name: cfg.Slot},
+		pg: connStatus{State: "unknown"}, kafka: connStatus{State: "unknown"}, reg: connStatus{State: "unknown"}, slot: slotStatus{Name: cfg.Slot},
 		wal: newRing[walSample](statusRing), lag: map[string]*lagRing{}, rate: map[string]*copyRate{}}
 }
 
@@ -148,6 +149,7 @@ func (b *StatusBoard) Run(ctx context.Context) {
 	for {
 		pg = b.samplePostgres(ctx, pg)
 		kc = b.sampleKafka(ctx, kc)
+		b.sampleRegistry(ctx)
 		b.sampleExports(time.Now())
 		select {
 		case <-ctx.Done():
@@ -251,6 +253,23 @@ func (b *StatusBoard) sampleKafka(ctx context.Context, kc *kgo.Client) *kgo.Clie
 	}
 	st.State, st.Brokers = "connected", len(meta.Brokers)
 	return kc
+}
+
+// sampleRegistry asks the schema registry, when there is one, for its global compatibility
+// level: whether it answers, whatever cdc has to register.
+func (b *StatusBoard) sampleRegistry(ctx context.Context) {
+	if b.cfg.Registry == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, statusEvery)
+	defer cancel()
+	st := connStatus{State: "connected", CheckedAt: time.Now()}
+	if err := b.cfg.Registry.Ping(ctx); err != nil {
+		st.State, st.Error = "unreachable", err.Error()
+	}
+	b.mu.Lock()
+	b.reg = st
+	b.mu.Unlock()
 }
 
 // sampleExports records each export's lag and copy rate at now, against the last WAL sample,

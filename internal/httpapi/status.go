@@ -51,6 +51,18 @@ type connReport struct {
 	TLSWarning string `json:"tls_warning,omitempty"`
 }
 
+// registryReport is the schema registry: whether it answers the board's check (every 5 s), its
+// URL, and, when the registrations that records wait for are failing, since when and how often.
+type registryReport struct {
+	connStatus
+	URL string `json:"url"`
+	// WaitingSince, FailedAttempts and LastError: cdc's own requests (a new table or a new shape
+	// to register) have failed in a row since then; its records wait, nothing is lost.
+	WaitingSince   *time.Time `json:"waiting_since,omitempty"`
+	FailedAttempts int        `json:"failed_attempts,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+}
+
 // statusReport is GET /status.
 type statusReport struct {
 	Version       string    `json:"version"`
@@ -63,7 +75,9 @@ type statusReport struct {
 	Reasons  []string   `json:"reasons,omitempty"`
 	Postgres connReport `json:"postgres"`
 	Kafka    connReport `json:"kafka"`
-	Slot     slotStatus `json:"slot"`
+	// Registry is the schema registry of CDC_VALUE_FORMAT=avro (absent without one).
+	Registry *registryReport `json:"schema_registry,omitempty"`
+	Slot     slotStatus      `json:"slot"`
 	// Failover is the standby's copy of a failover slot (CDC_SLOT_FAILOVER with a standby among
 	// CDC_PG_URL's hosts): failover-ready or the condition that fails, and since when.
 	Failover *monitor.FailoverState `json:"failover,omitempty"`
@@ -90,6 +104,7 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 	if len(failed) > 0 {
 		r.Reasons = append(r.Reasons, "tables failed (see their rows)")
 	}
+	r.Registry = b.registryReport()
 	switch {
 	case exports != nil || ready:
 		r.Role = "active"
@@ -129,6 +144,20 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 			}
 		}
 		r.Exports = append(r.Exports, row)
+	}
+	return r
+}
+
+// registryReport is the registry's line of GET /status (nil without a registry); the caller
+// holds b.mu.
+func (b *StatusBoard) registryReport() *registryReport {
+	reg := b.cfg.Registry
+	if reg == nil {
+		return nil
+	}
+	r := &registryReport{connStatus: b.reg, URL: reg.URL()}
+	if st := reg.Status(); !st.Reachable() {
+		r.WaitingSince, r.FailedAttempts, r.LastError = &st.Since, st.Attempts, st.Err.Error()
 	}
 	return r
 }

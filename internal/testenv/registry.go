@@ -129,6 +129,9 @@ type RegistryOptions struct {
 	// TLSCert and TLSKey (PEM files, NewTestCA's Issue makes them), when set, make the registry
 	// serve HTTPS only, with this certificate; URL is then https://.
 	TLSCert, TLSKey string
+	// Persist keeps the registry's schemas across Stop and Start (an H2 file in its state
+	// folder), as a production registry keeps its storage; by default Start begins empty.
+	Persist bool
 }
 
 // StartRegistry starts a private registry for t, skipping or failing as Registry does when it
@@ -141,7 +144,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *RegistryServer {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 	reg, err := startRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-private-registry-",
-		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey})
+		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey, Persist: opts.Persist})
 	cancel()
 	if err != nil {
 		registryUnavailable(t, err)
@@ -186,7 +189,7 @@ func (s *RegistryServer) Stop() {
 }
 
 // Start starts the registry again on the same port and returns once it listens. Its storage is
-// in memory: it starts empty.
+// in memory, so it starts empty, unless RegistryOptions.Persist kept it.
 func (s *RegistryServer) Start() {
 	s.t.Helper()
 	s.run(3*time.Minute, "registry-up")

@@ -36,6 +36,9 @@ type RegistryOptions struct {
 	// TLSCert and TLSKey (PEM files), when set, make the registry serve HTTPS only, with this
 	// certificate.
 	TLSCert, TLSKey string
+	// Persist keeps the schemas in an H2 file of the state folder across a stop and a start
+	// (services.sh's TIDEMARK_REGISTRY_PERSIST); by default they are in memory.
+	Persist bool
 }
 
 // StartRegistry starts a registry and returns once it listens. A watchdog of services.sh stops
@@ -68,6 +71,9 @@ func StartRegistry(ctx context.Context, opts RegistryOptions) (*Registry, error)
 		"TIDEMARK_REGISTRY_TLS_CERT="+opts.TLSCert,
 		"TIDEMARK_REGISTRY_TLS_KEY="+opts.TLSKey,
 	)
+	if opts.Persist {
+		r.env = append(r.env, "TIDEMARK_REGISTRY_PERSIST=1")
+	}
 	if out, err := r.Run(ctx, "registry-up"); err != nil {
 		if temporary {
 			_, _ = r.Run(context.WithoutCancel(ctx), "clean")

@@ -99,9 +99,9 @@ type Change struct {
 	// (tidemark.old_key, tidemark.new_key headers), as the key columns' JSON object, like Key
 	// (in json-with-schema, the payload without the schema). The delete comes first.
 	OldKey, NewKey json.RawMessage
-	// Schema is json-with-schema's Connect schema of the value (nil for json), a slice of the
-	// record like After: what a consumer that creates or checks tables reads the columns'
-	// types from, without fetching the record again.
+	// Schema is json-with-schema's Connect schema of the value, avro's 4-byte schema id (nil for
+	// json), a slice of the record like After: what a consumer that creates or checks tables
+	// reads the columns' types from (format.Decoder's Schema), without fetching the record again.
 	Schema json.RawMessage
 	// Decoder is the decoder of the record's format: it parses Schema and reads the values of
 	// Key, Before and After as PostgreSQL text (format.Decoder's Schema and AppendText).

@@ -178,6 +178,19 @@ func subjectName(subject string) string {
 	return fmt.Sprintf("subject %q", subject)
 }
 
+// Ping asks the registry for its global compatibility level, once, without retrying and without
+// touching Status (which follows the requests that records wait for): the status page's check
+// of whether the registry answers. A refusal (401, 403) is an error too.
+func (c *Client) Ping(ctx context.Context) error {
+	if res := c.sr.Compatibility(sr.WithParams(ctx, sr.DefaultToGlobal))[0]; res.Err != nil {
+		return fmt.Errorf("schema registry: %w", c.explain(res.Err))
+	}
+	return nil
+}
+
+// URL is the registry's base URL (it carries no credentials: Config refuses user info).
+func (c *Client) URL() string { return c.url }
+
 // Status returns the registry's reachability as the last requests saw it.
 func (c *Client) Status() Status {
 	c.mu.Lock()

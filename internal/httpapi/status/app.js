@@ -88,6 +88,14 @@
     conn("pg", d.postgres, d.postgres.server_version ? "server " + d.postgres.server_version +
       (d.postgres.tls_in_use ? ", this connection encrypted" : ", this connection not encrypted") : "");
     conn("kafka", d.kafka, d.kafka.brokers ? d.kafka.brokers + " broker(s)" : "");
+    var r = d.schema_registry;
+    $("registry").hidden = !r;
+    if (r) {
+      conn("registry", {state: r.state, error: r.error, tls: r.url}, "");
+      $("registry").querySelector(".warn").textContent = r.waiting_since ?
+        "\u26a0 registrations waiting since " + new Date(r.waiting_since).toLocaleTimeString() + " (" +
+        r.failed_attempts + " failed attempts: " + r.last_error + "); nothing is lost" : "";
+    }
     var s = d.slot, card = $("slot"), fill = card.querySelector(".fill");
     var txt = s.name + ": " + (s.exists ? (s.active ? "active" : "inactive") + (s.wal_status ? ", wal_status " + s.wal_status : "") : "does not exist yet");
     card.querySelector(".state").textContent = txt;

@@ -1,6 +1,7 @@
 package avro
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -29,6 +30,7 @@ type Decoder struct {
 	// Timeout bounds the fetch of a schema the decoder has not seen [30s].
 	timeout time.Duration
 	parsed  sync.Map // schemareg.ID → *snode
+	rows    sync.Map // schemareg.ID → *rowSchema (Schema)
 }
 
 // NewDecoder returns a decoder that fetches writer schemas from reg.
@@ -51,24 +53,30 @@ func (d *Decoder) writerSchema(b []byte) (*snode, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	n, err := d.schemaByID(id)
+	return n, body, err
+}
+
+// schemaByID returns the parsed writer schema of id, fetched from the registry once.
+func (d *Decoder) schemaByID(id schemareg.ID) (*snode, error) {
 	if n, ok := d.parsed.Load(id); ok {
-		return n.(*snode), body, nil
+		return n.(*snode), nil
 	}
 	if d.reg == nil {
-		return nil, nil, ErrNoRegistry
+		return nil, ErrNoRegistry
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
 	defer cancel()
 	s, err := d.reg.Schema(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	n, err := parseSchema(s.Schema)
 	if err != nil {
-		return nil, nil, fmt.Errorf("schema id %d: %w", id, err)
+		return nil, fmt.Errorf("schema id %d: %w", id, err)
 	}
 	d.parsed.Store(id, n)
-	return n, body, nil
+	return n, nil
 }
 
 // Decode reads the envelope value and the key. The images and the key are new JSON, not slices
@@ -120,6 +128,7 @@ func (d *Decoder) Decode(r *format.Record, key, value []byte) error {
 	default:
 		return fmt.Errorf("%w: unknown op %q", format.ErrEnvelope, op)
 	}
+	r.Schema = value[1:headerSize] // the writer schema's id: Schema reads the row's columns from it
 	r.Source = format.RecordSource{LSN: change.LSN(src.LSN), TxID: src.TxID, Sequence: src.Sequence, TsMs: src.TsMs,
 		Attempt: src.Attempt, Snapshot: src.Snapshot == "true" || r.Op == change.OpRead, DB: src.DB, Schema: src.Schema, Table: src.Table}
 	if key != nil {
@@ -165,10 +174,6 @@ func (d *Decoder) Key(key []byte) []byte {
 	}
 	return v
 }
-
-// Schema returns nil: the images are written as the json format writes its values, and read back
-// by the column's type as that format's are.
-func (d *Decoder) Schema([]byte) (format.Schema, error) { return nil, nil }
 
 // AppendText appends the PostgreSQL text of a value of an image, as the json format reads it.
 func (d *Decoder) AppendText(dst, raw []byte, col *format.Column) ([]byte, bool, error) {
@@ -475,6 +480,8 @@ func appendBytesJSON(dst []byte, n *snode, v []byte) []byte {
 			}
 		}
 		return append(dst, '"')
+	case n.connect == "io.debezium.time.ZonedTimestamp" && len(v) > 0 && (v[0] == '-' || bytes.HasPrefix(v, []byte("0000-"))):
+		return format.AppendJSONString(dst, connectjson.AppendZonedTimestampText(nil, v))
 	case n.typ == "string":
 		return format.AppendJSONString(dst, v)
 	}

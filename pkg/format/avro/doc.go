@@ -97,5 +97,10 @@
 // once), and writes the images and the key as JSON objects whose values are what the json
 // format writes (numeric as a string of its digits, dates, times and timestamps as PostgreSQL
 // text, bytea in base64, json embedded, an interval as "<n> microseconds"), so a consumer reads
-// them back as it reads json.
+// them back as it reads json. A Record's Schema is the value's schema id: Schema returns the row
+// record's columns from it, with the PostgreSQL type a created table gets (tidemark-apply's
+// APPLY_CREATE_TABLES: Debezium's semantic names as json-with-schema maps them, then Avro's
+// logical types, then the Avro type; a bit string is bit varying). As in the json format, a json
+// or jsonb holding the JSON literal null reads back as SQL NULL (the Avro datum tells them
+// apart: a string "null" against the null branch).
 package avro

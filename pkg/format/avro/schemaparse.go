@@ -9,17 +9,19 @@ import (
 // snode is one type of a writer schema read back from the registry: what the decoder needs to
 // walk a datum and to write its values as JSON.
 type snode struct {
-	typ      string // null, boolean, int, long, float, double, bytes, string, record, enum, array, map, fixed, union
-	logical  string // logicalType
-	connect  string // connect.name
-	pgType   string // tidemark.type: "bit" for bit(1)'s boolean
-	name     string // a named type's full name
-	scale    int
-	length   int // io.debezium.data.Bits' length parameter; fixed's size
-	fields   []sfield
-	items    *snode // array items, map values
-	branches []*snode
-	symbols  []string
+	typ     string // null, boolean, int, long, float, double, bytes, string, record, enum, array, map, fixed, union
+	logical string // logicalType
+	connect string // connect.name
+	// connectType is connect.type: "int16" for int2's int.
+	connectType string
+	pgType      string // tidemark.type: "bit" for bit(1)'s boolean
+	name        string // a named type's full name
+	scale       int
+	length      int // io.debezium.data.Bits' length parameter; fixed's size
+	fields      []sfield
+	items       *snode // array items, map values
+	branches    []*snode
+	symbols     []string
 }
 
 type sfield struct {
@@ -80,6 +82,7 @@ func (p *schemaParser) parse(v any, ns string, depth int) (*snode, error) {
 		n := &snode{typ: typ}
 		n.logical, _ = t["logicalType"].(string)
 		n.connect, _ = t["connect.name"].(string)
+		n.connectType, _ = t["connect.type"].(string)
 		n.pgType, _ = t["tidemark.type"].(string)
 		if s, ok := t["scale"].(float64); ok {
 			n.scale = int(s)

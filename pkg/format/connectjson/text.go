@@ -134,6 +134,9 @@ func appendConnect(dst []byte, raw []byte, f *field) ([]byte, error) {
 		if err != nil {
 			return dst, fmt.Errorf("read string: %w", err)
 		}
+		if f.Name == "io.debezium.time.ZonedTimestamp" {
+			return AppendZonedTimestampText(dst, []byte(s)), nil
+		}
 		return append(dst, s...), nil
 	case "array":
 		if f.depth() > pgjson.MaxArrayDims {

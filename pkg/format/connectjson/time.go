@@ -344,6 +344,35 @@ func appendZonedTime(dst []byte, text []byte) ([]byte, error) {
 	return append(dst, `Z"`...), nil
 }
 
+// AppendZonedTimestampText appends an io.debezium.time.ZonedTimestamp as PostgreSQL's input
+// reads it. ISO-8601 writes a year before 1 astronomically ("-0043-03-15T12:00:00Z" is 44 BC,
+// "0000-..." 1 BC), which PostgreSQL refuses: such a year is written as its BC year with the era
+// after the value ("0044-03-15T12:00:00Z BC"). Other values are appended as they are.
+func AppendZonedTimestampText(dst, s []byte) []byte {
+	neg := len(s) > 0 && s[0] == '-'
+	digits := s
+	if neg {
+		digits = s[1:]
+	}
+	i := 0
+	for i < len(digits) && digits[i] >= '0' && digits[i] <= '9' {
+		i++
+	}
+	if i < 4 || i >= len(digits) || digits[i] != '-' {
+		return append(dst, s...) // "infinity", or not a date
+	}
+	year, err := strconv.ParseInt(string(digits[:i]), 10, 64)
+	if err != nil || (!neg && year != 0) {
+		return append(dst, s...)
+	}
+	if neg {
+		year = -year
+	}
+	dst = fmt.Appendf(dst, "%04d", 1-year)
+	dst = append(dst, digits[i:]...)
+	return append(dst, " BC"...)
+}
+
 // appendMicroDuration appends io.debezium.time.MicroDuration with Debezium's arithmetic
 // (MicroDuration.durationMicros with 365.25/12 days a month, in double precision) from
 // IntervalStyle=postgres output: "1 year 2 mons -3 days +04:05:06.7".
