@@ -38,6 +38,7 @@ type registryOutage struct {
 // holds under the topic's subjects (one version per shape) and decodes with it, and the topics
 // hold exactly the tables' rows: nothing lost.
 func TestAvroRegistryOutage(t *testing.T) {
+	t.Parallel() // most of it is waiting on the stopped registry: it runs beside the package's other parallel tests
 	reg := testenv.StartRegistry(t, testenv.RegistryOptions{Persist: true})
 	e := newEnv(t)
 	ctx := t.Context()
