@@ -123,6 +123,12 @@ END LOOP; END $$`, from, min(from+499, n)))
 	if warns > 20 {
 		t.Errorf("%d WARN lines for %d tables: per-table notices must be summarised", warns, n)
 	}
+	if f := bankEnv(t, "CDC_MANY_LOG", ""); f != "" {
+		// CDC_MANY_LOG=<file>: cdc's log so far, for a timeline of the start.
+		if err := os.WriteFile(f, []byte(p.log.String()), 0o644); err != nil {
+			t.Log(err)
+		}
+	}
 	t.Logf("REPORT tables=%d hydrated_in=%s cdc_peak_rss=%s idle_watermark_records_per_s=%.1f status_bytes=%d status_time=%s warn_lines=%d",
 		n, hydrated.Round(100*time.Millisecond), mib(w.peakOf("cdc")), idle, size, took.Round(time.Millisecond), warns)
 }

@@ -22,7 +22,16 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	positions := make(map[change.ExportID]change.LSN)
 	var specs []sink.TopicSpec
 	var jobs []snapshot.ChunkJob
-	for _, e := range sortedExports(resume) {
+	sorted := sortedExports(resume)
+	// Every resumed table's schema in one read, however many there are.
+	tables, loadErrs, err := cat.LoadTables(ctx, slices.DeleteFunc(slices.Clone(sorted), func(e change.ExportID) bool {
+		_, ok := published[e]
+		return !ok
+	}))
+	if err != nil {
+		return err
+	}
+	for _, e := range sorted {
 		p := resume[e]
 		attempt, after, chunked := o.tracker.Chunked(e)
 		o.takeUp(e, chunked)
@@ -31,7 +40,7 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 			o.log.Info("table left the publication while stopped", "export", e.String())
 			continue
 		}
-		t, err := cat.LoadTable(ctx, e)
+		t, err := tables[e], loadErrs[e]
 		if errors.Is(err, pgcat.ErrUnsupportedTable) {
 			// E.g. the publication's column list leaves out a key column now: e alone stops.
 			o.log.Error("export failed", "export", e.String(), "err", err)
@@ -166,6 +175,10 @@ func (o *owner) loaded(ev evLoaded) {
 	r := o.round
 	if r == nil || r.ev.reply != ev.reply {
 		ev.reply <- pollReply{err: errors.New("tables loaded for a poll that is not being taken in")}
+		return
+	}
+	if ev.err != nil {
+		o.pollDone(r, ev.err)
 		return
 	}
 	var rest, chunked []change.ExportID

@@ -134,10 +134,11 @@ type (
 		EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error
 		EndOffsets(topic string) map[int32]int64
 	}
-	// catalog reads a table's schema and the server's WAL position: at start-up (resume), and
-	// on the poller's connection for a poll (takeIn), never in the owner's loop.
+	// catalog reads tables' schemas, all in one go, and the server's WAL position: at start-up
+	// (resume), and on the poller's connection for a poll (takeIn), never in the owner's loop.
+	// A table that cannot be loaded has its error in errs; err is for the read as a whole.
 	catalog interface {
-		LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error)
+		LoadTables(ctx context.Context, exports []change.ExportID) (tables map[change.ExportID]*change.Table, errs map[change.ExportID]error, err error)
 		CurrentWAL(ctx context.Context) (change.LSN, error)
 	}
 )
@@ -200,7 +201,9 @@ type (
 	evLoaded struct {
 		// tables: the schemas loaded, by export; one that could not be loaded is absent.
 		tables map[change.ExportID]*change.Table
-		reply  chan pollReply
+		// err: the tables could not be read at all; the poll fails.
+		err   error
+		reply chan pollReply
 	}
 	evTopics struct {
 		job topicJob
