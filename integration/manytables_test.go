@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,4 +133,53 @@ END LOOP; END $$`, from, min(from+499, n)))
 	}
 	t.Logf("REPORT tables=%d hydrated_in=%s cdc_peak_rss=%s idle_watermark_records_per_s=%.1f status_bytes=%d status_time=%s warn_lines=%d",
 		n, hydrated.Round(100*time.Millisecond), mib(w.peakOf("cdc")), idle, size, took.Round(time.Millisecond), warns)
+}
+
+// TestTopicRefusedFailsItsTable: a topic Kafka refuses to create (here its name collides with
+// an existing topic's, '.' and '_' being the same to Kafka) fails its table alone, with the
+// broker's reason on /exports; the other tables of the same poll are copied. Before, the
+// refusal failed the whole poll: no table was copied, and the poll was retried for ever.
+func TestTopicRefusedFailsItsTable(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(`CREATE TABLE ok1 (id int PRIMARY KEY, v text)`, `CREATE TABLE clash (id int PRIMARY KEY, v text)`,
+		`INSERT INTO ok1 VALUES (1, 'a')`, `INSERT INTO clash VALUES (1, 'x')`)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	squat := strings.ReplaceAll(e.topic("public.clash"), ".", "_")
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, squat); err != nil {
+		t.Fatal(err)
+	}
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.ok1,public.clash"
+	vars["CDC_HTTP_ADDR"] = freeAddr(t)
+	// With the token /exports shows an export's error text (else only its class).
+	vars["CDC_HTTP_TOKEN"] = httpToken
+	p := e.startCDC(vars)
+	e.waitFor(p, time.Minute, e.currentLSN(ctx), "public.ok1")
+	var exports []struct {
+		Export, State, Error string
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := httpCall(t, http.MethodGet, "http://"+vars["CDC_HTTP_ADDR"]+"/exports", map[string]string{"Authorization": "Bearer " + httpToken}, "")
+		if err := json.Unmarshal([]byte(body), &exports); err != nil {
+			t.Fatalf("/exports: %v: %s", err, body)
+		}
+		i := slices.IndexFunc(exports, func(x struct{ Export, State, Error string }) bool { return x.Export == "public.clash" })
+		if i >= 0 && exports[i].State == "failed" {
+			if !strings.Contains(exports[i].Error, "collides") {
+				t.Errorf("public.clash failed with %q; want the broker's reason (collides with %s)", exports[i].Error, squat)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/exports: %+v; want public.clash failed", exports)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
