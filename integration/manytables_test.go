@@ -49,8 +49,10 @@ END LOOP; END $$`, from, min(from+499, n)))
 	vars["CDC_WATERMARK_INTERVAL"] = "1s"
 	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc during the first 20 s of hydration.
 	profile := bankEnv(t, "CDC_MANY_PROFILE", "")
+	// CDC_MANY_HEAP=<file>: a heap profile of cdc once every table is hydrated.
+	heap := bankEnv(t, "CDC_MANY_HEAP", "")
 	const token = "many-tables-profile-token"
-	if profile != "" {
+	if profile != "" || heap != "" {
 		vars["CDC_HTTP_TOKEN"], vars["CDC_HTTP_PPROF"] = token, "true"
 	}
 	start := time.Now()
@@ -79,6 +81,19 @@ END LOOP; END $$`, from, min(from+499, n)))
 	go w.run(wctx)
 	e.waitFor(p, time.Duration(n/10+120)*time.Second, e.currentLSN(ctx), tables...)
 	hydrated := time.Since(start)
+	if heap != "" {
+		req, _ := http.NewRequest("GET", "http://"+vars["CDC_HTTP_ADDR"]+"/debug/pprof/heap", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Logf("heap profile: %v", err)
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err := os.WriteFile(heap, b, 0o644); err != nil {
+				t.Logf("heap profile: %v", err)
+			}
+		}
+	}
 	// Watermark records per second once idle.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {

@@ -295,6 +295,7 @@ type results struct {
 	Compression []compressionResult  `json:"compression,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
+	Many        *manyResult          `json:"many,omitempty"`
 	Copies      *scaleResult         `json:"copies,omitempty"`
 	CopyCatchUp *scaleResult         `json:"copy_catchup,omitempty"`
 	Debezium    *debeziumResult      `json:"debezium,omitempty"`
@@ -327,6 +328,7 @@ func (r *results) print(w io.Writer) {
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
+	printMany(w, r.Many)
 	printScale(w, r.Copies)
 	printScale(w, r.CopyCatchUp)
 	if r.Debezium != nil {
