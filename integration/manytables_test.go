@@ -47,8 +47,10 @@ END LOOP; END $$`, from, min(from+499, n)))
 	vars := e.baseVars()
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
 	vars["CDC_WATERMARK_INTERVAL"] = "1s"
-	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc during the first 20 s of hydration.
+	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc for 20 s from CDC_MANY_PROFILE_AT seconds
+	// after its start (3 unless set).
 	profile := bankEnv(t, "CDC_MANY_PROFILE", "")
+	profileAt := bankInt(t, "CDC_MANY_PROFILE_AT", 3)
 	// CDC_MANY_HEAP=<file>: a heap profile of cdc once every table is hydrated.
 	heap := bankEnv(t, "CDC_MANY_HEAP", "")
 	const token = "many-tables-profile-token"
@@ -59,7 +61,7 @@ END LOOP; END $$`, from, min(from+499, n)))
 	p := e.startCDC(vars)
 	if profile != "" {
 		go func() {
-			time.Sleep(3 * time.Second)
+			time.Sleep(time.Duration(profileAt) * time.Second)
 			req, _ := http.NewRequest("GET", "http://"+vars["CDC_HTTP_ADDR"]+"/debug/pprof/profile?seconds=20", nil)
 			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := http.DefaultClient.Do(req)

@@ -90,6 +90,11 @@ type pollRound struct {
 	phases map[change.ExportID]phase
 	// started: the exports whose copy this poll started.
 	started []change.ExportID
+	// Its chunked copies (chunkTopics): batches of topics not answered yet, copies queued and
+	// not started yet, the first error of a batch, and what runs once they are all done.
+	topicsLeft, queued int
+	firstErr           error
+	then               func(error)
 }
 
 // polled handles a poll of the publication: tables that left it are removed once the stream
@@ -211,13 +216,13 @@ func (o *owner) loaded(ev evLoaded) {
 // on the one test broker: 10,000 tables' topics take it half a minute).
 const topicBatch = 500
 
-// chunkTopics has the topics of exports made in batches, and starts each batch's chunked
-// copies once its topics are made. A topic the broker refuses for good fails its export alone
-// (sink.TopicErrors); any other error leaves the batch's exports to the next poll. then runs
-// once every batch is answered, with the first such error.
+// chunkTopics has the topics of exports made in batches, and queues each batch's chunked
+// copies once its topics are made (startQueued starts them as room allows). A topic the broker
+// refuses for good fails its export alone (sink.TopicErrors); any other error leaves the
+// batch's exports to the next poll. then runs once every batch is answered and every queued
+// copy started, with the first such error.
 func (o *owner) chunkTopics(r *pollRound, exports []change.ExportID, defs map[change.ExportID]change.PublishedAs, then func(error)) {
-	left := (len(exports) + topicBatch - 1) / topicBatch
-	var first error
+	r.topicsLeft, r.then = (len(exports)+topicBatch-1)/topicBatch, then
 	for batch := range slices.Chunk(exports, topicBatch) {
 		specs := make([]sink.TopicSpec, len(batch))
 		for i, e := range batch {
@@ -229,14 +234,62 @@ func (o *owner) chunkTopics(r *pollRound, exports []change.ExportID, defs map[ch
 				batch, err = o.topicsRefused(r, batch, refused), nil
 			}
 			if err == nil {
-				o.startChunks(r, batch, defs)
-			} else if first == nil {
-				first = err
+				for _, e := range batch {
+					o.backlog = append(o.backlog, queuedChunk{r: r, e: e, def: defs[e]})
+				}
+				r.queued += len(batch)
+			} else if r.firstErr == nil {
+				r.firstErr = err
 			}
-			if left--; left == 0 {
-				then(first)
-			}
+			r.topicsLeft--
+			o.startQueued()
+			o.roundDone(r)
 		})
+	}
+}
+
+// chunkWindow is how many exports may be in a chunked copy at once per snapshot worker. The
+// chunker keeps at most 2 × 64 small tables' chunks per worker in memory until they are
+// durable, so more copies at once would only wait in its queue, each with its own watermark
+// records and progress meanwhile: with 10,000 tables started at once, 3,000 of them waiting
+// made every batch of the sink carry thousands of records, and hydrating slowed to 5 tables a
+// second.
+const chunkWindow = 128
+
+// queuedChunk is an export of poll r whose topic is made and whose chunked copy waits for room.
+type queuedChunk struct {
+	r   *pollRound
+	e   change.ExportID
+	def change.PublishedAs
+}
+
+// startQueued starts the queued chunked copies while fewer than chunkWindow per worker run,
+// and ends the poll whose last copy it started.
+func (o *owner) startQueued() {
+	workers := o.cfg.Snapshot.Workers
+	if workers <= 0 {
+		workers = snapshot.DefaultWorkers
+	}
+	limit := chunkWindow * workers
+	for len(o.backlog) > 0 && o.chunking < limit {
+		q := o.backlog[0]
+		o.backlog = o.backlog[1:]
+		o.startChunks(q.r, []change.ExportID{q.e}, map[change.ExportID]change.PublishedAs{q.e: q.def})
+		q.r.queued--
+		o.roundDone(q.r)
+	}
+	if len(o.backlog) == 0 {
+		o.backlog = nil // the array of a large start goes
+	}
+}
+
+// roundDone ends r's chunked copies' part once every batch of topics is answered and every
+// queued copy started.
+func (o *owner) roundDone(r *pollRound) {
+	if r.topicsLeft == 0 && r.queued == 0 && r.then != nil {
+		then := r.then
+		r.then = nil
+		then(r.firstErr)
 	}
 }
 

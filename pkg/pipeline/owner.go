@@ -81,6 +81,10 @@ type owner struct {
 	// round is the poll being taken in (pollRound), nil between polls; pollSeq numbers them.
 	round   *pollRound
 	pollSeq uint64
+	// chunking counts the exports in phaseChunking; backlog holds the exports whose topics
+	// are made and whose chunked copy waits for room (chunkWindow), in order.
+	chunking int
+	backlog  []queuedChunk
 	// Queues of commands whose receivers may be busy: the owner never waits for them. topicQ
 	// goes to the topic administrator, requestQ to the snapshot stage, reconcileQ to the
 	// reconciler (the inbox's channels).
@@ -354,6 +358,7 @@ func (o *owner) serve(ctx context.Context) error {
 		w.ev.reply <- beginReply{attempts, err}
 		o.publishView()
 	}
+	o.startQueued()
 	o.confirm()
 	return nil
 }
@@ -394,6 +399,8 @@ func (o *owner) outbound(out *outbound) {
 func (o *owner) served(a ack) {
 	o.ack(a)
 	if a.kind == ackCommitted {
+		// Copies that ended make room for queued ones (startQueued).
+		o.startQueued()
 		o.publishView()
 	}
 	o.confirm()
