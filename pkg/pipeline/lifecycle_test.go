@@ -474,6 +474,7 @@ func TestChunkWindow(t *testing.T) {
 		all = append(all, change.ExportID{Schema: "public", Table: fmt.Sprintf("t%03d", i)})
 	}
 	polled := make(chan error, 1)
+	lc.start() // here: the loop's helpers are not safe to start from two goroutines
 	go func() { polled <- lc.published(ctx, fakeCatalog{}, set(all...)) }()
 	count := func() (chunking, hydrated int) {
 		for _, e := range all {
