@@ -95,9 +95,14 @@ test-integration-pg17:
 # benchmark that hangs (as BenchmarkDecodeTxn once did, unnoticed) fails `make test` with the
 # stacks of where it hangs. The figures of so short a run mean nothing; `make bench` measures.
 BENCH_SMOKE_SECONDS ?= 180
+# It also runs the bench's many scenario (tools/bench, `-only many`) at BENCH_SMOKE_MANY tables:
+# a publication FOR ALL TABLES of small tables beside a busy one, hydrated, its figures printed
+# (`make bench` runs it at 10,000).
+BENCH_SMOKE_MANY ?= 300
 bench-smoke:
 	scripts/services.sh install
 	CI=$${CI:-} GO=$(GO) scripts/bench-smoke.sh $(BENCH_SMOKE_SECONDS)
+	$(GO) run ./tools/bench -only many -many-tables $(BENCH_SMOKE_MANY) -out "$$(mktemp -d)/bench-many.json"
 
 # Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and
 # testdata/fuzz/<target>/) run as ordinary tests in test-unit.

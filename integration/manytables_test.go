@@ -2,10 +2,12 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,17 +47,21 @@ END LOOP; END $$`, from, min(from+499, n)))
 	vars := e.baseVars()
 	vars["CDC_HTTP_ADDR"] = freeAddr(t)
 	vars["CDC_WATERMARK_INTERVAL"] = "1s"
-	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc during the first 20 s of hydration.
+	// CDC_MANY_PROFILE=<file>: a CPU profile of cdc for 20 s from CDC_MANY_PROFILE_AT seconds
+	// after its start (3 unless set).
 	profile := bankEnv(t, "CDC_MANY_PROFILE", "")
+	profileAt := bankInt(t, "CDC_MANY_PROFILE_AT", 3)
+	// CDC_MANY_HEAP=<file>: a heap profile of cdc once every table is hydrated.
+	heap := bankEnv(t, "CDC_MANY_HEAP", "")
 	const token = "many-tables-profile-token"
-	if profile != "" {
+	if profile != "" || heap != "" {
 		vars["CDC_HTTP_TOKEN"], vars["CDC_HTTP_PPROF"] = token, "true"
 	}
 	start := time.Now()
 	p := e.startCDC(vars)
 	if profile != "" {
 		go func() {
-			time.Sleep(3 * time.Second)
+			time.Sleep(time.Duration(profileAt) * time.Second)
 			req, _ := http.NewRequest("GET", "http://"+vars["CDC_HTTP_ADDR"]+"/debug/pprof/profile?seconds=20", nil)
 			req.Header.Set("Authorization", "Bearer "+token)
 			resp, err := http.DefaultClient.Do(req)
@@ -77,6 +83,19 @@ END LOOP; END $$`, from, min(from+499, n)))
 	go w.run(wctx)
 	e.waitFor(p, time.Duration(n/10+120)*time.Second, e.currentLSN(ctx), tables...)
 	hydrated := time.Since(start)
+	if heap != "" {
+		req, _ := http.NewRequest("GET", "http://"+vars["CDC_HTTP_ADDR"]+"/debug/pprof/heap", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, err := http.DefaultClient.Do(req); err != nil {
+			t.Logf("heap profile: %v", err)
+		} else {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err := os.WriteFile(heap, b, 0o644); err != nil {
+				t.Logf("heap profile: %v", err)
+			}
+		}
+	}
 	// Watermark records per second once idle.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
 	if err != nil {
@@ -123,6 +142,61 @@ END LOOP; END $$`, from, min(from+499, n)))
 	if warns > 20 {
 		t.Errorf("%d WARN lines for %d tables: per-table notices must be summarised", warns, n)
 	}
+	if f := bankEnv(t, "CDC_MANY_LOG", ""); f != "" {
+		// CDC_MANY_LOG=<file>: cdc's log so far, for a timeline of the start.
+		if err := os.WriteFile(f, []byte(p.log.String()), 0o644); err != nil {
+			t.Log(err)
+		}
+	}
 	t.Logf("REPORT tables=%d hydrated_in=%s cdc_peak_rss=%s idle_watermark_records_per_s=%.1f status_bytes=%d status_time=%s warn_lines=%d",
 		n, hydrated.Round(100*time.Millisecond), mib(w.peakOf("cdc")), idle, size, took.Round(time.Millisecond), warns)
+}
+
+// TestTopicRefusedFailsItsTable: a topic Kafka refuses to create (here its name collides with
+// an existing topic's, '.' and '_' being the same to Kafka) fails its table alone, with the
+// broker's reason on /exports; the other tables of the same poll are copied. Before, the
+// refusal failed the whole poll: no table was copied, and the poll was retried for ever.
+func TestTopicRefusedFailsItsTable(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	e.exec(`CREATE TABLE ok1 (id int PRIMARY KEY, v text)`, `CREATE TABLE clash (id int PRIMARY KEY, v text)`,
+		`INSERT INTO ok1 VALUES (1, 'a')`, `INSERT INTO clash VALUES (1, 'x')`)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	squat := strings.ReplaceAll(e.topic("public.clash"), ".", "_")
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, squat); err != nil {
+		t.Fatal(err)
+	}
+	vars := e.baseVars()
+	vars["CDC_TABLES"] = "public.ok1,public.clash"
+	vars["CDC_HTTP_ADDR"] = freeAddr(t)
+	// With the token /exports shows an export's error text (else only its class).
+	vars["CDC_HTTP_TOKEN"] = httpToken
+	p := e.startCDC(vars)
+	e.waitFor(p, time.Minute, e.currentLSN(ctx), "public.ok1")
+	var exports []struct {
+		Export, State, Error string
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := httpCall(t, http.MethodGet, "http://"+vars["CDC_HTTP_ADDR"]+"/exports", map[string]string{"Authorization": "Bearer " + httpToken}, "")
+		if err := json.Unmarshal([]byte(body), &exports); err != nil {
+			t.Fatalf("/exports: %v: %s", err, body)
+		}
+		i := slices.IndexFunc(exports, func(x struct{ Export, State, Error string }) bool { return x.Export == "public.clash" })
+		if i >= 0 && exports[i].State == "failed" {
+			if !strings.Contains(exports[i].Error, "collides") {
+				t.Errorf("public.clash failed with %q; want the broker's reason (collides with %s)", exports[i].Error, squat)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/exports: %+v; want public.clash failed", exports)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

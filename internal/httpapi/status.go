@@ -86,13 +86,20 @@ type statusReport struct {
 	SampleSeconds float64   `json:"sample_interval_seconds"`
 	// Admin: a token is configured, so re-copy and full error texts are available with it.
 	// FullErrors: this answer has the full error texts (the request carried the token).
-	Admin      bool           `json:"admin"`
-	FullErrors bool           `json:"full_errors"`
-	Exports    []exportStatus `json:"exports"`
+	Admin      bool `json:"admin"`
+	FullErrors bool `json:"full_errors"`
+	// Total is how many exports there are, Counts how many in each state, Matched how many
+	// the filter matched; Exports is the page of them asked for (Offset, Limit; statusQuery).
+	Total   int                     `json:"total"`
+	Counts  map[watermark.State]int `json:"counts"`
+	Matched int                     `json:"matched"`
+	Offset  int                     `json:"offset"`
+	Limit   int                     `json:"limit"`
+	Exports []exportStatus          `json:"exports"`
 }
 
 // report builds GET /status at now; full keeps the error texts, which can quote row values.
-func (b *StatusBoard) report(now time.Time, version string, full bool, token secret.Token) statusReport {
+func (b *StatusBoard) report(now time.Time, version string, full bool, token secret.Token, sq statusQuery) statusReport {
 	ready, reasons, failed := b.src.Ready()
 	exports := b.src.Exports()
 	b.mu.Lock()
@@ -100,7 +107,7 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 	r := statusReport{Version: version, StartedAt: b.started, UptimeSeconds: math.Round(now.Sub(b.started).Seconds()),
 		Ready: ready, Reasons: reasons, Postgres: connReport{connStatus: b.pg}, Kafka: connReport{connStatus: b.kafka},
 		Slot: b.slot, Failover: b.src.Failover(), SampledAt: b.at, SampleSeconds: statusEvery.Seconds(), Admin: token.IsSet(), FullErrors: full,
-		Exports: make([]exportStatus, 0, len(exports))}
+		Total: len(exports), Offset: sq.offset, Limit: sq.limit}
 	if len(failed) > 0 {
 		r.Reasons = append(r.Reasons, "tables failed (see their rows)")
 	}
@@ -121,6 +128,7 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 		}
 		c.TLSMode, c.TLS, c.TLSWarning = p.Mode, p.Summary, p.Warning
 	}
+	rows := make([]exportStatus, 0, len(exports))
 	for _, s := range exports {
 		if !full {
 			s = s.RedactError(redactNote(token))
@@ -143,8 +151,9 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 				}
 			}
 		}
-		r.Exports = append(r.Exports, row)
+		rows = append(rows, row)
 	}
+	r.Exports, r.Matched, r.Counts = sq.page(rows)
 	return r
 }
 
@@ -193,9 +202,11 @@ func (b *StatusBoard) lagHistory(names []string) map[string]lagSeries {
 
 // addStatusRoutes adds the status page (GET /) and its JSON endpoints:
 //
-//   - GET /status: the instance (role, readiness, connections with their TLS posture, the
-//     slot's retained WAL, version, uptime) and every export with its lag and copy rate. Error
-//     texts are redacted without the admin token, as on /exports;
+//   - GET /status?offset=&limit=&filter=&sort=&dir=&problems=: the instance (role, readiness,
+//     connections with their TLS posture, the slot's retained WAL, version, uptime), the
+//     exports' totals, and one page of exports (statusQuery; 100 by default, at most 1,000)
+//     with their lag and copy rate. Error texts are redacted without the admin token, as on
+//     /exports;
 //   - GET /status/lag?export=schema.table&...: the last 15 minutes of lag of up to
 //     statusMaxLagExports exports.
 func addStatusRoutes(mux *http.ServeMux, b *StatusBoard, version string, token secret.Token, log *slog.Logger) {
@@ -207,7 +218,12 @@ func addStatusRoutes(mux *http.ServeMux, b *StatusBoard, version string, token s
 		if !ok {
 			return
 		}
-		writeJSON(w, r, b.report(time.Now(), version, full, token))
+		sq, err := parseStatusQuery(r.URL.Query())
+		if err != nil {
+			http.Error(w, "GET /status: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		writeJSON(w, r, b.report(time.Now(), version, full, token, sq))
 	})
 	mux.HandleFunc("GET /status/lag", func(w http.ResponseWriter, r *http.Request) {
 		names := r.URL.Query()["export"]

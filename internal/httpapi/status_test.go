@@ -116,7 +116,7 @@ func TestStatusRole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newTestBoard(tc.src)
 			b.slot.Active = tc.slotActive
-			if got := b.report(time.Now(), "v", false, secret.Token{}).Role; got != tc.want {
+			if got := b.report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Role; got != tc.want {
 				t.Errorf("role %q, want %q", got, tc.want)
 			}
 		})
@@ -165,18 +165,18 @@ func TestStatusCopyRate(t *testing.T) {
 	b := newTestBoard(src)
 	t0 := time.Now()
 	b.sampleExports(t0)
-	if rows := b.report(t0.Add(500*time.Millisecond), "v", false, secret.Token{}).Exports; rows[0].RowsPerSecond != nil {
+	if rows := b.report(t0.Add(500*time.Millisecond), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Exports; rows[0].RowsPerSecond != nil {
 		t.Errorf("a rate after half a second: %v rows/s", *rows[0].RowsPerSecond)
 	}
 	src.exports[0].Rows = 26_000
 	b.sampleExports(t0.Add(5 * time.Second))
 	src.exports[0].Rows = 51_000 // the live count, read at the request
-	rows := b.report(t0.Add(10*time.Second), "v", false, secret.Token{}).Exports
+	rows := b.report(t0.Add(10*time.Second), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Exports
 	if len(rows) != 1 || rows[0].RowsPerSecond == nil || *rows[0].RowsPerSecond != 5000 || rows[0].ETASeconds == nil || *rows[0].ETASeconds != 10 {
 		t.Fatalf("rows %+v: want 5000 rows/s, ETA 10s", rows)
 	}
 	src.exports[0].Attempt = 2 // a new attempt starts a new measure
-	if rows := b.report(t0.Add(10*time.Second), "v", false, secret.Token{}).Exports; rows[0].RowsPerSecond != nil {
+	if rows := b.report(t0.Add(10*time.Second), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Exports; rows[0].RowsPerSecond != nil {
 		t.Errorf("attempt 2 has attempt 1's rate: %v rows/s", *rows[0].RowsPerSecond)
 	}
 

@@ -2,6 +2,7 @@ package pgcat
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -153,5 +154,48 @@ func TestPublicationCatalog(t *testing.T) {
 	types, err := QueryTypes(ctx, conn, []uint32{moodOID})
 	if err != nil || len(types) != 1 || types[0].Type != 'e' || !slices.Equal(types[0].Labels, []string{"sad", "ok"}) {
 		t.Errorf("QueryTypes(mood) = %+v, %v", types, err)
+	}
+}
+
+// TestLoadTables: many tables in one call give what LoadTable gives for each, and a table that
+// cannot be loaded has its own error without failing the others.
+func TestLoadTables(t *testing.T) {
+	conn, _ := connectTest(t)
+	ctx := t.Context()
+	execTest(t, conn, `CREATE TABLE keyed (id int, k2 text, v text, g int GENERATED ALWAYS AS (id * 2) STORED, PRIMARY KEY (k2, id))`)
+	execTest(t, conn, `ALTER TABLE keyed DROP COLUMN v`)
+	execTest(t, conn, `CREATE TABLE ident (a int NOT NULL, b int NOT NULL, c text)`)
+	execTest(t, conn, `CREATE UNIQUE INDEX ident_b ON ident (b)`)
+	execTest(t, conn, `ALTER TABLE ident REPLICA IDENTITY USING INDEX ident_b`)
+	execTest(t, conn, `CREATE TABLE nokey (a int)`)
+	execTest(t, conn, `CREATE TABLE listed (id int PRIMARY KEY, x int, y int)`)
+	execTest(t, conn, `CREATE VIEW v AS SELECT 1 AS one`)
+	execTest(t, conn, `CREATE PUBLICATION p FOR TABLE keyed, ident, nokey, listed (id, y)`)
+	id := func(name string) change.ExportID { return change.ExportID{Schema: "public", Table: name} }
+	exports := []change.ExportID{id("keyed"), id("ident"), id("nokey"), id("listed"), id("v"), id("missing")}
+	tables, errs, err := LoadTables(ctx, conn, "p", exports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range exports[:4] {
+		one, err := LoadTable(ctx, conn, "p", e)
+		if err != nil {
+			t.Fatalf("LoadTable(%s): %v", e, err)
+		}
+		if got := fmt.Sprintf("%+v", tables[e]); got != fmt.Sprintf("%+v", one) || errs[e] != nil {
+			t.Errorf("LoadTables[%s] = %s, %v; LoadTable gives %+v", e, got, errs[e], one)
+		}
+	}
+	if got := tables[id("keyed")].KeyColumns(); len(got) != 2 || len(tables[id("keyed")].Columns) != 2 {
+		t.Errorf("keyed: columns %+v; want id and k2, both key (v dropped, g generated)", tables[id("keyed")].Columns)
+	}
+	if cols := tables[id("ident")].Columns; len(cols) != 3 || cols[0].Key || !cols[1].Key || cols[2].Key {
+		t.Errorf("ident: columns %+v; want b alone as key", cols)
+	}
+	if cols := tables[id("listed")].Columns; len(cols) != 2 || cols[1].Name != "y" {
+		t.Errorf("listed: columns %+v; want id and y (the column list)", cols)
+	}
+	if !errors.Is(errs[id("v")], ErrUnsupportedTable) || !errors.Is(errs[id("missing")], ErrTableNotFound) {
+		t.Errorf("errors: view %v, missing %v; want ErrUnsupportedTable and ErrTableNotFound", errs[id("v")], errs[id("missing")])
 	}
 }

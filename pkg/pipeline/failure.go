@@ -11,6 +11,10 @@ import (
 // failed before the last restart, restored from its watermark record) or fits no other class.
 const FailureUnknown = "permanent error"
 
+// errTopicRefused: Kafka refused to create the export's topic for good (its reason follows), or
+// the topic that exists does not fit the table.
+var errTopicRefused = errors.New("the table's topic cannot be used")
+
 // failureClass names the kind of permanent error that stopped an export, in words that never
 // quote data. An export's error text can quote row values (a value that cannot be encoded is
 // shown as it is), so places that must not show row data show the class instead.
@@ -21,6 +25,8 @@ func failureClass(err error) string {
 	switch {
 	case err == nil:
 		return FailureUnknown
+	case errors.Is(err, errTopicRefused):
+		return "Kafka refused the table's topic"
 	case errors.Is(err, codec.ErrRecordTooLarge):
 		return "a change's record is larger than the record size limit"
 	case errors.Is(err, codec.ErrNotRepresentable):

@@ -22,7 +22,16 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	positions := make(map[change.ExportID]change.LSN)
 	var specs []sink.TopicSpec
 	var jobs []snapshot.ChunkJob
-	for _, e := range sortedExports(resume) {
+	sorted := sortedExports(resume)
+	// Every resumed table's schema in one read, however many there are.
+	tables, loadErrs, err := cat.LoadTables(ctx, slices.DeleteFunc(slices.Clone(sorted), func(e change.ExportID) bool {
+		_, ok := published[e]
+		return !ok
+	}))
+	if err != nil {
+		return err
+	}
+	for _, e := range sorted {
 		p := resume[e]
 		attempt, after, chunked := o.tracker.Chunked(e)
 		o.takeUp(e, chunked)
@@ -31,7 +40,7 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 			o.log.Info("table left the publication while stopped", "export", e.String())
 			continue
 		}
-		t, err := cat.LoadTable(ctx, e)
+		t, err := tables[e], loadErrs[e]
 		if errors.Is(err, pgcat.ErrUnsupportedTable) {
 			// E.g. the publication's column list leaves out a key column now: e alone stops.
 			o.log.Error("export failed", "export", e.String(), "err", err)
@@ -81,6 +90,11 @@ type pollRound struct {
 	phases map[change.ExportID]phase
 	// started: the exports whose copy this poll started.
 	started []change.ExportID
+	// Its chunked copies (chunkTopics): batches of topics not answered yet, copies queued and
+	// not started yet, the first error of a batch, and what runs once they are all done.
+	topicsLeft, queued int
+	firstErr           error
+	then               func(error)
 }
 
 // polled handles a poll of the publication: tables that left it are removed once the stream
@@ -168,8 +182,11 @@ func (o *owner) loaded(ev evLoaded) {
 		ev.reply <- pollReply{err: errors.New("tables loaded for a poll that is not being taken in")}
 		return
 	}
+	if ev.err != nil {
+		o.pollDone(r, ev.err)
+		return
+	}
 	var rest, chunked []change.ExportID
-	var specs []sink.TopicSpec
 	defs := make(map[change.ExportID]change.PublishedAs)
 	for _, e := range r.added {
 		t := ev.tables[e]
@@ -179,21 +196,114 @@ func (o *owner) loaded(ev evLoaded) {
 		}
 		chunked = append(chunked, e)
 		defs[e] = t.Published
-		specs = append(specs, sink.TopicSpec{Name: o.topic(e), Compact: true})
 	}
 	if len(chunked) == 0 {
 		o.startCopies(r, rest)
 		o.pollDone(r, nil)
 		return
 	}
-	o.ensureTopics(specs, func(err error) {
-		if err != nil {
-			o.pollDone(r, err)
-			return
+	o.chunkTopics(r, chunked, defs, func(err error) {
+		if err == nil {
+			o.startCopies(r, rest)
 		}
-		o.startChunks(r, chunked, defs)
-		o.startCopies(r, rest)
-		o.pollDone(r, nil)
+		o.pollDone(r, err)
+	})
+}
+
+// topicBatch is how many topics one job of the topic administrator makes for a poll's chunked
+// copies. Each batch's copies start as soon as its own topics are made, so the first tables
+// are copied while the broker makes the partitions of the later ones (about 3 ms a partition
+// on the one test broker: 10,000 tables' topics take it half a minute).
+const topicBatch = 500
+
+// chunkTopics has the topics of exports made in batches, and queues each batch's chunked
+// copies once its topics are made (startQueued starts them as room allows). A topic the broker
+// refuses for good fails its export alone (sink.TopicErrors); any other error leaves the
+// batch's exports to the next poll. then runs once every batch is answered and every queued
+// copy started, with the first such error.
+func (o *owner) chunkTopics(r *pollRound, exports []change.ExportID, defs map[change.ExportID]change.PublishedAs, then func(error)) {
+	r.topicsLeft, r.then = (len(exports)+topicBatch-1)/topicBatch, then
+	for batch := range slices.Chunk(exports, topicBatch) {
+		specs := make([]sink.TopicSpec, len(batch))
+		for i, e := range batch {
+			specs[i] = sink.TopicSpec{Name: o.topic(e), Compact: true}
+		}
+		o.ensureTopics(specs, func(err error) {
+			var refused sink.TopicErrors
+			if errors.As(err, &refused) {
+				batch, err = o.topicsRefused(r, batch, refused), nil
+			}
+			if err == nil {
+				for _, e := range batch {
+					o.backlog = append(o.backlog, queuedChunk{r: r, e: e, def: defs[e]})
+				}
+				r.queued += len(batch)
+			} else if r.firstErr == nil {
+				r.firstErr = err
+			}
+			r.topicsLeft--
+			o.startQueued()
+			o.roundDone(r)
+		})
+	}
+}
+
+// chunkWindow is how many exports may be in a chunked copy at once per snapshot worker. The
+// chunker keeps at most 2 × 64 small tables' chunks per worker in memory until they are
+// durable, so more copies at once would only wait in its queue, each with its own watermark
+// records and progress meanwhile: with 10,000 tables started at once, 3,000 of them waiting
+// made every batch of the sink carry thousands of records, and hydrating slowed to 5 tables a
+// second.
+const chunkWindow = 128
+
+// queuedChunk is an export of poll r whose topic is made and whose chunked copy waits for room.
+type queuedChunk struct {
+	r   *pollRound
+	e   change.ExportID
+	def change.PublishedAs
+}
+
+// startQueued starts the queued chunked copies while fewer than chunkWindow per worker run,
+// and ends the poll whose last copy it started.
+func (o *owner) startQueued() {
+	workers := o.cfg.Snapshot.Workers
+	if workers <= 0 {
+		workers = snapshot.DefaultWorkers
+	}
+	limit := chunkWindow * workers
+	for len(o.backlog) > 0 && o.chunking < limit {
+		q := o.backlog[0]
+		o.backlog = o.backlog[1:]
+		o.startChunks(q.r, []change.ExportID{q.e}, map[change.ExportID]change.PublishedAs{q.e: q.def})
+		q.r.queued--
+		o.roundDone(q.r)
+	}
+	if len(o.backlog) == 0 {
+		o.backlog = nil // the array of a large start goes
+	}
+}
+
+// roundDone ends r's chunked copies' part once every batch of topics is answered and every
+// queued copy started.
+func (o *owner) roundDone(r *pollRound) {
+	if r.topicsLeft == 0 && r.queued == 0 && r.then != nil {
+		then := r.then
+		r.then = nil
+		then(r.firstErr)
+	}
+}
+
+// topicsRefused fails the exports of batch whose topics the broker refused (refused), each with
+// the broker's reason, and returns the others.
+func (o *owner) topicsRefused(r *pollRound, batch []change.ExportID, refused sink.TopicErrors) []change.ExportID {
+	return slices.DeleteFunc(slices.Clone(batch), func(e change.ExportID) bool {
+		err := refused[o.topic(e)]
+		if err == nil {
+			return false
+		}
+		o.failed(e, fmt.Errorf("%w: %w", errTopicRefused, err))
+		r.started = append(r.started, e) // taken in: not copied again by the next poll
+		return true
 	})
 }
 
@@ -249,7 +359,9 @@ func (o *owner) pollDone(r *pollRound, err error) {
 		o.round = nil
 	}
 	if err != nil {
-		o.pending = append(r.pending, o.pending...)
+		// Those of them that this poll started (some batches of topics were made) are not
+		// copied again.
+		o.pending = append(slices.DeleteFunc(r.pending, func(e change.ExportID) bool { return slices.Contains(r.started, e) }), o.pending...)
 	} else if len(r.started) > 0 {
 		// A re-copy asked for while the poll was being taken in, of an export it started.
 		o.pending = slices.DeleteFunc(o.pending, func(e change.ExportID) bool { return slices.Contains(r.started, e) })

@@ -458,3 +458,57 @@ func TestOwnerServesWhileTopicsAreMade(t *testing.T) {
 	wantCalls(t, rec, "topic p.public.b compact=true", "start-chunking public.b", "chunk-job public.b attempt 1 after []")
 	wantPhase(t, lc, exB, phaseChunking)
 }
+
+// TestChunkWindow: a poll that adds more tables than the chunker can take at once starts
+// chunkWindow per worker of them, and the next ones as earlier copies end; the poll ends once
+// the last one started. Before, every table of a 10,000-table start was chunking at once, most
+// of them waiting in the chunker's queue with records of their own in every batch.
+func TestChunkWindow(t *testing.T) {
+	ctx := t.Context()
+	cfg := Config{SnapshotStrategy: snapshot.StrategyChunked}
+	cfg.Snapshot.Workers = 1
+	lc, _ := startTestOwnerCfg(t, cfg, nil, nil)
+	const n = chunkWindow + 50
+	var all []change.ExportID
+	for i := range n {
+		all = append(all, change.ExportID{Schema: "public", Table: fmt.Sprintf("t%03d", i)})
+	}
+	polled := make(chan error, 1)
+	lc.start() // here: the loop's helpers are not safe to start from two goroutines
+	go func() { polled <- lc.published(ctx, fakeCatalog{}, set(all...)) }()
+	count := func() (chunking, hydrated int) {
+		for _, e := range all {
+			switch lc.phase(e) {
+			case phaseChunking:
+				chunking++
+			case phaseHydrated:
+				hydrated++
+			}
+		}
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c, _ := count(); c < chunkWindow && time.Now().Before(deadline); c, _ = count() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c, _ := count(); c != chunkWindow {
+		t.Fatalf("%d tables chunking after the poll; want %d (chunkWindow for 1 worker)", c, chunkWindow)
+	}
+	select {
+	case err := <-polled:
+		t.Fatalf("the poll ended (%v) before its last table's copy started", err)
+	default:
+	}
+	// 60 copies end: the 50 queued ones start, and the poll ends.
+	var units []*change.Unit
+	for _, e := range all[:60] {
+		units = append(units, &change.Unit{Kind: change.KindHydrated, Export: e, End: 0x100})
+	}
+	durable(lc, units...)
+	if err := <-polled; err != nil {
+		t.Fatal(err)
+	}
+	if c, h := count(); c != n-60 || h != 60 {
+		t.Fatalf("%d chunking, %d hydrated; want %d and 60", c, h, n-60)
+	}
+}

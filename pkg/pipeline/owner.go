@@ -81,6 +81,10 @@ type owner struct {
 	// round is the poll being taken in (pollRound), nil between polls; pollSeq numbers them.
 	round   *pollRound
 	pollSeq uint64
+	// chunking counts the exports in phaseChunking; backlog holds the exports whose topics
+	// are made and whose chunked copy waits for room (chunkWindow), in order.
+	chunking int
+	backlog  []queuedChunk
 	// Queues of commands whose receivers may be busy: the owner never waits for them. topicQ
 	// goes to the topic administrator, requestQ to the snapshot stage, reconcileQ to the
 	// reconciler (the inbox's channels).
@@ -134,10 +138,11 @@ type (
 		EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error
 		EndOffsets(topic string) map[int32]int64
 	}
-	// catalog reads a table's schema and the server's WAL position: at start-up (resume), and
-	// on the poller's connection for a poll (takeIn), never in the owner's loop.
+	// catalog reads tables' schemas, all in one go, and the server's WAL position: at start-up
+	// (resume), and on the poller's connection for a poll (takeIn), never in the owner's loop.
+	// A table that cannot be loaded has its error in errs; err is for the read as a whole.
 	catalog interface {
-		LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error)
+		LoadTables(ctx context.Context, exports []change.ExportID) (tables map[change.ExportID]*change.Table, errs map[change.ExportID]error, err error)
 		CurrentWAL(ctx context.Context) (change.LSN, error)
 	}
 )
@@ -200,7 +205,9 @@ type (
 	evLoaded struct {
 		// tables: the schemas loaded, by export; one that could not be loaded is absent.
 		tables map[change.ExportID]*change.Table
-		reply  chan pollReply
+		// err: the tables could not be read at all; the poll fails.
+		err   error
+		reply chan pollReply
 	}
 	evTopics struct {
 		job topicJob
@@ -351,6 +358,7 @@ func (o *owner) serve(ctx context.Context) error {
 		w.ev.reply <- beginReply{attempts, err}
 		o.publishView()
 	}
+	o.startQueued()
 	o.confirm()
 	return nil
 }
@@ -391,6 +399,8 @@ func (o *owner) outbound(out *outbound) {
 func (o *owner) served(a ack) {
 	o.ack(a)
 	if a.kind == ackCommitted {
+		// Copies that ended make room for queued ones (startQueued).
+		o.startQueued()
 		o.publishView()
 	}
 	o.confirm()

@@ -126,7 +126,19 @@ func (f fakeTopics) EndOffsets(string) map[int32]int64 { return map[int32]int64{
 // are refused (a column list without the key).
 type fakeCatalog struct{ wal change.LSN }
 
-func (c fakeCatalog) LoadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
+func (c fakeCatalog) LoadTables(ctx context.Context, exports []change.ExportID) (map[change.ExportID]*change.Table, map[change.ExportID]error, error) {
+	tables, errs := map[change.ExportID]*change.Table{}, map[change.ExportID]error{}
+	for _, e := range exports {
+		if t, err := c.loadTable(ctx, e); err != nil {
+			errs[e] = err
+		} else {
+			tables[e] = t
+		}
+	}
+	return tables, errs, nil
+}
+
+func (c fakeCatalog) loadTable(_ context.Context, e change.ExportID) (*change.Table, error) {
 	switch {
 	case strings.HasPrefix(e.Table, "gone"):
 		return nil, pgcat.ErrTableNotFound

@@ -80,6 +80,12 @@ func (p phase) state() watermark.State {
 // the one way the phase changes. A transition calls the tracker's transition method first, while
 // e is still in the phase it leaves.
 func (o *owner) enter(e change.ExportID, p phase) {
+	if o.phases[e] == phaseChunking {
+		o.chunking--
+	}
+	if p == phaseChunking {
+		o.chunking++
+	}
 	o.phases[e] = p
 	o.tracker.SetState(e, p.state())
 }

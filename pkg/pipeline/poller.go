@@ -112,14 +112,12 @@ func takeIn(ctx context.Context, o *inbox, cat catalog, ev evPolled) error {
 		if r.load == nil {
 			return r.err
 		}
-		tables := make(map[change.ExportID]*change.Table, len(r.load))
-		for _, e := range r.load {
-			// Missing or unsupported: the copy path reports it for this export alone.
-			if t, err := cat.LoadTable(ctx, e); err == nil {
-				tables[e] = t
-			}
-		}
-		next = evLoaded{tables: tables, reply: reply}
+		// One read for every table, however many: a table missing or unsupported is absent
+		// from tables, and the copy path reports it for that export alone.
+		// A read that failed as a whole fails the poll: nothing is started, and the next poll
+		// takes the tables in again.
+		tables, _, err := cat.LoadTables(ctx, r.load)
+		next = evLoaded{tables: tables, err: err, reply: reply}
 	}
 }
 
@@ -129,8 +127,8 @@ type connCatalog struct {
 	pub  string
 }
 
-func (c connCatalog) LoadTable(ctx context.Context, e change.ExportID) (*change.Table, error) {
-	return pgcat.LoadTable(ctx, c.conn, c.pub, e)
+func (c connCatalog) LoadTables(ctx context.Context, exports []change.ExportID) (map[change.ExportID]*change.Table, map[change.ExportID]error, error) {
+	return pgcat.LoadTables(ctx, c.conn, c.pub, exports)
 }
 
 func (c connCatalog) CurrentWAL(ctx context.Context) (change.LSN, error) {

@@ -59,6 +59,12 @@ func watermarkSegmentConfigs() map[string]int64 {
 // existing topic of a keyless table that is compacted is an error, and that an existing
 // watermark topic that inherits larger segment settings gets them (tuneSegments). Finally the
 // next offsets of every topic are seeded with the topic's current end offsets.
+//
+// A data topic the broker refuses to create for good (an invalid or colliding name, a policy),
+// or an existing one that does not fit (compacted for a keyless table) is left out and named in
+// the TopicErrors returned, with the broker's reason; the other topics are ready then. Any other
+// error (the broker unreachable, a retriable refusal, the watermark topic) is for the call as a
+// whole.
 func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	wants, err := s.topicWants(specs)
 	if err != nil {
@@ -91,16 +97,42 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 			}
 		}
 	}
-	created, err := s.createTopics(ctx, missing, wants, dataReplicas)
+	failed := TopicErrors{}
+	created, err := s.createTopics(ctx, missing, wants, dataReplicas, failed)
 	if err != nil {
 		return err
 	}
-	if err := s.checkExisting(ctx, existing, wants); err != nil {
+	if err := s.checkExisting(ctx, existing, wants, failed); err != nil {
 		return err
 	}
+	if err := failed[s.cfg.WatermarkTopic]; err != nil {
+		return err
+	}
+	names = slices.DeleteFunc(names, func(name string) bool { return failed[name] != nil })
 	if err := s.loadPartitions(ctx, names); err != nil {
 		return err
 	}
+	if err := s.seedOffsets(ctx, names, created); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		s.log.Warn("topics cannot be used: their tables fail", "count", len(failed), "first", firstError(failed))
+		return failed
+	}
+	return nil
+}
+
+// TopicErrors are the topics that EnsureTopics could not make or accept, by name, each with the
+// broker's reason: permanent errors of those topics alone.
+type TopicErrors map[string]error
+
+func (e TopicErrors) Error() string {
+	names := slices.Sorted(maps.Keys(e))
+	return fmt.Sprintf("%d topic(s) cannot be used, the first: %v", len(names), e[names[0]])
+}
+
+// seedOffsets seeds the next offsets of names with their current end offsets.
+func (s *Sink) seedOffsets(ctx context.Context, names []string, created map[string]bool) error {
 	// A topic created just now ends at offset 0 in every partition. Asking the broker would wait
 	// for the new partitions' leaders: 12 s for 1,000 new topics on the shared test broker. (The
 	// seed only ever raises what the sink knows.)
@@ -168,7 +200,8 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 }
 
 // createTopics creates the missing topics in batches the controller accepts, and returns those
-// it created. A topic that appeared in the meantime (TOPIC_ALREADY_EXISTS) is fine.
+// it created. A topic that appeared in the meantime (TOPIC_ALREADY_EXISTS) is fine; one the
+// broker refuses for good is added to failed.
 //
 // The watermark topic gets at least dataReplicas replicas, the most of an existing data topic:
 // it is what a restart resumes from, so it must not be the first thing a broker's disk takes
@@ -178,7 +211,7 @@ func (s *Sink) topicWants(specs []TopicSpec) (map[string]topicWant, error) {
 // operation (POLICY_VIOLATION, "excessively large batch operation": 10,000 records, each topic
 // one plus one per partition plus one per config). Batches are sized to a quarter of that; a
 // batch refused as too large anyway (a lower limit) is split in two and tried again.
-func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant, dataReplicas int16) (map[string]bool, error) {
+func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[string]topicWant, dataReplicas int16, failed TopicErrors) (map[string]bool, error) {
 	created := make(map[string]bool)
 	groups := make(map[topicWant][]string)
 	for _, name := range missing {
@@ -216,7 +249,7 @@ func (s *Sink) createTopics(ctx context.Context, missing []string, wants map[str
 		size := max(1, min(createBatchTopics, createBatchRecords/(1+parts+len(configs))))
 		for len(topics) > 0 {
 			batch := topics[:min(size, len(topics))]
-			done, err := s.createBatch(ctx, w, rf, configs, batch, created)
+			done, err := s.createBatch(ctx, w, rf, configs, batch, created, failed)
 			switch {
 			case errors.Is(err, errBatchTooLarge) && len(batch) > 1:
 				size = max(1, len(batch)/2)
@@ -246,7 +279,8 @@ var errBatchTooLarge = errors.New("batch too large for the controller")
 
 // createBatch creates topics in one request and adds those it created to created; it returns
 // how many. It returns errBatchTooLarge when the controller refused the request for its size.
-func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs map[string]*string, topics []string, created map[string]bool) (int, error) {
+// A topic refused with an error that is not retriable is added to failed.
+func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs map[string]*string, topics []string, created map[string]bool, failed TopicErrors) (int, error) {
 	resps, err := s.admin.CreateTopics(ctx, w.partitions, rf, configs, topics...)
 	if err != nil {
 		return 0, fmt.Errorf("create %d topics (%s...): %w", len(topics), topics[0], err)
@@ -270,7 +304,12 @@ func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs m
 			if r.ErrMessage != "" {
 				msg = " (" + r.ErrMessage + ")"
 			}
-			errs = append(errs, fmt.Errorf("create topic %s: %w%s", name, r.Err, msg))
+			err := fmt.Errorf("create topic %s: %w%s", name, r.Err, msg)
+			if kerr.IsRetriable(r.Err) {
+				errs = append(errs, err)
+			} else {
+				failed[name] = err
+			}
 		}
 	}
 	if tooLarge == len(topics) {
@@ -288,8 +327,9 @@ func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs m
 	return n, errors.Join(errs...)
 }
 
-// checkExisting compares existing topics' cleanup policy with what is wanted.
-func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[string]topicWant) error {
+// checkExisting compares existing topics' cleanup policy with what is wanted; a topic that does
+// not fit is added to failed.
+func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[string]topicWant, failed TopicErrors) error {
 	if len(existing) == 0 {
 		return nil
 	}
@@ -297,7 +337,6 @@ func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[s
 	if err != nil {
 		return fmt.Errorf("describe topic configs: %w", err)
 	}
-	var errs []error
 	for _, rc := range rcs {
 		if rc.Err != nil {
 			return fmt.Errorf("describe config of topic %s: %w", rc.Name, rc.Err)
@@ -321,12 +360,17 @@ func (s *Sink) checkExisting(ctx context.Context, existing []string, wants map[s
 		switch {
 		case compacted == want.compact:
 		case compacted:
-			errs = append(errs, fmt.Errorf("topic %s is compacted but its table has no key (a compacted topic refuses null keys): set cleanup.policy=delete on it or delete the topic", rc.Name))
+			failed[rc.Name] = fmt.Errorf("topic %s is compacted but its table has no key (a compacted topic refuses null keys): set cleanup.policy=delete on it or delete the topic", rc.Name)
 		default:
 			s.log.Warn("existing topic is not compacted: old versions of a key stay until retention removes them", "topic", rc.Name)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// firstError is the error of failed's first topic by name, for a log line.
+func firstError(failed TopicErrors) error {
+	return failed[slices.Min(slices.Collect(maps.Keys(failed)))]
 }
 
 // tuneSegments gives an existing watermark topic the segment settings it would get if it were

@@ -33,6 +33,7 @@ func main() {
 // options are the command-line flags.
 type options struct {
 	quietTables     int
+	manyTables      int
 	tablesWindow    time.Duration
 	memoryRows      int64
 	memoryTxns      int
@@ -76,10 +77,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory, tables, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory, tables, many, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
 	fs.IntVar(&o.debeziumScale, "debezium-scale", 10, "pgbench scale factor of the debezium scenario (100000 accounts each)")
 	fs.IntVar(&o.debeziumTxns, "debezium-txns", 100_000, "pgbench transactions in the debezium scenario's catch-up backlog")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
+	fs.IntVar(&o.manyTables, "many-tables", 10_000, "tables of 10 rows in the many scenario (FOR ALL TABLES, beside one busy table)")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
 	fs.IntVar(&o.memoryTxns, "memory-txns", 1_000_000, "pgbench transactions of the backlog caught up in the memory scenario")
@@ -124,9 +126,12 @@ func (o options) problems() []error {
 	var errs []error
 	switch o.only {
 	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables,
-		scenarioCopies, scenarioCopyCatchUp, scenarioDebezium:
+		scenarioMany, scenarioCopies, scenarioCopyCatchUp, scenarioDebezium:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables, copies, copy-catchup or debezium", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables, many, copies, copy-catchup or debezium", o.only))
+	}
+	if o.manyTables < 1 {
+		errs = append(errs, fmt.Errorf("-many-tables %d: must be at least 1", o.manyTables))
 	}
 	if o.copies < 1 || o.copiesTables < o.copies+10 || o.copiesRows < 1 {
 		errs = append(errs, fmt.Errorf("-copies %d, -copies-tables %d, -copies-rows %d: want at least 1 copy, room for it and 10 busy tables, and 1 row",
@@ -195,6 +200,8 @@ const (
 	scenarioMemory = "memory"
 	// scenarioTables measures many quiet tables beside a few busy ones.
 	scenarioTables = "tables"
+	// scenarioMany hydrates a publication FOR ALL TABLES of thousands of small tables.
+	scenarioMany = "many"
 	// scenarioCopies copies several tables at once among many, beside streaming.
 	scenarioCopies = "copies"
 	// scenarioCopyCatchUp copies a large table beside the catch-up of a backlog.

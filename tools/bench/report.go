@@ -297,6 +297,7 @@ type results struct {
 	Compression []compressionResult  `json:"compression,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
+	Many        *manyResult          `json:"many,omitempty"`
 	Copies      *scaleResult         `json:"copies,omitempty"`
 	CopyCatchUp *scaleResult         `json:"copy_catchup,omitempty"`
 	Debezium    *debeziumResult      `json:"debezium,omitempty"`
@@ -329,6 +330,7 @@ func (r *results) print(w io.Writer) {
 	printCompression(w, r.Compression)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
+	printMany(w, r.Many)
 	printScale(w, r.Copies)
 	printScale(w, r.CopyCatchUp)
 	if r.Debezium != nil {

@@ -144,6 +144,7 @@ func (b *bench) scenarios() []scenarioRun {
 		{scenarioLag, b.lagModes},
 		{scenarioCompression, into(b.compression, func(r *results) *[]compressionResult { return &r.Compression })},
 		{scenarioTables, into(b.tables, func(r *results) **tablesResult { return &r.Tables })},
+		{scenarioMany, into(b.many, func(r *results) **manyResult { return &r.Many })},
 		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
 		{scenarioCopies, into(b.copies, func(r *results) **scaleResult { return &r.Copies })},
 		{scenarioCopyCatchUp, into(b.copyCatchUp, func(r *results) **scaleResult { return &r.CopyCatchUp })},

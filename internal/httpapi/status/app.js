@@ -1,4 +1,5 @@
-// Tidemark status page: polls GET /status (and /status/lag for the rows shown) and renders it.
+// Tidemark status page: polls GET /status for the page of rows it shows (filtered, sorted and
+// counted by the service, so 10,000 tables cost what 100 do) and /status/lag for those rows.
 // No framework, nothing loaded from elsewhere. Text from the server is only ever set as text.
 "use strict";
 (function () {
@@ -44,37 +45,11 @@
     if (!x.snapshot_rows_estimated) return 0;
     return Math.min(99, Math.floor(100 * (x.snapshot_rows_copied || 0) / x.snapshot_rows_estimated));
   }
-  // Problems first: failed, then stuck (no copy progress, or lag over a minute), then copying.
-  function rank(x) {
-    if (x.state === "failed") return 0;
-    if ((x.state === "hydrating" && x.rows_per_second === 0) || x.lag_seconds > 60) return 1;
-    if (x.state === "hydrating") return 2;
-    if (x.state === "hydrated") return 3;
-    return 4;
-  }
-  var keys = {
-    name: function (x) { return x.export; },
-    state: function (x) { return x.state + " " + (x.phase || ""); },
-    watermark: function (x) { return x.watermark ? lsnNum(x.watermark) : -1; },
-    lag_bytes: function (x) { return x.lag_bytes == null ? -1 : x.lag_bytes; },
-    lag_seconds: function (x) { return x.lag_seconds == null ? -1 : x.lag_seconds; },
-    progress: function (x) { var p = progress(x); return p == null ? -1 : p; }
-  };
-  function lsnNum(s) { var p = s.split("/"); return parseInt(p[0], 16) * 4294967296 + parseInt(p[1], 16); }
-
-  function visible() {
-    var d = state.data, f = state.filter.toLowerCase(), k = keys[state.sort], dir = state.dir;
-    var list = d.exports.filter(function (x) {
-      return !f || (x.export + " " + x.state + " " + (x.phase || "")).toLowerCase().indexOf(f) >= 0;
-    });
-    list.sort(function (a, b) {
-      if (state.problems) { var r = rank(a) - rank(b); if (r) return r; }
-      var ka = k(a), kb = k(b);
-      if (ka < kb) return -dir;
-      if (ka > kb) return dir;
-      return a.export < b.export ? -1 : a.export > b.export ? 1 : 0;
-    });
-    return list;
+  // The page of rows to ask for: the filter, the order (problems first: failed, then stuck,
+  // then copying; the service ranks them) and how many.
+  function query() {
+    return "/status?limit=" + state.limit + "&sort=" + state.sort + "&dir=" + (state.dir > 0 ? "asc" : "desc") +
+      "&problems=" + state.problems + (state.filter ? "&filter=" + encodeURIComponent(state.filter) : "");
   }
 
   function renderHeader(d) {
@@ -114,9 +89,8 @@
       "standby copy" + (fo.standby ? " (" + fo.standby + ")" : "") + ": NOT failover-ready for " +
       fmtDur((Date.parse(fo.sampled_at) - Date.parse(fo.since)) / 1000) + ": " + fo.reason;
     fp.className = "failover" + (fo && !fo.ready ? " warn" : "");
-    var counts = {};
-    d.exports.forEach(function (x) { counts[x.state] = (counts[x.state] || 0) + 1; });
-    var parts = [d.exports.length + " tables"];
+    var counts = d.counts || {};
+    var parts = [d.total + " tables"];
     ["failed", "hydrating", "hydrated", "removed"].forEach(function (k) { if (counts[k]) parts.push(counts[k] + " " + k); });
     $("totals").querySelector(".state").textContent = parts.join(", ");
     $("reasons").textContent = (d.reasons || []).join("; ");
@@ -211,16 +185,16 @@
   function renderRows() {
     var d = state.data;
     if (!d) return;
-    var list = visible(), shown = list.slice(0, state.limit), frag = document.createDocumentFragment();
+    var shown = d.exports, frag = document.createDocumentFragment();
     shown.forEach(function (x) { frag.appendChild(row(x, d.admin)); });
     var body = $("rows");
     body.textContent = "";
     body.appendChild(frag);
-    $("count").textContent = d.exports.length + " tables, " + list.length + " match" +
-      (shown.length < list.length ? ", " + shown.length + " shown" : "");
+    $("count").textContent = d.total + " tables, " + d.matched + " match" +
+      (shown.length < d.matched ? ", " + shown.length + " shown" : "");
     var more = $("more");
-    more.hidden = shown.length >= list.length;
-    more.textContent = "Show " + Math.min(PAGE, list.length - shown.length) + " more";
+    more.hidden = shown.length >= d.matched;
+    more.textContent = "Show " + Math.min(PAGE, d.matched - shown.length) + " more";
     document.querySelectorAll("th[data-sort]").forEach(function (th) {
       th.className = th.dataset.sort === state.sort ? (state.dir > 0 ? "asc" : "desc") : "";
     });
@@ -243,10 +217,11 @@
   var timer = null;
   function refresh() {
     clearTimeout(timer);
-    fetch("/status", { headers: authHeaders(), cache: "no-store" }).then(function (r) {
+    var url = query();
+    fetch(url, { headers: authHeaders(), cache: "no-store" }).then(function (r) {
       if (r.status === 401 || r.status === 403) {
         sessionStorage.removeItem(TOKEN_KEY);
-        return r.text().then(function (t) { say("The token was refused (" + r.status + "): " + t.trim(), true); return fetch("/status", { cache: "no-store" }); });
+        return r.text().then(function (t) { say("The token was refused (" + r.status + "): " + t.trim(), true); return fetch(url, { cache: "no-store" }); });
       }
       return r;
     }).then(function (r) {
@@ -285,16 +260,16 @@
     var pending = null;
     $("filter").addEventListener("input", function (ev) {
       clearTimeout(pending);
-      pending = setTimeout(function () { state.filter = ev.target.value.trim(); state.limit = PAGE; fetchLag(renderRows() || []); }, 150);
+      pending = setTimeout(function () { state.filter = ev.target.value.trim(); state.limit = PAGE; refresh(); }, 150);
     });
-    $("problems").addEventListener("change", function (ev) { state.problems = ev.target.checked; renderRows(); });
-    $("more").addEventListener("click", function () { state.limit += PAGE; fetchLag(renderRows() || []); });
+    $("problems").addEventListener("change", function (ev) { state.problems = ev.target.checked; refresh(); });
+    $("more").addEventListener("click", function () { state.limit += PAGE; refresh(); });
     document.querySelector("thead").addEventListener("click", function (ev) {
       var k = ev.target.dataset && ev.target.dataset.sort;
       if (!k) return;
       state.dir = state.sort === k ? -state.dir : (k === "name" || k === "state" ? 1 : -1);
       state.sort = k;
-      fetchLag(renderRows() || []);
+      refresh();
     });
     $("rows").addEventListener("click", function (ev) {
       if (ev.target.classList.contains("recopy")) recopy(ev.target);
