@@ -19,7 +19,7 @@ import (
 // check says connected, then unreachable once the registry is gone, with the waiting
 // registrations' failures beside it.
 func TestStatusRegistry(t *testing.T) {
-	if r := newTestBoard(fakeService{}).report(time.Now(), "v", false, secret.Token{}); r.Registry != nil {
+	if r := newTestBoard(fakeService{}).report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}); r.Registry != nil {
 		t.Fatalf("registry line without a registry: %+v", r.Registry)
 	}
 	reg := srfake.New()
@@ -28,11 +28,11 @@ func TestStatusRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := NewStatusBoard(pipeline.Config{Slot: "tidemark", Registry: cl}, []posture.Posture{}, fakeService{}, slog.New(slog.DiscardHandler))
-	if got := b.report(time.Now(), "v", false, secret.Token{}).Registry; got == nil || got.State != "unknown" || got.URL != reg.URL() {
+	if got := b.report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Registry; got == nil || got.State != "unknown" || got.URL != reg.URL() {
 		t.Fatalf("before the first check: %+v", got)
 	}
 	b.sampleRegistry(t.Context())
-	if got := b.report(time.Now(), "v", false, secret.Token{}).Registry; got.State != "connected" || got.WaitingSince != nil {
+	if got := b.report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Registry; got.State != "connected" || got.WaitingSince != nil {
 		t.Fatalf("registry up: %+v", got)
 	}
 	reg.Close()
@@ -42,7 +42,7 @@ func TestStatusRegistry(t *testing.T) {
 	if _, err := cl.Register(ctx, "s-value", 0, `"string"`); err == nil {
 		t.Fatal("registered with the registry gone")
 	}
-	got := b.report(time.Now(), "v", false, secret.Token{}).Registry
+	got := b.report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Registry
 	if got.State != "unreachable" || got.Error == "" || got.WaitingSince == nil || got.FailedAttempts == 0 || !strings.Contains(got.LastError, "s-value") {
 		t.Fatalf("registry gone: %+v", got)
 	}
