@@ -141,7 +141,7 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 				row.LagBytes, row.LagSeconds = &last.bytes, &secs
 			}
 		}
-		if c := b.rate[name]; c != nil && c.attempt == s.Attempt && s.State == watermark.StateHydrating {
+		if c := b.copyRateOf(s, now); c != nil {
 			if perSec, ok := c.perSecond(s.Rows, now); ok {
 				rate := math.Round(perSec)
 				row.RowsPerSecond = &rate
@@ -155,6 +155,24 @@ func (b *StatusBoard) report(now time.Time, version string, full bool, token sec
 	}
 	r.Exports, r.Matched, r.Counts = sq.page(rows)
 	return r
+}
+
+// copyRateOf is the copy rate samples of s's current attempt, nil when s is not copying. A copy
+// the board has not sampled yet gets its first sample here, so that a page asking every second
+// shows a rate a second after it first saw the copy rather than at the board's next sample (up
+// to statusEvery later: a fast copy could be a third done before it). The caller holds b.mu.
+func (b *StatusBoard) copyRateOf(s pipeline.ExportState, now time.Time) *copyRate {
+	if s.State != watermark.StateHydrating || s.Estimated == 0 && s.Rows == 0 {
+		return nil
+	}
+	name := s.Export.String()
+	c := b.rate[name]
+	if c == nil || c.attempt != s.Attempt {
+		c = &copyRate{attempt: s.Attempt, samples: newRing[copySample](copyRateSamples)}
+		c.samples.push(copySample{at: now, rows: s.Rows})
+		b.rate[name] = c
+	}
+	return c
 }
 
 // registryReport is the registry's line of GET /status (nil without a registry); the caller

@@ -157,6 +157,25 @@ func TestStatusLag(t *testing.T) {
 	}
 }
 
+// TestStatusCopyRateBeforeTheFirstSample: a copy the board has not sampled yet (it started after
+// the last sample, up to 5 s ago) shows a rate a second after a request first saw it, not at the
+// next sample. (TestStatusPage saw a fast copy a third done with no rate on the page.)
+func TestStatusCopyRateBeforeTheFirstSample(t *testing.T) {
+	big := change.ExportID{Schema: "public", Table: "big"}
+	src := &fakeService{exports: []pipeline.ExportState{{Export: big, State: watermark.StateHydrating, Attempt: 1, Rows: 1000, Estimated: 101_000}}}
+	b := newTestBoard(src)
+	t0 := time.Now()
+	q := statusQuery{limit: statusDefaultLimit}
+	if rows := b.report(t0, "v", false, secret.Token{}, q).Exports; rows[0].RowsPerSecond != nil {
+		t.Errorf("a rate from one look: %v rows/s", *rows[0].RowsPerSecond)
+	}
+	src.exports[0].Rows = 21_000
+	rows := b.report(t0.Add(2*time.Second), "v", false, secret.Token{}, q).Exports
+	if rows[0].RowsPerSecond == nil || *rows[0].RowsPerSecond != 10_000 || rows[0].ETASeconds == nil || *rows[0].ETASeconds != 8 {
+		t.Fatalf("rows %+v: want 10000 rows/s, ETA 8s two seconds after the first look", rows)
+	}
+}
+
 // TestStatusCopyRate: rows/s and ETA come from the rows copied between two samples, and the
 // lag history is bounded and forgets removed exports.
 func TestStatusCopyRate(t *testing.T) {
