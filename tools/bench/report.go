@@ -295,6 +295,7 @@ type results struct {
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
 	Compression []compressionResult  `json:"compression,omitempty"`
+	Formats     *formatsResult       `json:"formats,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
 	Copies      *scaleResult         `json:"copies,omitempty"`
@@ -327,6 +328,7 @@ func (r *results) print(w io.Writer) {
 	}
 	printLag(w, r.Lag)
 	printCompression(w, r.Compression)
+	printFormats(w, r.Formats)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
 	printScale(w, r.Copies)
