@@ -94,10 +94,17 @@ test-integration-pg17:
 # Every Go benchmark, twice, within a time limit per package (scripts/bench-smoke.sh): a
 # benchmark that hangs (as BenchmarkDecodeTxn once did, unnoticed) fails `make test` with the
 # stacks of where it hangs. The figures of so short a run mean nothing; `make bench` measures.
+# Then tools/bench's formats scenario, tiny (BENCH_SMOKE_FORMATS): both paths with each
+# CDC_VALUE_FORMAT against PostgreSQL, Kafka (CDC_TEST_* or its own) and an Apicurio Registry
+# (CDC_TEST_SCHEMA_REGISTRY_URL or its own: a Java of 21 or later, whose absence fails), so the
+# scenario that `make bench` runs at full size keeps working.
 BENCH_SMOKE_SECONDS ?= 180
+BENCH_SMOKE_FORMATS ?= -formats-rows 5000 -formats-txns 1000 -formats-rounds 1
 bench-smoke:
 	scripts/services.sh install
 	CI=$${CI:-} GO=$(GO) scripts/bench-smoke.sh $(BENCH_SMOKE_SECONDS)
+	out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	$(GO) run ./tools/bench -only formats $(BENCH_SMOKE_FORMATS) -out "$$out/formats.json"
 
 # Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and
 # testdata/fuzz/<target>/) run as ordinary tests in test-unit.
