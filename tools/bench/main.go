@@ -70,6 +70,7 @@ type options struct {
 	formatsRows     int64
 	formatsTxns     int
 	formatsRounds   int
+	debeziumFormats string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -82,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, formats, memory, tables, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
 	fs.IntVar(&o.debeziumScale, "debezium-scale", 10, "pgbench scale factor of the debezium scenario (100000 accounts each)")
 	fs.IntVar(&o.debeziumTxns, "debezium-txns", 100_000, "pgbench transactions in the debezium scenario's catch-up backlog")
+	fs.StringVar(&o.debeziumFormats, "debezium-formats", "json,avro", "value formats of the debezium scenario, each a run of its own: json (Tidemark's json, Debezium's JsonConverter), avro (Tidemark's avro, Apicurio Registry's AvroConverter, one registry)")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
@@ -146,6 +148,12 @@ func (o options) problems() []error {
 	}
 	if o.compressionRows < 1 || o.compressionTxns < 1 {
 		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
+	}
+	for _, f := range strings.Split(o.debeziumFormats, ",") {
+		if !slices.Contains(debeziumFormatNames, f) {
+			errs = append(errs, fmt.Errorf("-debezium-formats %q: want a comma-separated list of %s", o.debeziumFormats, strings.Join(debeziumFormatNames, ", ")))
+			break
+		}
 	}
 	if o.formatsRows < 1 || o.formatsTxns < 1 || o.formatsRounds < 1 {
 		errs = append(errs, fmt.Errorf("-formats-rows %d, -formats-txns %d, -formats-rounds %d: each must be at least 1", o.formatsRows, o.formatsTxns, o.formatsRounds))

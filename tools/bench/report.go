@@ -301,7 +301,9 @@ type results struct {
 	Copies      *scaleResult         `json:"copies,omitempty"`
 	CopyCatchUp *scaleResult         `json:"copy_catchup,omitempty"`
 	Debezium    *debeziumResult      `json:"debezium,omitempty"`
-	Errors      []string             `json:"errors,omitempty"`
+	// DebeziumAvro is the debezium scenario with both tools on Avro (-debezium-formats).
+	DebeziumAvro *debeziumResult `json:"debezium_avro,omitempty"`
+	Errors       []string        `json:"errors,omitempty"`
 }
 
 func (r *results) writeJSON(path string) error {
@@ -336,6 +338,10 @@ func (r *results) print(w io.Writer) {
 	if r.Debezium != nil {
 		r.Debezium.print(w)
 	}
+	if r.DebeziumAvro != nil {
+		r.DebeziumAvro.print(w)
+	}
+	printDebeziumFormats(w, r.Debezium, r.DebeziumAvro)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

@@ -150,7 +150,7 @@ func (b *bench) scenarios() []scenarioRun {
 		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
 		{scenarioCopies, into(b.copies, func(r *results) **scaleResult { return &r.Copies })},
 		{scenarioCopyCatchUp, into(b.copyCatchUp, func(r *results) **scaleResult { return &r.CopyCatchUp })},
-		{scenarioDebezium, into(b.debezium, func(r *results) **debeziumResult { return &r.Debezium })},
+		{scenarioDebezium, b.debeziumFormats},
 	}
 }
 
