@@ -121,8 +121,10 @@ bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench $(BENCH_FLAGS)
 
 # Tidemark against Debezium 3.6.1.Final's PostgreSQL connector in Kafka Connect 4.1.1 on the same
-# pgbench data (tools/bench, -only debezium). install-debezium fetches Connect's and Debezium's jars
-# from Maven Central once (cached in $$TIDEMARK_CACHE); `make test` never does.
+# pgbench data (tools/bench, -only debezium), once with JSON and once with Avro (Apicurio
+# Registry's AvroConverter and a registry the bench starts). install-debezium fetches Connect's,
+# Debezium's and the converter's jars from Maven Central once (cached in $$TIDEMARK_CACHE);
+# `make test` never does.
 bench-debezium:
 	scripts/services.sh install-debezium
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench -only debezium $(BENCH_FLAGS)

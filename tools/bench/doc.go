@@ -56,7 +56,9 @@
 //     PostgreSQL connector in a Kafka Connect standalone worker, on the same pgbench data
 //     (-debezium-scale, -debezium-txns): snapshot rows/s and catch-up changes/s from process
 //     start, CPU seconds and peak RSS, Debezium with Connect's default producer and with
-//     producer settings matched to Tidemark's (see debezium.go).
+//     producer settings matched to Tidemark's (see debezium.go); once per -debezium-formats
+//     format: json (Debezium's JsonConverter) and avro (Tidemark's avro, Debezium with Apicurio
+//     Registry's AvroConverter, one registry; debezium_formats.go).
 //
 // The snapshot and stream scenarios also measure a WRITE ceiling: the same records produced by
 // 1 and 2 producers with the sink's settings and with 1 MB batches (no transactions); the best
