@@ -94,15 +94,22 @@ test-integration-pg17:
 # Every Go benchmark, twice, within a time limit per package (scripts/bench-smoke.sh): a
 # benchmark that hangs (as BenchmarkDecodeTxn once did, unnoticed) fails `make test` with the
 # stacks of where it hangs. The figures of so short a run mean nothing; `make bench` measures.
+# Then tools/bench's formats scenario, tiny (BENCH_SMOKE_FORMATS): both paths with each
+# CDC_VALUE_FORMAT against PostgreSQL, Kafka (CDC_TEST_* or its own) and an Apicurio Registry
+# (CDC_TEST_SCHEMA_REGISTRY_URL or its own: a Java of 21 or later, whose absence fails), so the
+# scenario that `make bench` runs at full size keeps working.
 BENCH_SMOKE_SECONDS ?= 180
 # It also runs the bench's many scenario (tools/bench, `-only many`) at BENCH_SMOKE_MANY tables:
 # a publication FOR ALL TABLES of small tables beside a busy one, hydrated, its figures printed
 # (`make bench` runs it at 10,000).
 BENCH_SMOKE_MANY ?= 300
+BENCH_SMOKE_FORMATS ?= -formats-rows 5000 -formats-txns 1000 -formats-rounds 1
 bench-smoke:
 	scripts/services.sh install
 	CI=$${CI:-} GO=$(GO) scripts/bench-smoke.sh $(BENCH_SMOKE_SECONDS)
-	$(GO) run ./tools/bench -only many -many-tables $(BENCH_SMOKE_MANY) -out "$$(mktemp -d)/bench-many.json"
+	out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	$(GO) run ./tools/bench -only formats $(BENCH_SMOKE_FORMATS) -out "$$out/formats.json" && \
+	$(GO) run ./tools/bench -only many -many-tables $(BENCH_SMOKE_MANY) -out "$$out/bench-many.json"
 
 # Every fuzz target for FUZZTIME each (package:target). Their seed corpora (f.Add and
 # testdata/fuzz/<target>/) run as ordinary tests in test-unit.
@@ -119,8 +126,10 @@ bench:
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench $(BENCH_FLAGS)
 
 # Tidemark against Debezium 3.6.1.Final's PostgreSQL connector in Kafka Connect 4.1.1 on the same
-# pgbench data (tools/bench, -only debezium). install-debezium fetches Connect's and Debezium's jars
-# from Maven Central once (cached in $$TIDEMARK_CACHE); `make test` never does.
+# pgbench data (tools/bench, -only debezium), once with JSON and once with Avro (Apicurio
+# Registry's AvroConverter and a registry the bench starts). install-debezium fetches Connect's,
+# Debezium's and the converter's jars from Maven Central once (cached in $$TIDEMARK_CACHE);
+# `make test` never does.
 bench-debezium:
 	scripts/services.sh install-debezium
 	TIDEMARK_KAFKA_HEAP='$(BENCH_KAFKA_HEAP)' $(GO) run ./tools/bench -only debezium $(BENCH_FLAGS)

@@ -28,8 +28,10 @@
 #            install-connect, then Debezium's PostgreSQL connector as it ships for Kafka Connect
 #            (its plugin archive from Maven Central, unpacked into
 #            $TIDEMARK_CACHE/debezium-<version>/debezium-connector-postgres, the worker's
-#            plugin.path being $TIDEMARK_CACHE/debezium-<version>), for `make bench-debezium`
-#            only: `install` does not fetch it. Idempotent.
+#            plugin.path being $TIDEMARK_CACHE/debezium-<version>), and Apicurio Registry's Avro
+#            converter as a plugin of its own ($TIDEMARK_CACHE/apicurio-converter-<version>/
+#            apicurio-converter, scripts/apicurio-converter/pom.xml), for `make bench-debezium`
+#            only: `install` does not fetch them. Idempotent.
 #   install-registry
 #            Apicurio Registry's runnable archive (io.apicurio:apicurio-registry-app:<version>:
 #            tar.gz:all from Maven Central, unpacked into $TIDEMARK_CACHE/apicurio-registry-<version>),
@@ -97,6 +99,8 @@ CONNECT_LIB="$CACHE/connect-$KAFKA_VERSION/lib"
 AVRO_READER_LIB="$CACHE/avro-reader-$KAFKA_VERSION/lib"
 DEBEZIUM_VERSION="${TIDEMARK_DEBEZIUM_VERSION:-3.6.1.Final}"
 DEBEZIUM_PLUGINS="$CACHE/debezium-$DEBEZIUM_VERSION"
+APICURIO_CONVERTER_VERSION=2.6.13.Final
+APICURIO_CONVERTER_PLUGINS="$CACHE/apicurio-converter-$APICURIO_CONVERTER_VERSION"
 KAFKA_HEAP="${TIDEMARK_KAFKA_HEAP:--Xms256m -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}"
 KAFKA_START_TIMEOUT="${TIDEMARK_KAFKA_START_TIMEOUT:-90}"
 REGISTRY_VERSION="${TIDEMARK_REGISTRY_VERSION:-3.3.3}"
@@ -326,6 +330,29 @@ fetch_debezium() {
 
 install_debezium() {
 	cached_install "$DEBEZIUM_PLUGINS" "debezium-$DEBEZIUM_VERSION" "Debezium $DEBEZIUM_VERSION PostgreSQL connector" fetch_debezium
+}
+
+# fetch_apicurio_converter collects Apicurio Registry's Avro converter for Kafka Connect into the
+# plugin folder apicurio-converter, without Kafka's jars (the worker has its own). Its jar lists
+# no ServiceLoader manifest, so the folder gets one of its own (a jar holding only
+# META-INF/services/...Converter): a worker with plugin.discovery=service_load, as the bench's
+# matched producer profile runs, finds only plugins that have one.
+fetch_apicurio_converter() {
+	local plugin="$1/apicurio-converter"
+	mkdir -p "$plugin"
+	mvn_copy "$1" "$plugin" "io.apicurio:apicurio-registry-utils-converter:$APICURIO_CONVERTER_VERSION" apicurio-converter \
+		-Dapicurio.converter.version="$APICURIO_CONVERTER_VERSION" -DincludeScope=runtime -DexcludeGroupIds=org.apache.kafka
+	ls "$plugin"/apicurio-registry-utils-converter-*.jar >/dev/null 2>&1 || die "no apicurio-registry-utils-converter jar in $plugin"
+	mkdir -p "$1/manifest/META-INF/services"
+	echo io.apicurio.registry.utils.converter.AvroConverter >"$1/manifest/META-INF/services/org.apache.kafka.connect.storage.Converter"
+	(cd "$1/manifest" && python3 -m zipfile -c "$plugin/tidemark-apicurio-converter-services.jar" META-INF) ||
+		die "could not write the converter's ServiceLoader manifest jar"
+	rm -rf "$1/manifest"
+}
+
+install_apicurio_converter() {
+	cached_install "$APICURIO_CONVERTER_PLUGINS" "apicurio-converter-$APICURIO_CONVERTER_VERSION" \
+		"Apicurio Registry's Avro converter $APICURIO_CONVERTER_VERSION" fetch_apicurio_converter
 }
 
 # fetch_registry unpacks Apicurio Registry's runnable archive (quarkus-run.jar, lib/, app/).
@@ -854,6 +881,7 @@ main() {
 		install_java
 		install_connect
 		install_debezium
+		install_apicurio_converter
 		;;
 	up) cmd_up ;;
 	down) cmd_down ;;

@@ -31,7 +31,7 @@ type connectWorker struct {
 	start    map[string]map[int32]int64 // end offsets before the current run
 }
 
-func (s *scenario) newConnectWorker(lib, plugins, profile string, producer map[string]string) *connectWorker {
+func (s *scenario) newConnectWorker(lib, plugins, profile string, producer, converter map[string]string) *connectWorker {
 	dir := filepath.Join(s.tmp, "connect-"+profile)
 	prefix := s.prefix + ".dbz_" + profile
 	w := &connectWorker{s: s, profile: profile, producer: producer, dir: dir, lib: lib, plugins: plugins,
@@ -58,6 +58,9 @@ func (s *scenario) newConnectWorker(lib, plugins, profile string, producer map[s
 			"snapshot.mode":               "initial",
 		}}
 	for k, v := range producer {
+		w.worker[k] = v
+	}
+	for k, v := range converter {
 		w.worker[k] = v
 	}
 	for _, t := range pgbenchTables {
@@ -211,7 +214,8 @@ func debeziumJars(root string) (lib, plugins string, err error) {
 	complete := func() bool {
 		_, e1 := os.Stat(filepath.Join(lib, ".complete"))
 		_, e2 := os.Stat(filepath.Join(plugins, ".complete"))
-		return e1 == nil && e2 == nil
+		_, e3 := os.Stat(filepath.Join(cache, "apicurio-converter-"+apicurioConverterVersion, ".complete"))
+		return e1 == nil && e2 == nil && e3 == nil
 	}
 	if complete() {
 		return lib, plugins, nil
@@ -222,7 +226,7 @@ func debeziumJars(root string) (lib, plugins string, err error) {
 		return "", "", fmt.Errorf("scripts/services.sh install-debezium: %w\n%s", err, testsvc.Tail(string(out), 20))
 	}
 	if !complete() {
-		return "", "", fmt.Errorf("no Kafka Connect jars in %s or no Debezium plugin in %s after install-debezium", lib, plugins)
+		return "", "", fmt.Errorf("no Kafka Connect jars in %s, no Debezium plugin in %s or no Apicurio converter beside it after install-debezium", lib, plugins)
 	}
 	return lib, plugins, nil
 }

@@ -86,6 +86,7 @@ type debeziumResult struct {
 	Changes     int64          `json:"backlog_changes"`
 	Debezium    string         `json:"debezium_version"`
 	ConnectJVM  string         `json:"connect_jvm_flags"`
+	Format      string         `json:"format"` // CDC_VALUE_FORMAT of Tidemark, and Debezium's converter's format
 	Converter   string         `json:"converter"`
 	Tools       []debeziumTool `json:"tools"`
 	// Ratios are Tidemark's rate over each Debezium profile's, by profile.
@@ -132,7 +133,8 @@ func newToolRun(count, records int64, d time.Duration, p *cdcProc) toolRun {
 	return r
 }
 
-func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
+// debezium runs the scenario with both tools writing format (json or avro).
+func (b *bench) debezium(ctx context.Context, format string) (*debeziumResult, error) {
 	root, err := testsvc.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -141,14 +143,18 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	dc, err := b.debeziumConverter(ctx, format, plugins)
+	if err != nil {
+		return nil, err
+	}
+	defer dc.stop()
 	s, err := b.newScenario(ctx, scenarioDebezium)
 	if err != nil {
 		return nil, err
 	}
 	defer s.cleanup()
 	res := &debeziumResult{Scale: b.o.debeziumScale, Debezium: debeziumVersion, Cores: runtime.NumCPU(),
-		ConnectJVM: strings.Join(connectJVM, " "),
-		Converter:  "org.apache.kafka.connect.json.JsonConverter, schemas.enable=false (keys and values)"}
+		ConnectJVM: strings.Join(connectJVM, " "), Format: format, Converter: dc.name}
 
 	pgbench, conn, exports, err := s.pgbenchInit(ctx, b.o.debeziumScale)
 	if err != nil {
@@ -161,7 +167,7 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Hour)
 	defer cancel()
 
-	tm, tmRes, err := s.tidemarkSnapshot(wctx, conn, exports, res.Rows)
+	tm, tmRes, err := s.tidemarkSnapshot(wctx, conn, exports, res.Rows, dc.cdc)
 	if tm != nil {
 		defer tm.close()
 	}
@@ -169,8 +175,8 @@ func (b *bench) debezium(ctx context.Context) (*debeziumResult, error) {
 		return res, err
 	}
 	workers := []*connectWorker{
-		s.newConnectWorker(lib, plugins, profileDefault, nil),
-		s.newConnectWorker(lib, plugins, profileMatched, matchedProducer(s.b.o.benchCodec())),
+		s.newConnectWorker(lib, dc.plugins, profileDefault, nil, dc.worker),
+		s.newConnectWorker(lib, dc.plugins, profileMatched, matchedProducer(s.b.o.benchCodec()), dc.worker),
 	}
 	dzRes := make([]debeziumTool, len(workers))
 	for i, w := range workers {
@@ -231,9 +237,13 @@ func countRows(ctx context.Context, conn *pgx.Conn, tables []string) (int64, err
 // (the first run after its start is slower, whatever the tool; its slot is dropped, its topics
 // stay until cleanup), then the measured copy on a slot of its own. It returns the measured
 // lane, which the catch-up runs again, and its figures.
-func (s *scenario) tidemarkSnapshot(ctx context.Context, conn *pgx.Conn, exports []change.ExportID, rows int64) (*lane, debeziumTool, error) {
+func (s *scenario) tidemarkSnapshot(ctx context.Context, conn *pgx.Conn, exports []change.ExportID, rows int64, vars map[string]string) (*lane, debeziumTool, error) {
 	tmRes := debeziumTool{Name: "Tidemark, exactly-once"}
+	if f := vars["CDC_VALUE_FORMAT"]; f != "" {
+		tmRes.Name += ", " + f
+	}
 	warm := s.newLane(deliveryExactlyOnce, "warmup", exports)
+	maps.Copy(warm.vars, vars)
 	s.b.logf("debezium: unmeasured warm-up copy")
 	err := warm.hydrate(ctx, conn)
 	warm.close()
@@ -244,6 +254,7 @@ func (s *scenario) tidemarkSnapshot(ctx context.Context, conn *pgx.Conn, exports
 		return nil, tmRes, fmt.Errorf("drop warm-up slot: %w", err)
 	}
 	tm := s.newLane(deliveryExactlyOnce, "", exports)
+	maps.Copy(tm.vars, vars)
 	if tmRes.Snapshot, err = tm.timedHydrate(ctx, conn, rows); err != nil {
 		return tm, tmRes, fmt.Errorf("tidemark snapshot: %w", err)
 	}
@@ -342,8 +353,8 @@ func (l *lane) timedHydrate(ctx context.Context, conn *pgx.Conn, rows int64) (to
 
 // print writes the side-by-side table.
 func (r *debeziumResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\n--- Tidemark against Debezium %s (pgbench scale %d: %s rows; backlog %s transactions = %s changes; one partition per topic) ---\n",
-		r.Debezium, r.Scale, thousands(r.Rows), thousands(r.BacklogTxns), thousands(r.Changes))
+	fmt.Fprintf(w, "\n--- Tidemark against Debezium %s, %s (pgbench scale %d: %s rows; backlog %s transactions = %s changes; one partition per topic) ---\n",
+		r.Debezium, r.Format, r.Scale, thousands(r.Rows), thousands(r.BacklogTxns), thousands(r.Changes))
 	fmt.Fprintf(w, "%-44s %16s %19s %18s %16s\n", "tool (from process start)", "snapshot rows/s", "catch-up changes/s", "CPU s (snap/cu)", "peak RSS MiB")
 	for _, t := range r.Tools {
 		fmt.Fprintf(w, "%-44s %16s %19s %18s %16s\n", t.Name,

@@ -33,6 +33,11 @@
 //     CDC_KAFKA_COMPRESSION codec, with the bytes each left on the broker (log segment sizes).
 //     Every other cdc run uses cdc's defaults, lz4 included (-codec picks another), and the
 //     WRITE limits' producer and Debezium's matched producer use the same codec.
+//   - formats (formats.go): one table copied and one pgbench backlog caught up with each
+//     CDC_VALUE_FORMAT (json, json-with-schema, avro against CDC_TEST_SCHEMA_REGISTRY_URL or an
+//     Apicurio Registry it starts), -formats-rounds times each: rows/s, changes/s and cdc CPU
+//     per record as ratios to json in the same run, and bytes per record on the broker (log
+//     segment sizes) and read back (key + value).
 //   - memory: cdc's peak RSS during a -memory-rows copy while two small tables stream (the lag
 //     scenario's run) and during the catch-up of a -memory-txns backlog (target 256 MiB).
 //   - tables: -quiet-tables quiet tables beside 10 busy ones: time to hydrate, topics created,
@@ -51,7 +56,9 @@
 //     PostgreSQL connector in a Kafka Connect standalone worker, on the same pgbench data
 //     (-debezium-scale, -debezium-txns): snapshot rows/s and catch-up changes/s from process
 //     start, CPU seconds and peak RSS, Debezium with Connect's default producer and with
-//     producer settings matched to Tidemark's (see debezium.go).
+//     producer settings matched to Tidemark's (see debezium.go); once per -debezium-formats
+//     format: json (Debezium's JsonConverter) and avro (Tidemark's avro, Debezium with Apicurio
+//     Registry's AvroConverter, one registry; debezium_formats.go).
 //
 // The snapshot and stream scenarios also measure a WRITE ceiling: the same records produced by
 // 1 and 2 producers with the sink's settings and with 1 MB batches (no transactions); the best
@@ -100,7 +107,7 @@
 //
 // Flags: -rows (snapshot table rows, default 1000000), -txns (pgbench backlog transactions,
 // default 100000), -workers (snapshot workers, default 4), -snapshot-rounds (copies of the
-// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|memory|tables|copies|copy-catchup|debezium,
+// snapshot table per strategy, default 2), -only snapshot|stream|lag|compression|formats|memory|tables|copies|copy-catchup|debezium,
 // -instructions, -out (results JSON,
 // default bench-results.json), and a few more (see -h). cdc's logs (text format)
 // stay in the work folder the bench prints.

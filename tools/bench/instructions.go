@@ -44,6 +44,11 @@ var instrBenches = []instrBench{
 	{pkg: "./pkg/replication/", name: "BenchmarkDecodeTxn", perIter: 100, unit: "change", n1: 200, n2: 1200, encode: true},
 	{pkg: "./pkg/codec/", name: "BenchmarkRead", perIter: 1, unit: "row", n1: 10_000, n2: 110_000},
 	{pkg: "./pkg/codec/", name: "BenchmarkCopyLineToRecord", perIter: 1, unit: "row", n1: 10_000, n2: 110_000},
+	// One update of an 8-column row with its before-image, in each CDC_VALUE_FORMAT (the
+	// formats scenario's cdc CPU per record, without the pipeline around the encoder).
+	{pkg: "./pkg/codec/", name: "BenchmarkUpdateFormats/format=json", perIter: 1, unit: "update", n1: 10_000, n2: 60_000},
+	{pkg: "./pkg/codec/", name: "BenchmarkUpdateFormats/format=json-with-schema", perIter: 1, unit: "update", n1: 10_000, n2: 60_000},
+	{pkg: "./pkg/codec/", name: "BenchmarkUpdateFormats/format=avro", perIter: 1, unit: "update", n1: 10_000, n2: 60_000},
 	// The sink's produce path: Run, franz-go's producer and kfake, the in-process broker, whose
 	// share is counted too and whose batching follows timing, so this count moves by a few
 	// percent between runs (BenchmarkProduceCPU measures against a real broker).

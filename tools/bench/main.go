@@ -68,6 +68,10 @@ type options struct {
 	abRounds        int
 	pin             bool
 	codec           string
+	formatsRows     int64
+	formatsTxns     int
+	formatsRounds   int
+	debeziumFormats string
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -77,9 +81,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.Int64Var(&o.rows, "rows", 1_000_000, "rows of the snapshot table")
 	fs.IntVar(&o.txns, "txns", 100_000, "pgbench transactions in the streaming backlog")
 	fs.IntVar(&o.workers, "workers", 4, "snapshot workers (CDC_SNAPSHOT_WORKERS and the READ limit's COPY connections)")
-	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, memory, tables, many, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
+	fs.StringVar(&o.only, "only", "", "run one scenario only: snapshot, stream, lag, compression, formats, memory, tables, many, copies or copy-catchup; or debezium (only with -only: Tidemark against Debezium, `make bench-debezium`)")
 	fs.IntVar(&o.debeziumScale, "debezium-scale", 10, "pgbench scale factor of the debezium scenario (100000 accounts each)")
 	fs.IntVar(&o.debeziumTxns, "debezium-txns", 100_000, "pgbench transactions in the debezium scenario's catch-up backlog")
+	fs.StringVar(&o.debeziumFormats, "debezium-formats", "json,avro", "value formats of the debezium scenario, each a run of its own: json (Tidemark's json, Debezium's JsonConverter), avro (Tidemark's avro, Apicurio Registry's AvroConverter, one registry)")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
 	fs.IntVar(&o.manyTables, "many-tables", 10_000, "tables of 10 rows in the many scenario (FOR ALL TABLES, beside one busy table)")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
@@ -93,6 +98,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.scaleWMInterval, "scale-watermark-interval", "", "CDC_WATERMARK_INTERVAL of the copies and copy-catchup scenarios (empty: cdc's default, 1s)")
 	fs.Int64Var(&o.compressionRows, "compression-rows", 300_000, "rows of the table each codec copies in the compression scenario")
 	fs.IntVar(&o.compressionTxns, "compression-txns", 20_000, "pgbench transactions each codec catches up in the compression scenario")
+	fs.Int64Var(&o.formatsRows, "formats-rows", 300_000, "rows of the table each value format copies in the formats scenario")
+	fs.IntVar(&o.formatsTxns, "formats-txns", 20_000, "pgbench transactions each value format catches up in the formats scenario")
+	fs.IntVar(&o.formatsRounds, "formats-rounds", 2, "runs of each path per value format in the formats scenario, in the order json, json-with-schema, avro, avro, json-with-schema, json, ...")
 	fs.StringVar(&o.out, "out", "bench-results.json", "where to write the results as JSON")
 	fs.Int64Var(&o.lagRows, "lag-rows", 2_500_000, "rows of the big table added in the lag scenario (its copy should take at least 10s)")
 	fs.StringVar(&o.lagStrategy, "lag-strategy", "chunked", "CDC_SNAPSHOT_STRATEGY of the lag scenario's copy: chunked or copy")
@@ -125,10 +133,10 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 func (o options) problems() []error {
 	var errs []error
 	switch o.only {
-	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioMemory, scenarioTables,
+	case "", scenarioSnapshot, scenarioStream, scenarioLag, scenarioCompression, scenarioFormats, scenarioMemory, scenarioTables,
 		scenarioMany, scenarioCopies, scenarioCopyCatchUp, scenarioDebezium:
 	default:
-		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, memory, tables, many, copies, copy-catchup or debezium", o.only))
+		errs = append(errs, fmt.Errorf("-only %q: want snapshot, stream, lag, compression, formats, memory, tables, many, copies, copy-catchup or debezium", o.only))
 	}
 	if o.manyTables < 1 {
 		errs = append(errs, fmt.Errorf("-many-tables %d: must be at least 1", o.manyTables))
@@ -145,6 +153,15 @@ func (o options) problems() []error {
 	}
 	if o.compressionRows < 1 || o.compressionTxns < 1 {
 		errs = append(errs, fmt.Errorf("-compression-rows %d, -compression-txns %d: both must be at least 1", o.compressionRows, o.compressionTxns))
+	}
+	for _, f := range strings.Split(o.debeziumFormats, ",") {
+		if !slices.Contains(debeziumFormatNames, f) {
+			errs = append(errs, fmt.Errorf("-debezium-formats %q: want a comma-separated list of %s", o.debeziumFormats, strings.Join(debeziumFormatNames, ", ")))
+			break
+		}
+	}
+	if o.formatsRows < 1 || o.formatsTxns < 1 || o.formatsRounds < 1 {
+		errs = append(errs, fmt.Errorf("-formats-rows %d, -formats-txns %d, -formats-rounds %d: each must be at least 1", o.formatsRows, o.formatsTxns, o.formatsRounds))
 	}
 	if o.quietTables < 1 || o.tablesWindow < time.Second {
 		errs = append(errs, fmt.Errorf("-quiet-tables %d, -tables-window %s: want at least 1 and 1s", o.quietTables, o.tablesWindow))
@@ -196,6 +213,8 @@ const (
 	scenarioLag      = "lag"
 	// scenarioCompression compares CDC_KAFKA_COMPRESSION codecs on both paths.
 	scenarioCompression = "compression"
+	// scenarioFormats compares CDC_VALUE_FORMAT values on both paths.
+	scenarioFormats = "formats"
 	// scenarioMemory prints cdc's peak RSS in a large copy and a large catch-up.
 	scenarioMemory = "memory"
 	// scenarioTables measures many quiet tables beside a few busy ones.

@@ -295,13 +295,16 @@ type results struct {
 	Stream      *streamResult        `json:"stream,omitempty"`
 	Lag         map[string]lagResult `json:"lag,omitempty"`
 	Compression []compressionResult  `json:"compression,omitempty"`
+	Formats     *formatsResult       `json:"formats,omitempty"`
 	Memory      *memoryResult        `json:"memory,omitempty"`
 	Tables      *tablesResult        `json:"tables,omitempty"`
 	Many        *manyResult          `json:"many,omitempty"`
 	Copies      *scaleResult         `json:"copies,omitempty"`
 	CopyCatchUp *scaleResult         `json:"copy_catchup,omitempty"`
 	Debezium    *debeziumResult      `json:"debezium,omitempty"`
-	Errors      []string             `json:"errors,omitempty"`
+	// DebeziumAvro is the debezium scenario with both tools on Avro (-debezium-formats).
+	DebeziumAvro *debeziumResult `json:"debezium_avro,omitempty"`
+	Errors       []string        `json:"errors,omitempty"`
 }
 
 func (r *results) writeJSON(path string) error {
@@ -328,6 +331,7 @@ func (r *results) print(w io.Writer) {
 	}
 	printLag(w, r.Lag)
 	printCompression(w, r.Compression)
+	printFormats(w, r.Formats)
 	printMemory(w, r.Memory)
 	printTables(w, r.Tables)
 	printMany(w, r.Many)
@@ -336,6 +340,10 @@ func (r *results) print(w io.Writer) {
 	if r.Debezium != nil {
 		r.Debezium.print(w)
 	}
+	if r.DebeziumAvro != nil {
+		r.DebeziumAvro.print(w)
+	}
+	printDebeziumFormats(w, r.Debezium, r.DebeziumAvro)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nERROR: %s\n", e)
 	}

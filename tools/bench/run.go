@@ -26,7 +26,9 @@ type bench struct {
 	bin  string // the cdc binary
 	work string // logs and temporary files
 	logf func(format string, args ...any)
-	runs int // cdc processes started, to name their logs
+	// getenv is the bench's environment (the registry of the formats scenario).
+	getenv func(string) string
+	runs   int // cdc processes started, to name their logs
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -126,7 +128,7 @@ func newBench(ctx context.Context, o options, getenv func(string) string, logf f
 		stop()
 		return nil, nil, err
 	}
-	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf}
+	b := &bench{o: o, svc: svc, k: k, bin: bin, work: work, logf: logf, getenv: getenv}
 	return b, func() { k.close(); stop() }, nil
 }
 
@@ -143,12 +145,13 @@ func (b *bench) scenarios() []scenarioRun {
 		{scenarioStream, into(b.stream, func(r *results) **streamResult { return &r.Stream })},
 		{scenarioLag, b.lagModes},
 		{scenarioCompression, into(b.compression, func(r *results) *[]compressionResult { return &r.Compression })},
+		{scenarioFormats, into(b.formats, func(r *results) **formatsResult { return &r.Formats })},
 		{scenarioTables, into(b.tables, func(r *results) **tablesResult { return &r.Tables })},
 		{scenarioMany, into(b.many, func(r *results) **manyResult { return &r.Many })},
 		{scenarioMemory, into(b.memory, func(r *results) **memoryResult { return &r.Memory })},
 		{scenarioCopies, into(b.copies, func(r *results) **scaleResult { return &r.Copies })},
 		{scenarioCopyCatchUp, into(b.copyCatchUp, func(r *results) **scaleResult { return &r.CopyCatchUp })},
-		{scenarioDebezium, into(b.debezium, func(r *results) **debeziumResult { return &r.Debezium })},
+		{scenarioDebezium, b.debeziumFormats},
 	}
 }
 
