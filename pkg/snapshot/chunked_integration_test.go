@@ -25,7 +25,11 @@ type chunkRecorder struct {
 	failed map[change.ExportID]error
 	left   int
 	done   chan struct{}
+	// streamed: what Streamed answers (the transactions the stream delivered).
+	streamed []uint32
 }
+
+func (r *chunkRecorder) Streamed(context.Context) ([]uint32, error) { return r.streamed, nil }
 
 func newChunkRecorder(jobs int) *chunkRecorder {
 	return &chunkRecorder{units: map[change.ExportID][]*change.Unit{}, total: map[change.ExportID]int{},
