@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 )
 
 // A chunked copy merges with the stream through windows. The snapshot stage opens a window for
@@ -355,6 +356,20 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 		keys = append(keys, k)
 	}
 	st.tx.touched[e] = keys
+}
+
+// touchReplayed notes the keys of a change that is not published again because its transaction
+// was published before a restart (below the route's replayBelow), for the export's resumed
+// chunked copy: a chunk whose snapshot does not see that transaction (still in the proc array)
+// leaves those keys to the stream, which published the change before the restart. A change
+// that does not encode is left alone: it failed the export the first time.
+func (st *streamState) touchReplayed(rel *relation, r *route, encode encodeFunc, src codec.Source) {
+	recs, err := encode(rel.enc, st.replayed[:0], src, rel.ncols)
+	if err == nil {
+		st.touch(rel.export, r, recs)
+	}
+	clear(recs)
+	st.replayed = recs[:0]
 }
 
 // chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete

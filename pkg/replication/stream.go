@@ -78,6 +78,8 @@ type streamState struct {
 	recHint int
 	// streamed: the xids of the last transactions delivered (streamed.go).
 	streamed xidRing
+	// replayed holds the records of a replayed change while its keys are noted (touchReplayed).
+	replayed []change.Record
 	// partial is the part of a transaction already handed over in pieces: when the server
 	// sends that transaction again (after a reconnect, or a restart that found it partly
 	// durable), its first partial.Changes changes are skipped.
@@ -413,6 +415,9 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	switch r.mode {
 	case routeDirect, routeDrain, routeMerge:
 		if st.tx.commit < r.replayBelow {
+			if r.chunks != nil {
+				st.touchReplayed(rel, r, encode, src)
+			}
 			return nil
 		}
 		if st.tx.records == nil && st.recHint > 0 {
