@@ -34,6 +34,12 @@ import (
 // Per key the last transaction is enough: a transaction that changes a row another one
 // changed waits for the other's xid lock, which is released after the other left the proc
 // array, so the snapshot that sees the later one sees the earlier one as well.
+//
+// Transactions delivered before the copy started are not in recent: a new export was not routed
+// then, and a re-copied one published them without noting keys. The chunker reads a chunk again
+// until its snapshot sees them (Streamed, streamed.go). After a restart, a transaction the
+// server sends again below the resumed copy's position is not published again, but its keys are
+// noted like any other (touchReplayed): it was published before the restart.
 
 // window is the state of one chunk between OpenWindow and its publication.
 type window struct {

@@ -209,7 +209,10 @@ func (w *chunkWorker) marker(ctx context.Context, id uint64, high bool) (change.
 // that commits just before this chunk's marker. What keeps the chunk right is the merge: the
 // chunk carries its snapshot (copy, readXidSnapshot), and the replication stage leaves to the
 // stream the keys of every transaction it delivered before the low marker that the snapshot
-// does not see.
+// does not see. That holds for transactions delivered once the copy started; those delivered
+// before it (ChunkHooks.Streamed, asked once per copy) were published by nobody, or without
+// their keys being noted: a chunk whose snapshot misses one is read again once a new snapshot
+// sees it (a commit held by an absent synchronous standby delays the copy until it is let go).
 func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk, id uint64) (*change.Unit, error) {
 	low, err := w.marker(ctx, id, false)
 	if err != nil {
