@@ -287,10 +287,15 @@ func (w *chunkWorker) streamedOf(ctx context.Context, t *chunkTable) ([]uint32, 
 	return t.streamed, nil
 }
 
-// unseen returns the xids that snap does not see.
+// unseen returns the xids that snap does not see. An xid that compares far above snap's xmax
+// is one from before a wraparound of the 32-bit xids (the stage may keep xids of transactions
+// delivered long ago): it committed long ago, and is seen.
 func unseen(xids []uint32, snap *change.XidSnapshot) []uint32 {
 	var out []uint32
 	for _, x := range xids {
+		if snap != nil && int32(x-snap.Xmax) >= 1<<30 {
+			continue
+		}
 		if !snap.Sees(x) {
 			out = append(out, x)
 		}
