@@ -79,6 +79,64 @@ func TestChunkedHeldCommit(t *testing.T) {
 	e.assertTopicsEqualTables("public.big")
 }
 
+// TestChunkedHeldCommitAtStart: a transaction committed, and streamed, before a table's chunked
+// copy starts, and still in the proc array when the copy's first chunk takes its snapshot (a wait
+// for a synchronous standby that never comes holds it there). The stream delivered its change
+// before the export was routed, so nothing published it; the chunk's snapshot does not see it,
+// so the chunk holds the row from before it. The topic must still end with the transaction's
+// version of the key. The update is big's first change after the table joined the publication:
+// its Relation message wakes the poll that starts the copy (the poll interval is long). About
+// 10 s.
+func TestChunkedHeldCommitAtStart(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	const rows = 2_000
+	e.exec(`CREATE TABLE small (id int PRIMARY KEY, v text)`, `INSERT INTO small VALUES (1, 'a')`,
+		`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2)) WITH (autovacuum_enabled = false)`,
+		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text), g / 7.0 FROM generate_series(1, %d) g`, rows),
+		`CREATE PUBLICATION it_pub FOR TABLE small`)
+	admin := e.conn()
+	for _, q := range []string{"ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'", "SELECT pg_reload_conf()"} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
+			if _, err := admin.Exec(context.Background(), q); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	rec := e.recordWatermarks()
+	vars := e.baseVars()
+	vars["CDC_SNAPSHOT_STRATEGY"] = "chunked"
+	vars["CDC_SNAPSHOT_CHUNK_ROWS"] = "500"
+	vars["CDC_PUBLICATION_POLL_INTERVAL"] = "10m"
+	p := e.startCDC(vars)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small")
+
+	e.exec(`ALTER PUBLICATION it_pub ADD TABLE big`)
+	release := holdCommit(t, e, admin, "UPDATE big SET v = 'held' WHERE id = 1")
+	defer release()
+	hydrated := func(r watermark.Record) bool { return r.Export == bigID && r.State == watermark.StateHydrated }
+	// Until the copy is done, or a chunk waits for the held transaction.
+	started, whileHeld, waited := false, false, false
+	for deadline := time.Now().Add(20 * time.Second); !whileHeld && !waited && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		started = started || containsLog(p, "chunked copy started")
+		whileHeld = slices.ContainsFunc(rec.all(), hydrated)
+		waited = containsLog(p, "chunk waits for transactions")
+	}
+	if !started {
+		t.Fatal("big's chunked copy did not start while the update was held")
+	}
+	release()
+	rec.first(t, 2*time.Minute, bigID, "hydrated", func(r watermark.Record) bool { return r.State == watermark.StateHydrated })
+	t.Logf("copy started while the update was held; hydrated while held: %v; a chunk waited for it: %v", whileHeld, waited)
+	e.waitFor(p, 2*time.Minute, e.currentLSN(ctx), "public.small", "public.big")
+	e.assertTopicsEqualTables("public.big")
+}
+
 // holdCommit runs sql in a session that waits for a synchronous standby after its commit
 // record, until it says so (pg_stat_activity), and returns the function that lets it go.
 func holdCommit(t *testing.T, e *env, admin *pgx.Conn, sql string) (release func()) {

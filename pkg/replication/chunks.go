@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/tidemark/cdc/pkg/change"
+	"github.com/tidemark/cdc/pkg/codec"
 )
 
 // A chunked copy merges with the stream through windows. The snapshot stage opens a window for
@@ -33,6 +34,12 @@ import (
 // Per key the last transaction is enough: a transaction that changes a row another one
 // changed waits for the other's xid lock, which is released after the other left the proc
 // array, so the snapshot that sees the later one sees the earlier one as well.
+//
+// Transactions delivered before the copy started are not in recent: a new export was not routed
+// then, and a re-copied one published them without noting keys. The chunker reads a chunk again
+// until its snapshot sees them (Streamed, streamed.go). After a restart, a transaction the
+// server sends again below the resumed copy's position is not published again, but its keys are
+// noted like any other (touchReplayed): it was published before the restart.
 
 // window is the state of one chunk between OpenWindow and its publication.
 type window struct {
@@ -355,6 +362,20 @@ func (st *streamState) touch(e change.ExportID, r *route, records []change.Recor
 		keys = append(keys, k)
 	}
 	st.tx.touched[e] = keys
+}
+
+// touchReplayed notes the keys of a change that is not published again because its transaction
+// was published before a restart (below the route's replayBelow), for the export's resumed
+// chunked copy: a chunk whose snapshot does not see that transaction (still in the proc array)
+// leaves those keys to the stream, which published the change before the restart. A change
+// that does not encode is left alone: it failed the export the first time.
+func (st *streamState) touchReplayed(rel *relation, r *route, encode encodeFunc, src codec.Source) {
+	recs, err := encode(rel.enc, st.replayed[:0], src, rel.ncols)
+	if err == nil {
+		st.touch(rel.export, r, recs)
+	}
+	clear(recs)
+	st.replayed = recs[:0]
 }
 
 // chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete

@@ -320,3 +320,43 @@ func TestChunkWindowKeepsKeysPrunedAfterItOpened(t *testing.T) {
 		t.Fatalf("chunks %v, want [[1] [5]]: xid 500 changed 2 and the first chunk's snapshot does not see it", chunks)
 	}
 }
+
+// After a restart, a transaction published before it (below the resumed copy's position) is
+// not published again; when the server sends it again, its keys are still noted for the
+// resumed copy's chunks: a chunk whose snapshot does not see it (still in the proc array) would
+// otherwise publish the row from before it, after its change.
+func TestChunkResumeNotesReplayedKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		snap *change.XidSnapshot
+		want []string
+	}{
+		{"not seen by the chunk's snapshot", &change.XidSnapshot{Xmin: 490, Xmax: 510, Xip: []uint32{500}}, []string{"1", "3"}},
+		{"seen by the chunk's snapshot", &change.XidSnapshot{Xmin: 490, Xmax: 510}, []string{"1", "2", "3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, out, enc := chunkStream(t)
+			st.startChunking(tB, 0x200) // resumed: published below 0x200 before the restart
+			st.openWindow(7, tB, 0)
+			feed(t, st, begin(0x100, 500), update(2, "2", "newer"), commit(0x100, 0x108),
+				markerMsg(0x210, change.ChunkMarker(testTag, 7, false)))
+			u := chunkUnit(t, enc, 0, 0x210, true, "1", "2", "3")
+			u.Chunk.Snapshot = tc.snap
+			st.chunkRead(7, u)
+			st.copyComplete(tB, 1)
+			feed(t, st, markerMsg(0x300, change.ChunkMarker(testTag, 7, true)))
+			var chunks [][]string
+			for _, u := range drain(out) {
+				switch {
+				case u.Kind == change.KindChunk:
+					chunks = append(chunks, ids(t, u))
+				case len(u.Records) > 0:
+					t.Errorf("a %v unit with %d records: the replayed transaction was published again", u.Kind, len(u.Records))
+				}
+			}
+			if len(chunks) != 1 || !slices.Equal(chunks[0], tc.want) {
+				t.Fatalf("chunks published %v, want one with ids %v", chunks, tc.want)
+			}
+		})
+	}
+}

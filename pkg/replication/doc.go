@@ -33,7 +33,9 @@
 // commit record came first, its xid left the proc array later) are noted too: the export keeps
 // the keys the stream changed, with the xid of the last transaction that changed each, until a
 // chunk's snapshot sees that transaction (memory: the keys changed between two chunk reads, like
-// a window's keys between its markers). The
+// a window's keys between its markers). Transactions delivered before the copy started are
+// the chunker's business: Streamed gives it the xids of the last transactions delivered, and it
+// reads a chunk again until its snapshot sees them. The
 // chunk's unit carries the chunker's claim on its memory (change.Claim): the sink returns it once
 // the unit is durable, the stage when it drops the chunk.
 //

@@ -76,6 +76,10 @@ type streamState struct {
 	// recHint is the capacity a transaction's record slice starts with: the records of the
 	// last whole transaction, at most maxRecHint.
 	recHint int
+	// streamed: the xids of the last transactions delivered (streamed.go).
+	streamed xidRing
+	// replayed holds the records of a replayed change while its keys are noted (touchReplayed).
+	replayed []change.Record
 	// partial is the part of a transaction already handed over in pieces: when the server
 	// sends that transaction again (after a reconnect, or a restart that found it partly
 	// durable), its first partial.Changes changes are skipped.
@@ -411,6 +415,9 @@ func (st *streamState) change(relID uint32, encode encodeFunc) error {
 	switch r.mode {
 	case routeDirect, routeDrain, routeMerge:
 		if st.tx.commit < r.replayBelow {
+			if r.chunks != nil {
+				st.touchReplayed(rel, r, encode, src)
+			}
 			return nil
 		}
 		if st.tx.records == nil && st.recHint > 0 {
@@ -554,6 +561,7 @@ func (st *streamState) commit(m *pglogrepl.CommitMessage) error {
 	st.noteKeys()
 	tx := st.tx
 	st.tx = txn{held: st.tx.held, touched: st.tx.touched}
+	st.streamed.add(tx.xid)
 	// Register the transaction's records with the sink before the position passes its end.
 	u := &change.Unit{
 		Kind: change.KindTxn, Commit: change.LSN(m.CommitLSN), End: end,

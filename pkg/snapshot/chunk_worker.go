@@ -209,7 +209,10 @@ func (w *chunkWorker) marker(ctx context.Context, id uint64, high bool) (change.
 // that commits just before this chunk's marker. What keeps the chunk right is the merge: the
 // chunk carries its snapshot (copy, readXidSnapshot), and the replication stage leaves to the
 // stream the keys of every transaction it delivered before the low marker that the snapshot
-// does not see.
+// does not see. That holds for transactions delivered once the copy started; those delivered
+// before it (ChunkHooks.Streamed, asked once per copy) were published by nobody, or without
+// their keys being noted: a chunk whose snapshot misses one is read again once a new snapshot
+// sees it (a commit held by an absent synchronous standby delays the copy until it is let go).
 func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk, id uint64) (*change.Unit, error) {
 	low, err := w.marker(ctx, id, false)
 	if err != nil {
@@ -230,6 +233,31 @@ func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk,
 			return nil, err
 		}
 	}
+	streamed, err := w.streamedOf(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		u, err := w.readChunk(ctx, t, ch, low)
+		if err != nil {
+			return nil, err
+		}
+		missed := unseen(streamed, u.Chunk.Snapshot)
+		if len(missed) == 0 {
+			return u, nil
+		}
+		// Committed, streamed before the copy started, and still in the proc array: its
+		// changes were not published by the merge. Read the chunk again once it is visible.
+		w.c.log.Info("chunk waits for transactions the stream delivered before the copy started that its snapshot does not see",
+			slog.String("export", t.job.Export.String()), slog.Int("chunk", ch.seq), slog.Any("xids", missed))
+		if err := w.waitSeen(ctx, missed); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readChunk reads ch in its own REPEATABLE READ transaction, after its low marker at low.
+func (w *chunkWorker) readChunk(ctx context.Context, t *chunkTable, ch *plannedChunk, low change.LSN) (*change.Unit, error) {
 	if err := execSimple(ctx, w.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 		return nil, fmt.Errorf("begin chunk transaction: %w", err)
 	}
@@ -242,6 +270,56 @@ func (w *chunkWorker) read(ctx context.Context, t *chunkTable, ch *plannedChunk,
 		return nil, fmt.Errorf("commit chunk transaction: %w", err)
 	}
 	return u, nil
+}
+
+// streamedOf returns the xids the stream delivered before t's copy started, asking the
+// replication stage once per copy.
+func (w *chunkWorker) streamedOf(ctx context.Context, t *chunkTable) ([]uint32, error) {
+	t.planMu.Lock()
+	defer t.planMu.Unlock()
+	if !t.hasStreamed {
+		xids, err := w.c.hooks.Streamed(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("transactions streamed before the copy of %s: %w", t.job.Export, err)
+		}
+		t.streamed, t.hasStreamed = xids, true
+	}
+	return t.streamed, nil
+}
+
+// unseen returns the xids that snap does not see. An xid that compares far above snap's xmax
+// is one from before a wraparound of the 32-bit xids (the stage may keep xids of transactions
+// delivered long ago): it committed long ago, and is seen.
+func unseen(xids []uint32, snap *change.XidSnapshot) []uint32 {
+	var out []uint32
+	for _, x := range xids {
+		if snap != nil && int32(x-snap.Xmax) >= 1<<30 {
+			continue
+		}
+		if !snap.Sees(x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// waitSeen waits until a new snapshot sees every one of xids (their transactions left the proc
+// array).
+func (w *chunkWorker) waitSeen(ctx context.Context, xids []uint32) error {
+	pause := 10 * time.Millisecond
+	for {
+		if !sleep(ctx, pause) {
+			return ctx.Err()
+		}
+		snap, err := readXidSnapshot(ctx, w.conn)
+		if err != nil {
+			return err
+		}
+		if xids = unseen(xids, snap); len(xids) == 0 {
+			return nil
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // running returns the ids of the transactions running now.

@@ -33,6 +33,10 @@ type ChunkHooks interface {
 	AbandonWindow(id uint64)
 	// CopyComplete says every chunk of e's copy was handed over, total of them.
 	CopyComplete(e change.ExportID, total int)
+	// Streamed returns the xids of the transactions the stream delivered so far (the recent
+	// ones), once the commands sent to it before are applied: a chunk of a copy is read again
+	// until its snapshot sees those of them that were delivered before the copy started.
+	Streamed(ctx context.Context) ([]uint32, error)
 	// Failed reports a permanent error of e alone.
 	Failed(e change.ExportID, err error)
 }
@@ -193,7 +197,12 @@ type chunkTable struct {
 	remaining   int64 // estimated rows left: the largest tables go first
 	estimated   int64 // estimated rows of the table
 
-	// planMu guards the set-up above (table, key, encoder, chunkRows). Under Chunker.mu: the
+	// streamed: the xids of the transactions the stream delivered before the copy started
+	// (ChunkHooks.Streamed), taken by the first chunk (hasStreamed); see chunkWorker.read.
+	streamed    []uint32
+	hasStreamed bool
+
+	// planMu guards the set-up above (table, key, encoder, chunkRows, streamed). Under Chunker.mu: the
 	// cursor and everything after it.
 	planMu sync.Mutex
 	// cursor is the last key of the chunks read so far: the next chunk starts after it. While

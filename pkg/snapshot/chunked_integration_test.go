@@ -25,7 +25,11 @@ type chunkRecorder struct {
 	failed map[change.ExportID]error
 	left   int
 	done   chan struct{}
+	// streamed: what Streamed answers (the transactions the stream delivered).
+	streamed []uint32
 }
+
+func (r *chunkRecorder) Streamed(context.Context) ([]uint32, error) { return r.streamed, nil }
 
 func newChunkRecorder(jobs int) *chunkRecorder {
 	return &chunkRecorder{units: map[change.ExportID][]*change.Unit{}, total: map[change.ExportID]int{},
@@ -65,7 +69,12 @@ func (r *chunkRecorder) finishOne() {
 // runChunker copies jobs with a new Chunker and returns each export's chunks in order.
 func runChunker(tb testing.TB, cfg Config, jobs ...ChunkJob) map[change.ExportID][]*change.Unit {
 	tb.Helper()
-	rec := newChunkRecorder(len(jobs))
+	return runChunkerWith(tb, cfg, newChunkRecorder(len(jobs)), jobs...)
+}
+
+// runChunkerWith is runChunker with the recorder rec (made for len(jobs) jobs).
+func runChunkerWith(tb testing.TB, cfg Config, rec *chunkRecorder, jobs ...ChunkJob) map[change.ExportID][]*change.Unit {
+	tb.Helper()
 	c, err := NewChunker(cfg, "chunktest", rec)
 	if err != nil {
 		tb.Fatalf("NewChunker: %v", err)
@@ -345,4 +354,62 @@ func waitSyncRep(t *testing.T, conn *pgx.Conn, pid int32) (uint32, change.LSN) {
 	}
 	t.Fatal("the held update never waited for synchronous replication")
 	return 0, 0
+}
+
+// TestChunkWaitsForStreamedTransaction: the same held transaction as in
+// TestChunkSnapshotMissesCommittedTransaction, but the stream delivered it before the copy
+// started (Streamed names it): its changes were published by nobody, so the chunk must not be
+// handed over under a snapshot that misses it. The chunker reads it again once the transaction
+// left the proc array (the test lets it go after 3 s): the chunk's row of id 5 is its version.
+func TestChunkWaitsForStreamedTransaction(t *testing.T) {
+	url := testPGURL(t)
+	conn := connectTest(t, url)
+	schema := testSchema(t, conn)
+	tbl := pgcat.Ident(schema) + ".held"
+	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)")
+	execTest(t, conn, "INSERT INTO "+tbl+" SELECT g, 'old' FROM generate_series(1, 10) g")
+	execTest(t, conn, "ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'")
+	execTest(t, conn, "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
+		execTest(t, conn, "SELECT pg_reload_conf()")
+	})
+	held := connectTest(t, url)
+	var pid int32
+	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	execTest(t, held, "SET synchronous_commit = on")
+	done := make(chan error, 1)
+	go func() {
+		_, err := held.Exec(context.Background(), "UPDATE "+tbl+" SET v = 'new' WHERE id = 5")
+		done <- err
+	}()
+	xid, _ := waitSyncRep(t, conn, pid)
+	released := time.Now().Add(3 * time.Second)
+	canceller := connectTest(t, url) // not conn: the cleanup uses it, perhaps while this runs
+	timer := time.AfterFunc(3*time.Second, func() { execTest(t, canceller, "SELECT pg_cancel_backend($1)", pid) })
+	defer timer.Stop()
+
+	e := change.ExportID{Schema: schema, Table: "held"}
+	cfg := Config{ConnString: url, Workers: 1, Codec: codec.Config{TopicPrefix: "tp"}, Logger: testLogger(t)}
+	rec := newChunkRecorder(1)
+	rec.streamed = []uint32{xid - 2, xid} // with one the snapshot sees
+	units := runChunkerWith(t, cfg, rec, ChunkJob{Export: e, Attempt: 1})[e]
+	if err := <-done; err != nil {
+		t.Errorf("held update: %v", err)
+	}
+	if len(units) != 1 {
+		t.Fatalf("%d chunks, want 1", len(units))
+	}
+	newRow := false
+	for _, r := range units[0].Records {
+		if string(r.Key) == `{"id":5}` {
+			newRow = strings.Contains(string(r.Value), `"new"`)
+		}
+	}
+	t.Logf("held xid %d; chunk snapshot %+v; handed over %v after the release", xid, units[0].Chunk.Snapshot, time.Since(released).Round(time.Millisecond))
+	if !newRow || !units[0].Chunk.Snapshot.Sees(xid) {
+		t.Errorf("the chunk was handed over under a snapshot that misses the streamed transaction %d (row of id 5 is its version: %v)", xid, newRow)
+	}
 }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -52,5 +53,25 @@ func TestChunkRecordsOwnSize(t *testing.T) {
 		if r.Topic != "" || r.Key != nil {
 			t.Errorf("buffer row %d still holds %+v", i, r)
 		}
+	}
+}
+
+func TestUnseen(t *testing.T) {
+	snap := &change.XidSnapshot{Xmin: 100, Xmax: 110, Xip: []uint32{105}}
+	for _, tc := range []struct {
+		name string
+		xids []uint32
+		want []uint32
+	}{
+		{"below xmin", []uint32{50, 99}, nil},
+		{"running", []uint32{104, 105, 106}, []uint32{105}},
+		{"at or above xmax", []uint32{110, 111}, []uint32{110, 111}},
+		{"from before a wraparound", []uint32{110 + 1<<30, 110 + 1<<31 - 1}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := unseen(tc.xids, snap); !slices.Equal(got, tc.want) {
+				t.Errorf("unseen(%v) = %v, want %v", tc.xids, got, tc.want)
+			}
+		})
 	}
 }

@@ -26,7 +26,10 @@
 //     replication stage notes every key of the table the stream changes in the window) and the
 //     transactions the chunk's snapshot sees (change.XidSnapshot, from pg_current_snapshot in
 //     the chunk's transaction): the replication stage also leaves to the stream the keys of
-//     transactions it delivered before the low marker that the snapshot does not see;
+//     transactions it delivered before the low marker that the snapshot does not see. Those
+//     it delivered before the copy started (ChunkHooks.Streamed, asked once per copy) were not
+//     noted: a snapshot that misses one of them is not handed over; the chunk is read again
+//     once a new snapshot sees it;
 //  5. ChunkHooks.ChunkRead hands the unit over, then the high marker is written.
 //
 // Schema changes during a chunked copy. The chunk's transaction first locks the table (ACCESS
