@@ -47,3 +47,26 @@ func TestStatusRegistry(t *testing.T) {
 		t.Fatalf("registry gone: %+v", got)
 	}
 }
+
+// TestStatusRegistryFailsBetweenChecks: the board checks the registry every 5 s; when cdc's own
+// registrations fail after a check that answered, the registry line says unreachable at once,
+// not "connected" with registrations waiting (TestAvroRegistryOutage saw that in CI).
+func TestStatusRegistryFailsBetweenChecks(t *testing.T) {
+	reg := srfake.New()
+	cl, err := schemareg.New(schemareg.Config{URL: reg.URL(), RetryMin: time.Millisecond, RetryMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewStatusBoard(pipeline.Config{Slot: "tidemark", Registry: cl}, []posture.Posture{}, fakeService{}, slog.New(slog.DiscardHandler))
+	b.sampleRegistry(t.Context())
+	reg.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := cl.Register(ctx, "s-value", 0, `"string"`); err == nil {
+		t.Fatal("registered with the registry gone")
+	}
+	got := b.report(time.Now(), "v", false, secret.Token{}, statusQuery{limit: statusDefaultLimit}).Registry
+	if got.State != "unreachable" || got.Error == "" || got.WaitingSince == nil {
+		t.Fatalf("registrations failing since the last check: %+v", got)
+	}
+}

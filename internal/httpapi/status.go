@@ -185,6 +185,11 @@ func (b *StatusBoard) registryReport() *registryReport {
 	r := &registryReport{connStatus: b.reg, URL: reg.URL()}
 	if st := reg.Status(); !st.Reachable() {
 		r.WaitingSince, r.FailedAttempts, r.LastError = &st.Since, st.Attempts, st.Err.Error()
+		if r.CheckedAt.Before(st.Since) {
+			// cdc's own registrations failed after the board's last check (up to 5 s ago)
+			// answered: they are the newer word on the registry.
+			r.State, r.Error, r.CheckedAt = "unreachable", st.Err.Error(), st.Since
+		}
 	}
 	return r
 }
