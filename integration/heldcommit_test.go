@@ -34,19 +34,7 @@ func TestChunkedHeldCommit(t *testing.T) {
 	e.exec(`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2)) WITH (autovacuum_enabled = false)`,
 		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text), g / 7.0 FROM generate_series(1, %d) g`, rows),
 		`ANALYZE big`)
-	admin := e.conn()
-	for _, q := range []string{"ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'", "SELECT pg_reload_conf()"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, q := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
-			if _, err := admin.Exec(context.Background(), q); err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	admin := e.awaitMissingStandby()
 
 	rec := e.recordWatermarks()
 	vars := e.baseVars()
@@ -95,19 +83,7 @@ func TestChunkedHeldCommitAtStart(t *testing.T) {
 		`CREATE TABLE big (id bigint PRIMARY KEY, k int NOT NULL, v text, n numeric(12,2)) WITH (autovacuum_enabled = false)`,
 		fmt.Sprintf(`INSERT INTO big SELECT g, g %% 1000, md5(g::text), g / 7.0 FROM generate_series(1, %d) g`, rows),
 		`CREATE PUBLICATION it_pub FOR TABLE small`)
-	admin := e.conn()
-	for _, q := range []string{"ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'", "SELECT pg_reload_conf()"} {
-		if _, err := admin.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, q := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
-			if _, err := admin.Exec(context.Background(), q); err != nil {
-				t.Error(err)
-			}
-		}
-	})
+	admin := e.awaitMissingStandby()
 	rec := e.recordWatermarks()
 	vars := e.baseVars()
 	vars["CDC_SNAPSHOT_STRATEGY"] = "chunked"
@@ -184,4 +160,26 @@ func holdCommit(t *testing.T, e *env, admin *pgx.Conn, sql string) (release func
 			t.Errorf("held update: %v", err)
 		}
 	}
+}
+
+// awaitMissingStandby names a synchronous standby that never comes until the test ends, so that
+// a session with synchronous_commit on waits after its commit record with its xid still in the
+// proc array (sessions of the server's default, synchronous_commit off, do not wait). It returns
+// the connection it used.
+func (e *env) awaitMissingStandby() *pgx.Conn {
+	e.t.Helper()
+	admin := e.conn()
+	for _, q := range []string{"ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'", "SELECT pg_reload_conf()"} {
+		if _, err := admin.Exec(e.t.Context(), q); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.t.Cleanup(func() {
+		for _, q := range []string{"ALTER SYSTEM RESET synchronous_standby_names", "SELECT pg_reload_conf()"} {
+			if _, err := admin.Exec(context.Background(), q); err != nil {
+				e.t.Error(err)
+			}
+		}
+	})
+	return admin
 }

@@ -266,28 +266,7 @@ func TestChunkSnapshotMissesCommittedTransaction(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	tbl := pgcat.Ident(schema) + ".held"
-	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)")
-	execTest(t, conn, "INSERT INTO "+tbl+" SELECT g, 'old' FROM generate_series(1, 10) g")
-	execTest(t, conn, "ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'")
-	execTest(t, conn, "SELECT pg_reload_conf()")
-	t.Cleanup(func() {
-		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
-		execTest(t, conn, "SELECT pg_reload_conf()")
-	})
-
-	held := connectTest(t, url)
-	var pid int32
-	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	execTest(t, held, "SET synchronous_commit = on")
-	done := make(chan error, 1)
-	go func() {
-		_, err := held.Exec(context.Background(), "UPDATE "+tbl+" SET v = 'new' WHERE id = 5")
-		done <- err
-	}()
-	xid, commitEnd := waitSyncRep(t, conn, pid)
+	pid, done, xid, commitEnd := holdUpdate(t, url, conn, schema)
 	release := func() {
 		execTest(t, conn, "SELECT pg_cancel_backend($1)", pid)
 		if err := <-done; err != nil {
@@ -324,6 +303,36 @@ func TestChunkSnapshotMissesCommittedTransaction(t *testing.T) {
 	if seen != newRow {
 		t.Errorf("the chunk's snapshot sees the held transaction: %v; its row of id 5 is that transaction's version: %v", seen, newRow)
 	}
+}
+
+// holdUpdate makes table held of schema (ids 1 to 10, v 'old') and updates id 5 to 'new' in a
+// session that, with synchronous_standby_names naming a standby that never comes, waits after
+// its commit record with its xid still in the proc array. It returns that session's pid, the
+// update's result (once the session is cancelled), its xid and the end of its commit record.
+func holdUpdate(t *testing.T, url string, conn *pgx.Conn, schema string) (int32, chan error, uint32, change.LSN) {
+	t.Helper()
+	tbl := pgcat.Ident(schema) + ".held"
+	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)")
+	execTest(t, conn, "INSERT INTO "+tbl+" SELECT g, 'old' FROM generate_series(1, 10) g")
+	execTest(t, conn, "ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'")
+	execTest(t, conn, "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
+		execTest(t, conn, "SELECT pg_reload_conf()")
+	})
+	held := connectTest(t, url)
+	var pid int32
+	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	execTest(t, held, "SET synchronous_commit = on")
+	done := make(chan error, 1)
+	go func() {
+		_, err := held.Exec(context.Background(), "UPDATE "+tbl+" SET v = 'new' WHERE id = 5")
+		done <- err
+	}()
+	xid, commitEnd := waitSyncRep(t, conn, pid)
+	return pid, done, xid, commitEnd
 }
 
 // waitSyncRep waits until backend pid waits for synchronous replication and returns its xid and
@@ -365,27 +374,7 @@ func TestChunkWaitsForStreamedTransaction(t *testing.T) {
 	url := testPGURL(t)
 	conn := connectTest(t, url)
 	schema := testSchema(t, conn)
-	tbl := pgcat.Ident(schema) + ".held"
-	execTest(t, conn, "CREATE TABLE "+tbl+" (id int PRIMARY KEY, v text) WITH (autovacuum_enabled = false)")
-	execTest(t, conn, "INSERT INTO "+tbl+" SELECT g, 'old' FROM generate_series(1, 10) g")
-	execTest(t, conn, "ALTER SYSTEM SET synchronous_standby_names = 'tidemark_never'")
-	execTest(t, conn, "SELECT pg_reload_conf()")
-	t.Cleanup(func() {
-		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
-		execTest(t, conn, "SELECT pg_reload_conf()")
-	})
-	held := connectTest(t, url)
-	var pid int32
-	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	execTest(t, held, "SET synchronous_commit = on")
-	done := make(chan error, 1)
-	go func() {
-		_, err := held.Exec(context.Background(), "UPDATE "+tbl+" SET v = 'new' WHERE id = 5")
-		done <- err
-	}()
-	xid, _ := waitSyncRep(t, conn, pid)
+	pid, done, xid, _ := holdUpdate(t, url, conn, schema)
 	released := time.Now().Add(3 * time.Second)
 	canceller := connectTest(t, url) // not conn: the cleanup uses it, perhaps while this runs
 	timer := time.AfterFunc(3*time.Second, func() { execTest(t, canceller, "SELECT pg_cancel_backend($1)", pid) })
