@@ -26,11 +26,22 @@ func TestCluster(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 1, -1, nil, topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
-	tds, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
+	// A broker answers metadata from its own cache, which may not hold the new partition yet (a
+	// CI run read 0 replicas right after the create): ask until the partition has a leader.
+	var replicas []int32
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			if p, ok := tds[topic].Partitions[0]; ok && p.Err == nil && p.Leader >= 0 {
+				replicas = p.Replicas
+				break
+			}
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("partition %s[0] has no leader 30s after it was created (last error %v)", topic, err)
+		}
 	}
-	if got := len(tds[topic].Partitions[0].Replicas); got != 3 {
+	if got := len(replicas); got != 3 {
 		t.Fatalf("topic created with the broker default has %d replicas, want 3", got)
 	}
 	cl := c.Client(t, kgo.TransactionalID("cluster-check"), kgo.DefaultProduceTopic(topic))
