@@ -223,14 +223,7 @@ func waitKafkaStarted(t testing.TB, dir, logFile string, done <-chan struct{}) {
 
 // kafkaLib finds the Kafka jars scripts/services.sh installed (`scripts/services.sh install`,
 // which make test runs first).
-func kafkaLib(string) (string, error) {
-	cache := testsvc.CacheDir()
-	matches, _ := filepath.Glob(filepath.Join(cache, "kafka-*", "lib"))
-	if len(matches) == 0 {
-		return "", fmt.Errorf("no Kafka jars under %s: run scripts/services.sh install", cache)
-	}
-	return matches[len(matches)-1], nil
-}
+func kafkaLib(string) (string, error) { return testsvc.KafkaLib() }
 
 // writeCerts writes a CA, the broker's key store (key and certificate for localhost and
 // 127.0.0.1), a client certificate and an unrelated CA.
