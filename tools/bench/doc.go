@@ -25,7 +25,10 @@
 //     changes over total time and the ratio exactly-once / at-least-once. With -pin (the
 //     default) one more exactly-once catch-up runs with cdc pinned to CPU 0 and PostgreSQL and
 //     the broker to CPU 1 (taskset), against the Go reader's READ limit measured pinned the
-//     same way from a slot of its own (pinned.go).
+//     same way from a slot of its own (pinned.go). With -cluster (the default) the bench also
+//     starts a three-node KRaft cluster (replication factor 3, min.insync.replicas 2) and the
+//     backlog is caught up exactly-once into it and into the single broker, alternating
+//     (single, cluster, cluster, single, ...), with cdc at its defaults (cluster.go).
 //   - lag: the watermark lag of two busy small tables while a big table added to the
 //     publication is copied, in independent and in global watermark mode, with the copy
 //     strategy of -lag-strategy (chunked by default; copy to compare).

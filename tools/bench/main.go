@@ -67,6 +67,7 @@ type options struct {
 	abBin           string
 	abRounds        int
 	pin             bool
+	cluster         bool
 	codec           string
 	formatsRows     int64
 	formatsTxns     int
@@ -114,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.abBin, "ab-bin", "", "stream scenario: also catch the backlog up exactly-once with this other cdc binary (B) and with the repository's (A), alternating A B B A ..., -ab-rounds times each, and print each run's CPU per change beside the walsender's of the same run (an A/B comparison on a shared machine)")
 	fs.IntVar(&o.abRounds, "ab-rounds", 3, "catch-ups per binary with -ab-bin")
 	fs.BoolVar(&o.pin, "pin", true, "stream scenario: one more exactly-once catch-up with cdc pinned to CPU 0 and PostgreSQL and the broker to CPU 1 (taskset), against a READ limit measured the same way (needs 2 CPUs and the bench's own servers)")
+	fs.BoolVar(&o.cluster, "cluster", true, "stream scenario: also catch the backlog up exactly-once into a three-node Kafka cluster the bench starts from the installed Kafka jars (replication factor 3, min.insync.replicas 2), alternating with the single broker, -delivery-rounds runs each")
 	fs.StringVar(&o.codec, "codec", "", "CDC_KAFKA_COMPRESSION of every cdc run but the compression scenario's, and the codec of the WRITE limits' producer (default: cdc's default, "+sink.DefaultCompression+")")
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")

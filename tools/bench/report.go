@@ -183,6 +183,8 @@ type streamResult struct {
 	DeliveryRatios []float64 `json:"delivery_ratios_per_round,omitempty"`
 	// Pinned is the catch-up with cdc and the servers on CPUs of their own (-pin).
 	Pinned *pinnedRun `json:"pinned,omitempty"`
+	// Cluster is the exactly-once catch-up on a three-node cluster against the single broker (-cluster).
+	Cluster *clusterRun `json:"cluster,omitempty"`
 }
 
 // label names the run in the report: "cdc chunked", or "cdc" when the strategy is unknown.
@@ -434,6 +436,7 @@ func (s *streamResult) print(w io.Writer, cpus string) {
 		fmt.Fprintf(w, "   ratio cdc exactly-once / min(the higher read limit, write ceiling) = %.2f   (target >= 0.80)\n", s.RatioCeiling)
 	}
 	printPinned(w, s.Pinned)
+	printCluster(w, s.Cluster, s.Read.PerSecond)
 	for _, c := range runs {
 		printCPUShare(w, "cdc "+c.Delivery, c.CDC.Count, c.CDC.Seconds, c.CPUSeconds, c.PostgresCPUSeconds, c.BrokerCPUSeconds, cpus)
 	}

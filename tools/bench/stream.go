@@ -45,6 +45,17 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	if pin != nil {
 		lanes = append(lanes, pin)
 	}
+	var clu []*lane
+	if b.o.cluster {
+		bc, run, err := b.startCluster(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer bc.stop()
+		res.Cluster = run
+		clu = s.clusterLanes(bc, exports)
+		lanes = append(lanes, clu...)
+	}
 	for _, l := range lanes {
 		defer l.close()
 		if err := l.hydrate(wctx, conn); err != nil {
@@ -87,6 +98,11 @@ func (b *bench) stream(ctx context.Context) (*streamResult, error) {
 	eos, stats, err := s.streamCatchUps(wctx, res, order, target)
 	if err != nil {
 		return res, err
+	}
+	if res.Cluster != nil {
+		if err := s.clusterCatchUps(wctx, res.Cluster, clu, target, res.Changes); err != nil {
+			return res, err
+		}
 	}
 	if pin != nil {
 		if res.Pinned, err = s.pinnedCatchUp(wctx, conn, res, pin, pinStart, target); err != nil {
@@ -263,6 +279,19 @@ type lane struct {
 	prof *profiler
 	// bin, when set, is the cdc binary of the lane's catch-ups (-ab-bin); name says which.
 	bin, name string
+	// kc and brokers, when set, are the Kafka cluster the lane's cdc writes to (not the bench's
+	// broker), and brokerCPU its CPU seconds so far (-cluster).
+	kc        *kafkaClient
+	brokers   []string
+	brokerCPU func() float64
+}
+
+// kafka is the client of the Kafka cluster the lane's cdc writes to.
+func (l *lane) kafka() *kafkaClient {
+	if l.kc != nil {
+		return l.kc
+	}
+	return l.s.b.k
 }
 
 // newLane returns the lane of delivery. With tag "" it uses the scenario's own slot and prefix;
@@ -298,7 +327,11 @@ func (l *lane) hydrate(ctx context.Context, conn *pgx.Conn) error {
 		return err
 	}
 	defer p.stop(time.Minute)
-	if l.wt, err = b.watchCDC(ctx, p, l.watermarkTopic()); err != nil {
+	brokers := b.svc.brokers
+	if l.brokers != nil {
+		brokers = l.brokers
+	}
+	if l.wt, err = b.watchCDCOn(ctx, l.kafka(), brokers, p, l.watermarkTopic()); err != nil {
 		return err
 	}
 	if _, err := l.wt.until(ctx, "hydration", allHydrated(0, l.exports...), p.check); err != nil {
@@ -314,7 +347,7 @@ func (l *lane) hydrate(ctx context.Context, conn *pgx.Conn) error {
 	if err := p.stop(time.Minute); err != nil {
 		return err
 	}
-	l.start, err = b.k.endOffsets(ctx, l.topics...)
+	l.start, err = l.kafka().endOffsets(ctx, l.topics...)
 	return err
 }
 
@@ -345,6 +378,10 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 	}
 	defer p.stop(time.Minute)
 	cpuBefore := b.svc.cpu.sample()
+	var brokerBefore float64
+	if l.brokerCPU != nil {
+		brokerBefore = l.brokerCPU()
+	}
 	if l.prof != nil {
 		l.prof.start(ctx, p)
 	}
@@ -353,6 +390,9 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 		return res, topicStats{}, err
 	}
 	res.PostgresCPUSeconds, res.BrokerCPUSeconds, _ = b.svc.cpu.sample().since(cpuBefore)
+	if l.brokerCPU != nil {
+		res.BrokerCPUSeconds = l.brokerCPU() - brokerBefore
+	}
 	if ws, ok := walsenderCPU(ctx, l.s.db.url, l.vars["CDC_SLOT"]); ok {
 		res.WalsenderCPUSeconds = ws
 	} else {
@@ -376,7 +416,7 @@ func (l *lane) catchUp(ctx context.Context, target change.LSN, changes int64) (c
 		return res, topicStats{}, err
 	}
 	res.CPUSeconds, res.PeakRSSMiB = p.usage()
-	stats, err := b.k.readBack(ctx, l.topics, l.start, 20_000)
+	stats, err := l.kafka().readBack(ctx, l.topics, l.start, 20_000)
 	if err != nil {
 		return res, stats, err
 	}

@@ -77,10 +77,15 @@ func (wt *watcher) loop(ctx context.Context) {
 
 // watchCDC waits until cdc (p) has created its watermark topic, then follows it.
 func (b *bench) watchCDC(ctx context.Context, p *cdcProc, topic string) (*watcher, error) {
-	if err := b.k.waitTopic(ctx, topic, p.check); err != nil {
+	return b.watchCDCOn(ctx, b.k, b.svc.brokers, p, topic)
+}
+
+// watchCDCOn is watchCDC on another Kafka cluster, whose client is k.
+func (b *bench) watchCDCOn(ctx context.Context, k *kafkaClient, brokers []string, p *cdcProc, topic string) (*watcher, error) {
+	if err := k.waitTopic(ctx, topic, p.check); err != nil {
 		return nil, err
 	}
-	return startWatcher(b.svc.brokers, topic)
+	return startWatcher(brokers, topic)
 }
 
 // close stops the watcher.
