@@ -23,17 +23,17 @@ const clusterHeap = "-Xms512m -Xmx512m -XX:+UseG1GC -XX:MaxGCPauseMillis=20"
 
 // clusterRun is the comparison's result.
 type clusterRun struct {
-	Nodes             int       `json:"nodes"`
-	ReplicationFactor int       `json:"default_replication_factor"`
-	MinInsyncReplicas int       `json:"min_insync_replicas"`
-	Heap              string    `json:"node_jvm"`
+	Nodes             int    `json:"nodes"`
+	ReplicationFactor int    `json:"default_replication_factor"`
+	MinInsyncReplicas int    `json:"min_insync_replicas"`
+	Heap              string `json:"node_jvm"`
 	// TopicReplicas is the fewest replicas of a partition of the topics cdc created on the
 	// cluster (with its defaults: the broker's default replication factor).
-	TopicReplicas int `json:"topic_replicas"`
-	StartSeconds      float64   `json:"start_seconds"`
-	RSSMiB            []int64   `json:"node_rss_mib_after_start"`
-	Single            []catchUp `json:"single"`
-	Cluster           []catchUp `json:"cluster"`
+	TopicReplicas int       `json:"topic_replicas"`
+	StartSeconds  float64   `json:"start_seconds"`
+	RSSMiB        []int64   `json:"node_rss_mib_after_start"`
+	Single        []catchUp `json:"single"`
+	Cluster       []catchUp `json:"cluster"`
 	// Medians of the runs' changes/s (process start -> caught up), and cluster over single.
 	SinglePerSecond  float64 `json:"single_changes_per_second"`
 	ClusterPerSecond float64 `json:"cluster_changes_per_second"`
