@@ -77,6 +77,14 @@
 #   TIDEMARK_REGISTRY_TLS_CERT        with TIDEMARK_REGISTRY_TLS_KEY (PEM files): the registry serves
 #                                     HTTPS only, with this certificate, on its port [plain HTTP]
 #   TIDEMARK_REGISTRY_TLS_KEY         the certificate's private key
+#                                     (Mutual TLS cannot be required: Apicurio 3.3.3 is built with
+#                                     quarkus.http.ssl.client-auth=NONE, fixed at build time.)
+#   TIDEMARK_REGISTRY_USER            with TIDEMARK_REGISTRY_PASSWORD: the registry's API
+#                                     (/apis/*) requires HTTP basic auth as this user, a Quarkus
+#                                     embedded user written to <state>/registry/config/
+#                                     application.properties (mode 0600, not on the command line)
+#                                     [no authentication]
+#   TIDEMARK_REGISTRY_PASSWORD        that user's password
 #   TIDEMARK_REGISTRY_PERSIST         1: the registry keeps its schemas in an H2 file of its state folder,
 #                                     across registry-down and registry-up [in memory]
 #   TIDEMARK_JAVA21_HOME              a Java of 21 or later for the registry [found as java21 says]
@@ -110,6 +118,8 @@ REGISTRY_START_TIMEOUT="${TIDEMARK_REGISTRY_START_TIMEOUT:-90}"
 REGISTRY_TLS_CERT="${TIDEMARK_REGISTRY_TLS_CERT:-}"
 REGISTRY_TLS_KEY="${TIDEMARK_REGISTRY_TLS_KEY:-}"
 REGISTRY_PERSIST="${TIDEMARK_REGISTRY_PERSIST:-}"
+REGISTRY_USER="${TIDEMARK_REGISTRY_USER:-}"
+REGISTRY_PASSWORD="${TIDEMARK_REGISTRY_PASSWORD:-}"
 REGISTRY_SCHEME=http
 [ -z "$REGISTRY_TLS_CERT" ] || REGISTRY_SCHEME=https
 JVM_DIR="${TIDEMARK_JVM_DIR:-/usr/lib/jvm}"
@@ -719,6 +729,7 @@ registry_up() {
 		storage=(-Dapicurio.datasource.url="jdbc:h2:file:$REGISTRY_DIR/h2/registry")
 	fi
 	mkdir -p "$REGISTRY_DIR"
+	registry_users
 	: >"$REGISTRY_LOG"
 	log "starting Apicurio Registry $REGISTRY_VERSION on $REGISTRY_SCHEME://127.0.0.1:$REGISTRY_PORT (Java $(java_major "$home/bin/java") in $home)"
 	# setsid: its own session, as Kafka's; the subshell's cd keeps anything it writes in its folder.
@@ -744,6 +755,33 @@ registry_up() {
 		waited=$((waited + 1))
 	done
 	log "Apicurio Registry started (pid $pid) in $((waited / 5))s"
+}
+
+# registry_users writes Quarkus's configuration of the registry's users into the folder Quarkus
+# reads at start-up (config/application.properties of its working folder), or removes it: with
+# TIDEMARK_REGISTRY_USER, every request under /apis/ needs HTTP basic auth as that user (an
+# embedded user of quarkus-elytron-security-properties-file, which Apicurio ships; no OIDC
+# server). The password goes in a file of mode 0600, never on the command line.
+registry_users() {
+	local conf="$REGISTRY_DIR/config/application.properties"
+	rm -f "$conf"
+	[ -n "$REGISTRY_USER$REGISTRY_PASSWORD" ] || return 0
+	[[ "$REGISTRY_USER" =~ ^[A-Za-z0-9_.-]+$ ]] ||
+		die "TIDEMARK_REGISTRY_USER must be a non-empty name of letters, digits, '_', '.' and '-'"
+	[[ -n "$REGISTRY_PASSWORD" && "$REGISTRY_PASSWORD" =~ ^[A-Za-z0-9_.~+=@%!-]+$ ]] ||
+		die "TIDEMARK_REGISTRY_PASSWORD must be non-empty, of letters, digits and _.~+=@%!- (it is written to a properties file)"
+	mkdir -p "$REGISTRY_DIR/config"
+	(
+		umask 077
+		cat >"$conf" <<-EOF
+			quarkus.http.auth.basic=true
+			quarkus.security.users.embedded.enabled=true
+			quarkus.security.users.embedded.plain-text=true
+			quarkus.security.users.embedded.users.$REGISTRY_USER=$REGISTRY_PASSWORD
+			quarkus.http.auth.permission.registry-api.paths=/apis/*
+			quarkus.http.auth.permission.registry-api.policy=authenticated
+		EOF
+	)
 }
 
 registry_fail() {

@@ -12,6 +12,11 @@ import (
 const registryFix = "check CDC_SCHEMA_REGISTRY_URL (the base URL of the registry's Confluent-compatible API: " +
 	"for Apicurio Registry http(s)://host:port/apis/ccompat/v7) and that the registry is running"
 
+// registryTLSFix is the advice when the TLS handshake with the registry fails on the settings.
+const registryTLSFix = "fix the CDC_SCHEMA_REGISTRY_TLS_* setting (or the URL) that the message names: " +
+	"CDC_SCHEMA_REGISTRY_TLS_CA_FILE must hold the CA that signed the registry's certificate, " +
+	"CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME a name the certificate is valid for"
+
 // schemaRegistry checks the schema registry of CDC_SCHEMA_REGISTRY_URL, when one is set: how the
 // connection is protected, that the registry answers and accepts the credentials, and the
 // compatibility level new subjects get. It reads only (GET /config).
@@ -44,6 +49,9 @@ func (p *checker) schemaRegistry(ctx context.Context) {
 	case errors.Is(err, schemareg.ErrUnauthorized):
 		p.fail("check CDC_SCHEMA_REGISTRY_USERNAME and CDC_SCHEMA_REGISTRY_PASSWORD, and the user's rights in the registry",
 			"schema registry %s answers, but refused the credentials of user %q: %v", cfg.URL, cfg.Username, err)
+	case errors.Is(err, schemareg.ErrTLS):
+		// The registry answered the connection; the TLS settings are what to fix, as err says.
+		p.fail(registryTLSFix, "schema registry %s: %v", cfg.URL, err)
 	case err != nil:
 		p.fail(registryFix, "schema registry %s: %v", cfg.URL, err)
 	default:

@@ -129,6 +129,11 @@ type RegistryOptions struct {
 	// TLSCert and TLSKey (PEM files, NewTestCA's Issue makes them), when set, make the registry
 	// serve HTTPS only, with this certificate; URL is then https://.
 	TLSCert, TLSKey string
+	// User and Password, when set, make the registry's API require HTTP basic auth as this user
+	// (a Quarkus embedded user: Apicurio needs no OIDC server for it). Apicurio 3.3.3 cannot
+	// require client certificates (mutual TLS): its build fixed quarkus.http.ssl.client-auth
+	// to NONE, and a run-time value is ignored with a warning.
+	User, Password string
 	// Persist keeps the registry's schemas across Stop and Start (an H2 file in its state
 	// folder), as a production registry keeps its storage; by default Start begins empty.
 	Persist bool
@@ -144,7 +149,8 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *RegistryServer {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
 	reg, err := startRegistry(ctx, testsvc.RegistryOptions{StatePrefix: "tidemark-private-registry-",
-		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey, Persist: opts.Persist})
+		TLSCert: opts.TLSCert, TLSKey: opts.TLSKey, User: opts.User, Password: opts.Password,
+		Persist: opts.Persist})
 	cancel()
 	if err != nil {
 		registryUnavailable(t, err)

@@ -34,8 +34,13 @@ type RegistryOptions struct {
 	// State and StatePrefix are Options'.
 	State, StatePrefix string
 	// TLSCert and TLSKey (PEM files), when set, make the registry serve HTTPS only, with this
-	// certificate.
+	// certificate. (Apicurio 3.3.3 cannot require client certificates: its build fixed
+	// quarkus.http.ssl.client-auth to NONE.)
 	TLSCert, TLSKey string
+	// User and Password, when set, make the registry's API (/apis/*) require HTTP basic auth as
+	// this user (services.sh's TIDEMARK_REGISTRY_USER and TIDEMARK_REGISTRY_PASSWORD: a Quarkus
+	// embedded user, no OIDC server).
+	User, Password string
 	// Persist keeps the schemas in an H2 file of the state folder across a stop and a start
 	// (services.sh's TIDEMARK_REGISTRY_PERSIST); by default they are in memory.
 	Persist bool
@@ -73,6 +78,9 @@ func StartRegistry(ctx context.Context, opts RegistryOptions) (*Registry, error)
 	)
 	if opts.Persist {
 		r.env = append(r.env, "TIDEMARK_REGISTRY_PERSIST=1")
+	}
+	if opts.User != "" || opts.Password != "" {
+		r.env = append(r.env, "TIDEMARK_REGISTRY_USER="+opts.User, "TIDEMARK_REGISTRY_PASSWORD="+opts.Password)
 	}
 	if out, err := r.Run(ctx, "registry-up"); err != nil {
 		if temporary {

@@ -107,3 +107,30 @@ func TestCheckpointNamesTimeline(t *testing.T) {
 		t.Errorf("checkpoint %s: %+v, %v, %v; want position 0/816A758 on %v", recs[0].Value, cp, ok, err, o.origin)
 	}
 }
+
+// TestCheckSlotChunkedNothingDurable: a first life that created the slot and started a chunked
+// copy, then stopped before anything of the table reached Kafka (a registry it could not use,
+// say), left the table at own position 0 with no chunk done, and the slot confirmed where it
+// was created. Nothing was lost: the copy starts again from its first chunk, so the restart is
+// allowed. A copy with a durable position behind the slot is still refused.
+func TestCheckSlotChunkedNothingDurable(t *testing.T) {
+	orders, _ := change.ParseExportID("public.orders")
+	cfg := Config{Slot: "tidemark", Sink: sink.Config{WatermarkTopic: "p.__watermarks"}}
+	slot := replication.SlotInfo{Exists: true, Confirmed: 0x1D470E8, WALStatus: "reserved"}
+	published := map[change.ExportID]struct{}{orders: {}}
+	// The first life's only record of the table: its chunked copy began.
+	tr := watermark.NewTracker(watermark.Options{})
+	tr.Restore([]watermark.Record{{Version: watermark.Version, Export: orders, Topic: "p.public.orders",
+		State: watermark.StateHydrating, Snapshot: &watermark.SnapshotInfo{Attempt: 1, Strategy: watermark.StrategyChunked}}})
+	resume := tr.Resume()
+	if p, ok := resume[orders]; !ok || p != 0 {
+		t.Fatalf("Resume = %v, want public.orders at 0/0", resume)
+	}
+	if err := checkSlot(cfg, slot, replication.Timeline{ID: 1}, withoutUnstarted(tr, resume), published); err != nil {
+		t.Errorf("nothing durable, slot at its creation point: %v", err)
+	}
+	err := checkSlot(cfg, slot, replication.Timeline{ID: 1}, withoutUnstarted(tr, map[change.ExportID]change.LSN{orders: 0x1D47000}), published)
+	if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "past export public.orders's own position 0/1D47000") {
+		t.Errorf("durable position behind the slot: err = %v, want the fatal refusal", err)
+	}
+}

@@ -265,7 +265,7 @@ func (pl *plan) ensureSlot(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := checkSlot(cfg, slot, pl.timeline, pl.resume, pl.published); err != nil {
+	if err := checkSlot(cfg, slot, pl.timeline, withoutUnstarted(pl.tracker, pl.resume), pl.published); err != nil {
 		return err
 	}
 	if err := checkPromotion(cfg, slot, pl.timeline, pl.checkpoint, pl.resume, pl.published); err != nil {
@@ -294,6 +294,22 @@ func (pl *plan) ensureSlot(ctx context.Context, cfg Config) error {
 	}
 	log.Info("made the replication slot a failover slot", "slot", cfg.Slot)
 	return nil
+}
+
+// withoutUnstarted returns resume without the chunked copies that have nothing durable: own
+// position 0 and no chunk done, as a first life leaves them when it stops before anything of
+// the table reached Kafka (a schema registry it could not use, say). Such a copy starts again
+// from its first chunk, reading the table as it is now, so no change the slot passed is lost
+// to it, wherever the slot is confirmed.
+func withoutUnstarted(tr *watermark.Tracker, resume map[change.ExportID]change.LSN) map[change.ExportID]change.LSN {
+	out := make(map[change.ExportID]change.LSN, len(resume))
+	for e, p := range resume {
+		if _, after, chunked := tr.Chunked(e); chunked && p == 0 && len(after) == 0 {
+			continue
+		}
+		out[e] = p
+	}
+	return out
 }
 
 // checkSlot fails loudly when changes were lost: a missing or invalidated slot while exports

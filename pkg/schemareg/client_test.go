@@ -251,6 +251,10 @@ func TestTLSVerifiesAgainstCAFile(t *testing.T) {
 	if !strings.Contains(err.Error(), "CDC_SCHEMA_REGISTRY_TLS_CA_FILE") {
 		t.Errorf("error %q does not name CDC_SCHEMA_REGISTRY_TLS_CA_FILE", err)
 	}
+	var unknownCA x509.UnknownAuthorityError
+	if !errors.Is(err, ErrTLS) || !errors.As(err, &unknownCA) {
+		t.Errorf("error %q is not ErrTLS wrapping the x509 error", err)
+	}
 	if st := untrusted.Status(); st.Reachable() || st.Attempts != 1 {
 		t.Errorf("Status after a refused certificate = %+v, want one failure", st)
 	}

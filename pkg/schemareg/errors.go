@@ -16,7 +16,26 @@ var (
 	ErrUnauthorized = errors.New("the schema registry refused the credentials")
 	// ErrNotFound: the registry does not know the schema id.
 	ErrNotFound = errors.New("not in the schema registry")
+	// ErrTLS: the TLS handshake with the registry failed on the settings, not the network (its
+	// certificate did not verify, it refused the client's, or it does not speak TLS there);
+	// retrying cannot help. The error's text names the CDC_SCHEMA_REGISTRY_* variable to fix.
+	ErrTLS = errors.New("TLS with the schema registry failed")
 )
+
+// tlsError is an explained TLS failure: its text says what to fix; it is ErrTLS and wraps the
+// handshake's error.
+type tlsError struct {
+	msg string
+	err error
+}
+
+func (e *tlsError) Error() string   { return e.msg }
+func (e *tlsError) Unwrap() []error { return []error{ErrTLS, e.err} }
+
+// tlsErrorf is a tlsError whose text is format's with err appended in parentheses.
+func tlsErrorf(err error, format string, args ...any) error {
+	return &tlsError{msg: fmt.Sprintf(format, args...) + " (" + err.Error() + ")", err: err}
+}
 
 // IncompatibleError is a schema that the registry refused under the subject's compatibility
 // rules (HTTP 409). It is permanent for that schema: retrying cannot change the answer.
@@ -92,13 +111,13 @@ func (c *Client) explain(err error) error {
 	}
 	switch {
 	case errors.As(err, &unknownCA):
-		return fmt.Errorf("the schema registry's TLS certificate is signed by an authority not in CDC_SCHEMA_REGISTRY_TLS_CA_FILE or the system's roots: set CDC_SCHEMA_REGISTRY_TLS_CA_FILE to the CA that signed it (%w)", err)
+		return tlsErrorf(err, "the schema registry's TLS certificate is signed by an authority not in CDC_SCHEMA_REGISTRY_TLS_CA_FILE or the system's roots: set CDC_SCHEMA_REGISTRY_TLS_CA_FILE to the CA that signed it")
 	case errors.As(err, &hostErr):
-		return fmt.Errorf("the schema registry's TLS certificate is not valid for %q: set CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME to a name it is valid for, or use that name in CDC_SCHEMA_REGISTRY_URL (%w)", hostErr.Host, err)
+		return tlsErrorf(err, "the schema registry's TLS certificate is not valid for %q: set CDC_SCHEMA_REGISTRY_TLS_SERVER_NAME to a name it is valid for, or use that name in CDC_SCHEMA_REGISTRY_URL", hostErr.Host)
 	case errors.As(err, &recordErr) || errors.Is(err, http.ErrSchemeMismatch):
-		return fmt.Errorf("the schema registry does not speak TLS there: use its http:// URL, or its TLS port, in CDC_SCHEMA_REGISTRY_URL (%w)", err)
+		return tlsErrorf(err, "the schema registry does not speak TLS there: use its http:// URL, or its TLS port, in CDC_SCHEMA_REGISTRY_URL")
 	case tlsAlert(err):
-		return fmt.Errorf("the schema registry refused the TLS handshake, most often for want of a client certificate it trusts: set CDC_SCHEMA_REGISTRY_TLS_CERT_FILE and CDC_SCHEMA_REGISTRY_TLS_KEY_FILE to one (%w)", err)
+		return tlsErrorf(err, "the schema registry refused the TLS handshake, most often for want of a client certificate it trusts: set CDC_SCHEMA_REGISTRY_TLS_CERT_FILE and CDC_SCHEMA_REGISTRY_TLS_KEY_FILE to one")
 	}
 	return err
 }
