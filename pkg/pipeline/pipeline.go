@@ -15,6 +15,7 @@ import (
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/monitor"
 	"github.com/tidemark/cdc/pkg/pgcat"
+	"github.com/tidemark/cdc/pkg/schemareg"
 	"github.com/tidemark/cdc/pkg/watermark"
 )
 
@@ -154,6 +155,30 @@ type running struct {
 // takes milliseconds while Kafka answers.
 const kafkaStall = 15 * time.Second
 
+// registryStall is how long the schema registry may fail to answer before the pipeline is not
+// ready, as kafkaStall is for Kafka: one failed request (a restart, a dropped connection) is
+// retried and costs nothing, and a probe should not take the service out for it.
+const registryStall = 15 * time.Second
+
+// registryUnready says why the registry makes the pipeline not ready at now, if it does: it has
+// failed for longer than registryStall, or it refuses cdc's TLS or credentials, which retrying
+// does not mend (said at once).
+func registryUnready(st schemareg.Status, now time.Time) (string, bool) {
+	if st.Reachable() {
+		return "", false
+	}
+	d := now.Sub(st.Since)
+	switch {
+	case errors.Is(st.Err, schemareg.ErrTLS), errors.Is(st.Err, schemareg.ErrUnauthorized):
+		return fmt.Sprintf("the schema registry refuses cdc's TLS or credentials (%d attempts in %s; last: %v): the tables whose schemas it must register wait, and nothing is lost",
+			st.Attempts, d.Round(time.Second), st.Err), true
+	case d > registryStall:
+		return fmt.Sprintf("the schema registry has not answered for %s (%d attempts; last: %v): the tables whose schemas it must register wait for it, and nothing is lost",
+			d.Round(time.Second), st.Attempts, st.Err), true
+	}
+	return "", false
+}
+
 // states returns every export's state as the owner last published it.
 func (r *running) states() []ExportState { return r.owner.exports() }
 
@@ -171,9 +196,8 @@ func (p *Pipeline) Exports() []ExportState {
 // failed: their error texts can quote row values, so the caller decides how much to show.
 func (p *Pipeline) Ready() (ready bool, reasons []string, failed []ExportState) {
 	if reg := p.cfg.Registry; reg != nil {
-		if st := reg.Status(); !st.Reachable() {
-			reasons = append(reasons, fmt.Sprintf("the schema registry has not answered for %s (%d attempts; last: %v): the tables whose schemas it must register wait for it, and nothing is lost",
-				time.Since(st.Since).Round(time.Second), st.Attempts, st.Err))
+		if why, ok := registryUnready(reg.Status(), time.Now()); ok {
+			reasons = append(reasons, why)
 		}
 	}
 	r := p.life.owner.Load()

@@ -255,8 +255,9 @@ func TestTLSVerifiesAgainstCAFile(t *testing.T) {
 	if !errors.Is(err, ErrTLS) || !errors.As(err, &unknownCA) {
 		t.Errorf("error %q is not ErrTLS wrapping the x509 error", err)
 	}
-	if st := untrusted.Status(); st.Reachable() || st.Attempts != 1 {
-		t.Errorf("Status after a refused certificate = %+v, want one failure", st)
+	if st := untrusted.Status(); st.Reachable() || st.Attempts != 1 || !errors.Is(st.Err, ErrTLS) ||
+		!strings.Contains(st.Err.Error(), "CDC_SCHEMA_REGISTRY_TLS_CA_FILE") {
+		t.Errorf("Status after a refused certificate = %+v, want one failure that is ErrTLS and names the fix", st)
 	}
 }
 

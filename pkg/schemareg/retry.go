@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/sr"
 )
 
 // retry calls fn until it succeeds, fails with an error that is not transient, or ctx ends,
@@ -34,11 +32,13 @@ func (c *Client) retry(ctx context.Context, fn func(context.Context) error) erro
 			return ended(attempt)
 		}
 		if !transient(err) {
-			// A refusal is an answer; a certificate that does not verify is not.
-			if _, ok := errors.AsType[*sr.ResponseError](err); ok {
-				c.answered()
+			// A refusal is an answer, unless it refuses cdc itself (its credentials), as a
+			// certificate that does not verify is none: Status keeps those, explained (so that
+			// it says what to fix and is ErrUnauthorized or ErrTLS).
+			if e := c.explain(err); errors.Is(e, ErrUnauthorized) || errors.Is(e, ErrTLS) {
+				c.failed(e)
 			} else {
-				c.failed(err)
+				c.answered()
 			}
 			return err
 		}
