@@ -62,6 +62,9 @@ func TestAvroRegistrySecured(t *testing.T) {
 			"x509: certificate signed by unknown authority")
 		// The fix is the CA file, not the URL or the registry's health.
 		assertContains(t, fix, "CDC_SCHEMA_REGISTRY_TLS_CA_FILE")
+		if strings.Contains(res.out, "✓ schema registry: encrypted, certificate verified") {
+			t.Errorf("cdc check says the certificate verified beside its failure:\n%s", res.out)
+		}
 		assertNoPassword(t, res.out)
 		bad["CDC_HTTP_ADDR"] = freeAddr(t)
 		p := e.startCDC(bad)

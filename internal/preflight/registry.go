@@ -25,19 +25,6 @@ func (p *checker) schemaRegistry(ctx context.Context) {
 	if cfg.URL == "" {
 		return
 	}
-	switch {
-	case cfg.TLS():
-		roots := "the system roots"
-		if cfg.CAFile != "" {
-			roots = "CDC_SCHEMA_REGISTRY_TLS_CA_FILE"
-		}
-		p.pass("schema registry: encrypted, certificate verified against %s", roots)
-	case cfg.Warning() != "":
-		p.warn("use the registry's https:// URL in CDC_SCHEMA_REGISTRY_URL (with CDC_SCHEMA_REGISTRY_TLS_CA_FILE for a private CA)",
-			"schema registry: not encrypted (http://): %s", cfg.Warning())
-	default:
-		p.pass("schema registry: not encrypted (http://), on this host")
-	}
 	cfg.RequestTimeout = p.cfg.ConnectTimeout
 	cl, err := schemareg.New(cfg)
 	if err != nil {
@@ -45,6 +32,11 @@ func (p *checker) schemaRegistry(ctx context.Context) {
 		return
 	}
 	level, err := cl.Compatibility(ctx, "")
+	if !errors.Is(err, schemareg.ErrTLS) {
+		// The connection's protection, once the handshake went through (a ✓ "certificate
+		// verified" beside the ✗ of a certificate that did not verify would contradict it).
+		p.registryPosture(cfg)
+	}
 	switch {
 	case errors.Is(err, schemareg.ErrUnauthorized):
 		p.fail("check CDC_SCHEMA_REGISTRY_USERNAME and CDC_SCHEMA_REGISTRY_PASSWORD, and the user's rights in the registry",
@@ -60,5 +52,22 @@ func (p *checker) schemaRegistry(ctx context.Context) {
 			auth = fmt.Sprintf("as %s", cfg.Username)
 		}
 		p.pass("schema registry %s reachable %s; compatibility level of new subjects: %s", cfg.URL, auth, level)
+	}
+}
+
+// registryPosture reports how the connection to the registry is protected.
+func (p *checker) registryPosture(cfg schemareg.Config) {
+	switch {
+	case cfg.TLS():
+		roots := "the system roots"
+		if cfg.CAFile != "" {
+			roots = "CDC_SCHEMA_REGISTRY_TLS_CA_FILE"
+		}
+		p.pass("schema registry: encrypted, certificate verified against %s", roots)
+	case cfg.Warning() != "":
+		p.warn("use the registry's https:// URL in CDC_SCHEMA_REGISTRY_URL (with CDC_SCHEMA_REGISTRY_TLS_CA_FILE for a private CA)",
+			"schema registry: not encrypted (http://): %s", cfg.Warning())
+	default:
+		p.pass("schema registry: not encrypted (http://), on this host")
 	}
 }
