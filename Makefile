@@ -18,7 +18,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v /integration)
 # heap, G1), as users run it; full JIT (no TieredStopAtLevel).
 BENCH_KAFKA_HEAP ?= -Xms1g -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20
 
-.PHONY: build static image test test-tools test-unit bench-smoke test-race test-integration test-integration-pg17 fuzz bench bench-debezium bench-instructions lint fmt up down demo docker clean
+.PHONY: build static image test test-tools test-unit bench-smoke test-race test-integration test-integration-15 test-after test-integration-pg17 fuzz bench bench-debezium bench-instructions lint fmt up down demo docker clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/cdc
@@ -35,7 +35,9 @@ image: static
 
 # `make test` installs what every suite needs first: test-unit's deploy/ tests run promtool, which
 # fail under CI=true without it (scripts/services.sh install-tools puts it there).
-test: test-tools test-unit test-integration bench-smoke
+# make test runs the PostgreSQL 17 subset and bench-smoke side by side (test-after): each starts
+# servers of its own, and together they take about the time of the longer one.
+test: test-tools test-unit test-integration-15 test-after
 
 test-tools:
 	scripts/services.sh install
@@ -62,13 +64,20 @@ test-race:
 # about 4 more (a rolling restart and a node cut off for 2 minutes) and TestKafkaDeadPath about 2,
 # and its TestTopicCreationHeldBack about 1 more (docs/testing.md#topic-creation-held-back). go test runs
 # the package beside ./integration/, the longest.
-# All of this runs on PostgreSQL 15, then test-integration-pg17 runs part of it on 17.
-test-integration:
+# All of this runs on PostgreSQL 15 (test-integration-15), then test-integration-pg17 runs part
+# of it on 17.
+test-integration: test-integration-15
+	$(MAKE) --no-print-directory test-integration-pg17
+
+test-integration-15:
 	scripts/services.sh install
 	scripts/services.sh install-tools
 	CI=$${CI:-} $(GO) test -count=1 -timeout 24m ./integration/... ./integration/fault/ ./pkg/snapshot/ ./pkg/sink/ \
 		./pkg/pgcat/ ./cmd/tidemark-apply/ ./internal/testenv/ ./pkg/schemareg/
-	$(MAKE) --no-print-directory test-integration-pg17
+
+# The PostgreSQL 17 subset beside bench-smoke; each one's output is printed whole when it ends.
+test-after:
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-integration-pg17 bench-smoke
 
 # The integration tests whose subject changed between PostgreSQL 15 and 17 (pgoutput, catalogs,
 # publications, slots), on a PostgreSQL 17 of their own: Debian 13's packages in a private folder
