@@ -109,3 +109,57 @@ func BenchmarkDecodeTxnChunking(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStream is BenchmarkDecodeTxn through the stream loop, as the stage runs it: the
+// messages arrive on a channel (fed by another goroutine, like receive) and the units leave on
+// another (drained by another goroutine, like the sink). encoders is Config.Encoders; the stage
+// runs at most one worker per P besides the stream goroutine (none with -cpu 1). op is a
+// transaction of 100 inserts; changes/s counts the inserts.
+func BenchmarkStream(b *testing.B) {
+	for _, encoders := range []int{0, 4} {
+		b.Run(fmt.Sprintf("encoders=%d", encoders), func(b *testing.B) {
+			const perTxn = 100
+			s := New(Config{Codec: codec.Config{TopicPrefix: "p", Tombstones: true}, SpillDir: b.TempDir(), HoldMemory: 1 << 20,
+				Encoders: encoders}, fakeHooks{})
+			s.Resume(map[change.ExportID]change.LSN{tA: 0})
+			msgs := make(chan []byte, 4096)
+			out := make(chan *change.Unit, 64)
+			txn := [][]byte{begin(1000, 1)}
+			for i := range perTxn {
+				txn = append(txn, insert(1, fmt.Sprint(i+1), fmt.Sprintf("a value of some length for row %d, like a short text column", i)))
+			}
+			txn = append(txn, commit(1000, 1001))
+			go func() {
+				msgs <- relationMsg(1, "public", "a")
+				for range b.N {
+					for _, m := range txn {
+						msgs <- m
+					}
+				}
+				close(msgs)
+			}()
+			drained := make(chan int)
+			go func() {
+				n := 0
+				for u := range out {
+					n += len(u.Records)
+					if u.Claim != nil {
+						u.Claim.Return()
+					}
+				}
+				drained <- n
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := s.streamLoop(b.Context(), msgs, out); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			close(out)
+			if n := <-drained; n != b.N*perTxn {
+				b.Fatalf("%d records, want %d", n, b.N*perTxn)
+			}
+			b.ReportMetric(float64(b.N*perTxn)/b.Elapsed().Seconds(), "changes/s")
+		})
+	}
+}

@@ -160,7 +160,12 @@ func (st *streamState) loopAhead(ctx context.Context, msgs <-chan []byte, out ch
 	st.ctx, st.out = ctx, out
 	st.emitted = st.pos
 	a := startAhead(workers)
-	defer a.stop()
+	used, redone := st.preUsed, st.preRedone
+	defer func() {
+		a.stop()
+		st.log.Info("encode workers stopped", "workers", workers,
+			"changes_encoded_by_workers", st.preUsed-used, "changes_encoded_again", st.preRedone-redone)
+	}()
 	for {
 		select {
 		case <-st.s.ctrlSig:
@@ -268,19 +273,19 @@ func (st *streamState) foreseeChange(a *ahead, e *aheadEntry, m []byte) {
 		a.inTx = false
 		return
 	}
-	rel, routed, known := a.routed(st, binary.BigEndian.Uint32(m[1:]))
+	rel, r, known := a.routed(st, binary.BigEndian.Uint32(m[1:]))
 	if !known {
 		// Whether the change counts in the sequence is not known: the rest of the
 		// transaction is left to the stream goroutine.
 		a.inTx = false
 		return
 	}
-	if !routed {
+	if r == nil {
 		return
 	}
 	// change counts the sequence of every routed change.
 	a.src.Seq++
-	if rel == nil || rel.enc == nil || !encodes(st.routes[rel.export], a.src.LSN) {
+	if rel == nil || rel.enc == nil || !encodes(r, a.src.LSN) {
 		return
 	}
 	b := a.batch()
@@ -292,23 +297,20 @@ func (st *streamState) foreseeChange(a *ahead, e *aheadEntry, m []byte) {
 	}
 }
 
-// routed tells whether a change of relation relID read ahead is routed (counts in the
-// sequence), as far as known; rel is its relation, nil when a Relation message read ahead will
-// replace it (its encoder is not known yet).
-func (a *ahead) routed(st *streamState, relID uint32) (rel *relation, routed, known bool) {
-	if p, ok := a.relations[relID]; ok {
-		if !p.ok {
-			return nil, false, false
+// routed tells the route of a change of relation relID read ahead (nil: not routed, it does
+// not count in the sequence), as far as known; rel is its relation, nil when a Relation message
+// read ahead will replace it (its encoder is not known yet).
+func (a *ahead) routed(st *streamState, relID uint32) (rel *relation, r *route, known bool) {
+	if len(a.relations) > 0 {
+		if p, ok := a.relations[relID]; ok {
+			return nil, st.routes[p.export], p.ok
 		}
-		_, routed = st.routes[p.export]
-		return nil, routed, true
 	}
 	rel = st.rels[relID]
 	if rel == nil {
-		return nil, false, false
+		return nil, nil, false
 	}
-	_, routed = st.routes[rel.export]
-	return rel, routed, true
+	return rel, st.routes[rel.export], true
 }
 
 // foreseeTruncate counts the routed relations of a Truncate message read ahead in the sequence.
@@ -321,12 +323,12 @@ func (a *ahead) foreseeTruncate(st *streamState, m []byte) {
 		return
 	}
 	for i := 6; i < len(m); i += 4 {
-		_, routed, known := a.routed(st, binary.BigEndian.Uint32(m[i:]))
+		_, r, known := a.routed(st, binary.BigEndian.Uint32(m[i:]))
 		if !known {
 			a.inTx = false
 			return
 		}
-		if routed {
+		if r != nil {
 			a.src.Seq++
 		}
 	}

@@ -417,13 +417,16 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })
-	g.Go(func() error {
-		if n := s.encoders(); n > 0 {
-			return s.state.loopAhead(gctx, msgs, out, n)
-		}
-		return s.state.loop(gctx, msgs, out)
-	})
+	g.Go(func() error { return s.streamLoop(gctx, msgs, out) })
 	return g.Wait()
+}
+
+// streamLoop runs the stream goroutine's loop, with encode workers or without.
+func (s *Stage) streamLoop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
+	if n := s.encoders(); n > 0 {
+		return s.state.loopAhead(ctx, msgs, out, n)
+	}
+	return s.state.loop(ctx, msgs, out)
 }
 
 // encoders is the number of encode workers the stream runs with: Config.Encoders, at most one
