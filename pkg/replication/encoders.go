@@ -380,7 +380,7 @@ func (st *streamState) handleAhead(a *ahead) error {
 	}
 	if !b.ready {
 		b.ready = true
-		if b.state.CompareAndSwap(batchQueued, batchStream) {
+		if !st.waitWorkers && b.state.CompareAndSwap(batchQueued, batchStream) {
 			b.takenBack = true
 		} else {
 			<-b.done

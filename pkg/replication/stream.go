@@ -81,6 +81,8 @@ type streamState struct {
 	// preUsed and preRedone count the row changes whose records a worker made, and those read
 	// ahead under another state and encoded again here.
 	preUsed, preRedone int64
+	// waitWorkers (tests): never take a batch back from the workers, wait for them.
+	waitWorkers bool
 	// recHint is the capacity a transaction's record slice starts with: the records of the
 	// last whole transaction, at most maxRecHint.
 	recHint int
