@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -85,6 +86,7 @@ type Env struct {
 	HoldMemory              string `env:"CDC_HOLD_MEMORY" envDefault:"64MiB" desc:"memory per hydrating table for changes held back during its snapshot; beyond it they spill to disk (at least 1MiB; suffixes KiB, MiB, GiB, KB, MB, GB)"`
 	SpillDir                string `env:"CDC_SPILL_DIR" helpDefault:"$TMPDIR/tidemark-spill" desc:"directory of the hold-buffer spill files"`
 	TxnPieceSize            string `env:"CDC_TXN_PIECE_SIZE" envDefault:"4MiB" desc:"a transaction whose changes pass this size is published in pieces of it, across several Kafka transactions; at most 8 times this size of changes wait for Kafka in memory (64KiB to 64MiB)"`
+	StreamEncoders          string `env:"CDC_STREAM_ENCODERS" helpDefault:"(CPUs − 1, at most 4)" desc:"goroutines that encode row changes beside the one reading the replication stream, which keeps their order (0 to 16; 0 encodes in that goroutine, as does a process with one CPU, GOMAXPROCS=1); the default counts GOMAXPROCS"`
 	SlotWaitTimeout         string `env:"CDC_SLOT_WAIT_TIMEOUT" envDefault:"5m" desc:"how long creating a replication slot may wait for open transactions"`
 
 	ConnectTimeout  string `env:"CDC_CONNECT_TIMEOUT" envDefault:"10s" desc:"bound of each connection attempt to PostgreSQL (unless CDC_PG_URL sets connect_timeout) and to a Kafka broker; a server that never answers is an error after it (1s to 10m)"`
@@ -143,6 +145,7 @@ func (s Settings) LogValue() slog.Value {
 		slog.String("watermark_mode", string(p.Watermark.Mode)),
 		slog.String("value_format", string(p.ValueFormat)),
 		slog.Int("snapshot_workers", p.Snapshot.Workers),
+		slog.Int("stream_encoders", p.Replication.Encoders),
 		slog.String("unchanged_toast", string(p.UnchangedToast)),
 		slog.Int64("memory_limit_bytes", s.MemoryLimit),
 	)
@@ -230,6 +233,7 @@ func LoadConfig(getenv func(string) string, environ []string) (Settings, error) 
 	p.Replication.HoldMemory = c.bytes("CDC_HOLD_MEMORY", e.HoldMemory, 1<<20, math.MaxInt64, "at least 1MiB")
 	p.Replication.SpillDir = spillDir
 	p.Replication.PieceBytes = int(c.bytes("CDC_TXN_PIECE_SIZE", e.TxnPieceSize, 64<<10, 64<<20, "from 64KiB to 64MiB"))
+	p.Replication.Encoders = streamEncoders(&c, e.StreamEncoders)
 	p.Snapshot.SlotWaitTimeout = c.duration("CDC_SLOT_WAIT_TIMEOUT", e.SlotWaitTimeout, time.Second)
 	p.ConnectTimeout = c.durationBetween("CDC_CONNECT_TIMEOUT", e.ConnectTimeout, time.Second, 10*time.Minute)
 	p.ReceiveTimeout = c.durationBetween("CDC_RECEIVE_TIMEOUT", e.ReceiveTimeout, time.Second, time.Hour)
@@ -389,3 +393,15 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// streamEncoders reads CDC_STREAM_ENCODERS; unset, it is one per P besides the stream
+// goroutine's, at most 4.
+func streamEncoders(c *checker, s string) int {
+	if s == "" {
+		return streamEncodersFor(runtime.GOMAXPROCS(0))
+	}
+	return int(c.integer("CDC_STREAM_ENCODERS", s, 0, 16, ""))
+}
+
+// streamEncodersFor is CDC_STREAM_ENCODERS's default with procs Ps.
+func streamEncodersFor(procs int) int { return min(max(procs-1, 0), 4) }

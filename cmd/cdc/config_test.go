@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -90,13 +91,14 @@ func TestLoadConfigDefaults(t *testing.T) {
 			TransactionTimeout: time.Minute,
 			Compression:        "lz4",
 		},
-		TopicPrefix:             "tidemark",
-		SnapshotStrategy:        snapshot.StrategyChunked,
-		UnchangedToast:          codec.UnchangedOmit,
-		UnchangedPlaceholder:    "__debezium_unavailable_value",
-		ValueFormat:             codec.FormatJSON,
-		Snapshot:                snapshot.Config{Workers: 4, SlotWaitTimeout: 5 * time.Minute},
-		Replication:             replication.Config{HoldMemory: 64 << 20, SpillDir: filepath.Join(os.TempDir(), "tidemark-spill"), PieceBytes: 4 << 20},
+		TopicPrefix:          "tidemark",
+		SnapshotStrategy:     snapshot.StrategyChunked,
+		UnchangedToast:       codec.UnchangedOmit,
+		UnchangedPlaceholder: "__debezium_unavailable_value",
+		ValueFormat:          codec.FormatJSON,
+		Snapshot:             snapshot.Config{Workers: 4, SlotWaitTimeout: 5 * time.Minute},
+		Replication: replication.Config{HoldMemory: 64 << 20, SpillDir: filepath.Join(os.TempDir(), "tidemark-spill"), PieceBytes: 4 << 20,
+			Encoders: min(runtime.GOMAXPROCS(0)-1, 4)},
 		Watermark:               watermark.Options{Mode: watermark.ModeIndependent, Interval: time.Second},
 		PublicationPollInterval: 5 * time.Second,
 		ConnectTimeout:          10 * time.Second,
@@ -139,6 +141,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		"CDC_KAFKA_COMPRESSION":            "zstd",
 		"CDC_UNCHANGED_TOAST_PLACEHOLDER":  "n/a",
 		"CDC_TXN_PIECE_SIZE":               "256KiB",
+		"CDC_STREAM_ENCODERS":              "3",
 		"CDC_SLOT_WAIT_TIMEOUT":            "30s",
 		"CDC_CONNECT_TIMEOUT":              "3s",
 		"CDC_RECEIVE_TIMEOUT":              "15s",
@@ -176,7 +179,7 @@ func TestLoadConfigAllSet(t *testing.T) {
 		UnchangedPlaceholder:     "n/a",
 		ValueFormat:              codec.FormatJSONWithSchema,
 		Snapshot:                 snapshot.Config{Workers: 64, ChunkRows: 5000, SlotWaitTimeout: 30 * time.Second},
-		Replication:              replication.Config{HoldMemory: 2 << 30, SpillDir: "/var/spill", PieceBytes: 256 << 10},
+		Replication:              replication.Config{HoldMemory: 2 << 30, SpillDir: "/var/spill", PieceBytes: 256 << 10, Encoders: 3},
 		Watermark:                watermark.Options{Mode: watermark.ModeGlobal, Interval: 10 * time.Millisecond},
 		PublicationPollInterval:  2 * time.Minute,
 		ConnectTimeout:           3 * time.Second,
@@ -283,6 +286,36 @@ func TestLoadConfigTxnPieceSize(t *testing.T) {
 				t.Errorf("PieceBytes = %d, want %d", s.Pipeline.Replication.PieceBytes, tt.want)
 			}
 		})
+	}
+}
+
+// TestStreamEncoders: CDC_STREAM_ENCODERS from 0 to 16; unset, one per P besides the stream
+// goroutine's, at most 4.
+func TestStreamEncoders(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want int // -1: refused
+	}{{"0", 0}, {"2", 2}, {"16", 16}, {"17", -1}, {"-1", -1}, {"two", -1}} {
+		t.Run(tt.in, func(t *testing.T) {
+			s, err := load(t, with(validEnv(), map[string]string{"CDC_STREAM_ENCODERS": tt.in}))
+			if tt.want < 0 {
+				if got := problemVars(t, err); !slices.Equal(got, []string{"CDC_STREAM_ENCODERS"}) {
+					t.Fatalf("problems with %v, want only CDC_STREAM_ENCODERS", got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadConfig: %v", err)
+			}
+			if got := s.Pipeline.Replication.Encoders; got != tt.want {
+				t.Errorf("Encoders = %d, want %d", got, tt.want)
+			}
+		})
+	}
+	for procs, want := range map[int]int{1: 0, 2: 1, 5: 4, 16: 4} {
+		if got := streamEncodersFor(procs); got != want {
+			t.Errorf("default with GOMAXPROCS=%d: %d encoders, want %d", procs, got, want)
+		}
 	}
 }
 

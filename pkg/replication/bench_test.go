@@ -1,8 +1,11 @@
 package replication
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -108,4 +111,74 @@ func BenchmarkDecodeTxnChunking(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkStream is BenchmarkDecodeTxn through the stream loop, as the stage runs it: the
+// messages arrive on a channel (fed by another goroutine, like receive) and the units leave on
+// another (drained by another goroutine, like the sink). encoders is Config.Encoders; the stage
+// runs at most one worker per P besides the stream goroutine (none with -cpu 1). op is a
+// transaction of 100 inserts; changes/s counts the inserts.
+func BenchmarkStream(b *testing.B) {
+	for _, encoders := range []int{0, 4} {
+		b.Run(fmt.Sprintf("encoders=%d", encoders), func(b *testing.B) {
+			const perTxn = 100
+			s := New(Config{Codec: codec.Config{TopicPrefix: "p", Tombstones: true}, SpillDir: b.TempDir(), HoldMemory: 1 << 20,
+				Encoders: encoders}, fakeHooks{})
+			s.Resume(map[change.ExportID]change.LSN{tA: 0})
+			msgs := make(chan []byte, 4096)
+			out := make(chan *change.Unit, 64)
+			txn := [][]byte{begin(1000, 1)}
+			for i := range perTxn {
+				txn = append(txn, insert(1, fmt.Sprint(i+1), fmt.Sprintf("a value of some length for row %d, like a short text column", i)))
+			}
+			txn = append(txn, commit(1000, 1001))
+			go func() {
+				msgs <- relationMsg(1, "public", "a")
+				for range b.N {
+					for _, m := range txn {
+						msgs <- m
+					}
+				}
+			}()
+			// The sink's side: it ends the loop once it has every record.
+			ctx, cancel := context.WithCancel(b.Context())
+			defer cancel()
+			go func() {
+				n := 0
+				for u := range out {
+					n += len(u.Records)
+					if u.Claim != nil {
+						u.Claim.Return()
+					}
+					if n == b.N*perTxn {
+						cancel()
+					}
+				}
+			}()
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			b.ResetTimer()
+			if err := s.streamLoop(ctx, msgs, out); !errors.Is(err, context.Canceled) {
+				b.Fatalf("loop ended with %v before the sink had every record", err)
+			}
+			b.StopTimer()
+			n := float64(b.N * perTxn)
+			b.ReportMetric(n/b.Elapsed().Seconds(), "changes/s")
+			// The process's CPU (all goroutines: feeding and draining too) per change, and the
+			// share of the changes a worker encoded: counts that a loaded machine moves less
+			// than changes/s.
+			b.ReportMetric(float64(processCPU(b)-cpu0)/n, "cpu-ns/change")
+			b.ReportMetric(float64(s.state.preUsed)/n, "by-workers/change")
+		})
+	}
+}
+
+// processCPU is the process's user and system CPU time so far, in nanoseconds.
+func processCPU(tb testing.TB) int64 {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }

@@ -65,6 +65,11 @@
 // transaction (about 1 GB of changes) was in Kafka 16 s after its commit, while PostgreSQL
 // spilled 1.2 GB decoding it, on a 2-core machine (integration/largetxn_test.go).
 //
+// Goroutines: receive reads the socket; the stream goroutine decodes, routes and emits, in
+// stream order; with Config.Encoders, workers encode row changes it read ahead, and it takes
+// their records only when they were made under the state each change meets (encoders.go), so
+// what it emits is what it emits alone, byte for byte.
+//
 // Guarantees:
 //
 //   - A change of a hydrated export is dropped only when its transaction was already published

@@ -34,62 +34,71 @@ type rowBuffers struct {
 }
 
 // fastChange handles data if it is an Insert, Update or Delete message (protocol version 1),
-// reading its tuples in place. handled is false for any other message.
+// reading its tuples in place. handled is false for any other message. A message a worker has
+// encoded already (st.pre, encoders.go) is not read again: its records are taken as they are.
 func (st *streamState) fastChange(data []byte) (handled bool, err error) {
-	if len(data) == 0 {
+	if len(data) == 0 || !isRowChange(data[0]) {
 		return false, nil
 	}
+	if st.pre != nil {
+		if st.preFn == nil {
+			st.preFn = st.takePre // bound once: a method value made per change would allocate
+		}
+		return true, st.change(binary.BigEndian.Uint32(data[1:]), st.preFn)
+	}
+	relID, fn, err := st.rows.parse(data)
+	if err != nil {
+		return true, err
+	}
+	return true, st.change(relID, fn)
+}
+
+// parse reads the tuples of the row change data (Insert, Update or Delete) into rb and returns
+// its relation and the function that encodes it from rb.
+func (rb *rowBuffers) parse(data []byte) (relID uint32, fn encodeFunc, err error) {
 	kind := data[0]
-	if !isRowChange(kind) {
-		return false, nil
-	}
 	if len(data) < 6 {
-		return true, fmt.Errorf("parse pgoutput message: %q message: %w: %d bytes", kind, errTuple, len(data))
+		return 0, nil, fmt.Errorf("parse pgoutput message: %q message: %w: %d bytes", kind, errTuple, len(data))
 	}
-	rb := &st.rows
 	if rb.insertFn == nil {
-		rb.insertFn, rb.updateFn, rb.deleteFn = st.encodeInsert, st.encodeUpdate, st.encodeDelete
+		rb.insertFn, rb.updateFn, rb.deleteFn = rb.encodeInsert, rb.encodeUpdate, rb.encodeDelete
 	}
-	relID := binary.BigEndian.Uint32(data[1:])
+	relID = binary.BigEndian.Uint32(data[1:])
 	pos := 5
 	rb.hasBefore, rb.hasUnchanged = false, false
-	var fn encodeFunc
 	switch kind {
 	case 'I':
 		if data[pos] != 'N' {
-			return true, fmt.Errorf("parse pgoutput message: insert: %w: tuple kind %q", errTuple, data[pos])
+			return 0, nil, fmt.Errorf("parse pgoutput message: insert: %w: tuple kind %q", errTuple, data[pos])
 		}
-		if rb.after, _, pos, err = readTuple(data, pos+1, rb.after[:0], nil); err != nil {
-			return true, fmt.Errorf("parse pgoutput message: insert: %w", err)
+		if rb.after, _, _, err = readTuple(data, pos+1, rb.after[:0], nil); err != nil {
+			return 0, nil, fmt.Errorf("parse pgoutput message: insert: %w", err)
 		}
-		fn = rb.insertFn
+		return relID, rb.insertFn, nil
 	case 'U':
 		if data[pos] == 'K' || data[pos] == 'O' {
 			if rb.before, _, pos, err = readTuple(data, pos+1, rb.before[:0], nil); err != nil {
-				return true, fmt.Errorf("parse pgoutput message: update: %w", err)
+				return 0, nil, fmt.Errorf("parse pgoutput message: update: %w", err)
 			}
 			rb.hasBefore = true
 		}
 		if pos >= len(data) || data[pos] != 'N' {
-			return true, fmt.Errorf("parse pgoutput message: update: %w: no new tuple", errTuple)
+			return 0, nil, fmt.Errorf("parse pgoutput message: update: %w: no new tuple", errTuple)
 		}
-		var unchanged bool
-		if rb.after, unchanged, pos, err = readTuple(data, pos+1, rb.after[:0], &rb.unchanged); err != nil {
-			return true, fmt.Errorf("parse pgoutput message: update: %w", err)
+		if rb.after, rb.hasUnchanged, _, err = readTuple(data, pos+1, rb.after[:0], &rb.unchanged); err != nil {
+			return 0, nil, fmt.Errorf("parse pgoutput message: update: %w", err)
 		}
-		rb.hasUnchanged = unchanged
-		fn = rb.updateFn
-	case 'D':
+		return relID, rb.updateFn, nil
+	default: // 'D'
 		if data[pos] != 'K' && data[pos] != 'O' {
-			return true, fmt.Errorf("parse pgoutput message: delete: %w: tuple kind %q", errTuple, data[pos])
+			return 0, nil, fmt.Errorf("parse pgoutput message: delete: %w: tuple kind %q", errTuple, data[pos])
 		}
-		if rb.before, _, pos, err = readTuple(data, pos+1, rb.before[:0], nil); err != nil {
-			return true, fmt.Errorf("parse pgoutput message: delete: %w", err)
+		if rb.before, _, _, err = readTuple(data, pos+1, rb.before[:0], nil); err != nil {
+			return 0, nil, fmt.Errorf("parse pgoutput message: delete: %w", err)
 		}
 		rb.hasBefore = true
-		fn = rb.deleteFn
+		return relID, rb.deleteFn, nil
 	}
-	return true, st.change(relID, fn)
 }
 
 // readTuple reads the TupleData at data[pos:] into vals (nil for NULL; the others slice data,
@@ -152,15 +161,14 @@ func checkColumns(vals [][]byte, ncols int) error {
 	return nil
 }
 
-func (st *streamState) encodeInsert(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-	if err := checkColumns(st.rows.after, n); err != nil {
+func (rb *rowBuffers) encodeInsert(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+	if err := checkColumns(rb.after, n); err != nil {
 		return dst, err
 	}
-	return enc.Insert(dst, src, st.rows.after)
+	return enc.Insert(dst, src, rb.after)
 }
 
-func (st *streamState) encodeUpdate(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-	rb := &st.rows
+func (rb *rowBuffers) encodeUpdate(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
 	var before [][]byte
 	if rb.hasBefore {
 		if err := checkColumns(rb.before, n); err != nil {
@@ -178,9 +186,9 @@ func (st *streamState) encodeUpdate(enc *codec.Encoder, dst []change.Record, src
 	return enc.Update(dst, src, before, rb.after, unchanged)
 }
 
-func (st *streamState) encodeDelete(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
-	if err := checkColumns(st.rows.before, n); err != nil {
+func (rb *rowBuffers) encodeDelete(enc *codec.Encoder, dst []change.Record, src codec.Source, n int) ([]change.Record, error) {
+	if err := checkColumns(rb.before, n); err != nil {
 		return dst, err
 	}
-	return enc.Delete(dst, src, st.rows.before)
+	return enc.Delete(dst, src, rb.before)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,10 @@ type Config struct {
 	// StalePID is the walsender of the previous life's replication connection (0: none); the
 	// stage ends it if it still holds the slot (see ReleaseStale).
 	StalePID uint32
+	// Encoders is how many goroutines encode row changes beside the stream goroutine, which
+	// keeps decoding, routing and ordering them (encoders.go). 0 encodes in the stream
+	// goroutine; with one P (GOMAXPROCS=1) the stage encodes there whatever the setting.
+	Encoders int
 	Codec    codec.Config
 	Logger   *slog.Logger
 }
@@ -412,8 +417,22 @@ func (s *Stage) stream(ctx context.Context, out chan<- *change.Unit) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.receive(gctx, conn, msgs) })
 	g.Go(func() error { return s.statusLoop(gctx, interval) })
-	g.Go(func() error { return s.state.loop(gctx, msgs, out) })
+	g.Go(func() error { return s.streamLoop(gctx, msgs, out) })
 	return g.Wait()
+}
+
+// streamLoop runs the stream goroutine's loop, with encode workers or without.
+func (s *Stage) streamLoop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
+	if n := s.encoders(); n > 0 {
+		return s.state.loopAhead(ctx, msgs, out, n)
+	}
+	return s.state.loop(ctx, msgs, out)
+}
+
+// encoders is the number of encode workers the stream runs with: Config.Encoders, at most one
+// per P besides the stream goroutine's.
+func (s *Stage) encoders() int {
+	return min(s.cfg.Encoders, runtime.GOMAXPROCS(0)-1)
 }
 
 // prepare reads the slot's confirmed position and the server settings that shape the stream.

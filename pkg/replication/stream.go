@@ -73,6 +73,16 @@ type streamState struct {
 	windows map[uint64]*window
 	// rows are the reusable buffers of the row-change fast path (fastpath.go).
 	rows rowBuffers
+	// pre is the row change being handled when an encode worker made its records (preRecs),
+	// preFn the encodeFunc that takes them (encoders.go).
+	pre     *encodeItem
+	preRecs []change.Record
+	preFn   encodeFunc
+	// preUsed and preRedone count the row changes whose records a worker made, and those read
+	// ahead under another state and encoded again here.
+	preUsed, preRedone int64
+	// waitWorkers (tests): never take a batch back from the workers, wait for them.
+	waitWorkers bool
 	// recHint is the capacity a transaction's record slice starts with: the records of the
 	// last whole transaction, at most maxRecHint.
 	recHint int
@@ -115,12 +125,13 @@ func (st *streamState) close() {
 }
 
 // received handles a message taken from msgs. A closed msgs (ok false: the receiver stopped)
-// ends the loop with ctx's error; the receiver's own error is what the group returns.
-func (st *streamState) received(ctx context.Context, data []byte, ok bool) error {
+// ends the loop (done) with ctx's error, nil when ctx is not cancelled yet; the receiver's own
+// error is what the group returns.
+func (st *streamState) received(ctx context.Context, data []byte, ok bool) (done bool, err error) {
 	if !ok {
-		return ctx.Err()
+		return true, ctx.Err()
 	}
-	return st.handle(data)
+	return false, st.handle(data)
 }
 
 func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- *change.Unit) error {
@@ -137,7 +148,7 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 		}
 		select {
 		case data, ok := <-msgs:
-			if err := st.received(ctx, data, ok); err != nil {
+			if done, err := st.received(ctx, data, ok); done || err != nil {
 				return err
 			}
 			continue
@@ -149,7 +160,7 @@ func (st *streamState) loop(ctx context.Context, msgs <-chan []byte, out chan<- 
 		}
 		select {
 		case data, ok := <-msgs:
-			if err := st.received(ctx, data, ok); err != nil {
+			if done, err := st.received(ctx, data, ok); done || err != nil {
 				return err
 			}
 		case <-st.s.ctrlSig:
