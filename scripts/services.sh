@@ -525,7 +525,7 @@ pg_up() {
 
 pg_opts() {
 	local opts="-c listen_addresses=127.0.0.1 -c port=$PG_PORT -c unix_socket_directories=$1"
-	opts+=" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
+	opts+=" -c wal_level=logical -c max_replication_slots=40 -c max_wal_senders=40"
 	opts+=" -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	printf '%s' "$opts"
 }
