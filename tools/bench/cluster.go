@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +136,7 @@ func (s *scenario) clusterCatchUps(ctx context.Context, run *clusterRun, lanes [
 		for _, c := range cs {
 			r, u = append(r, c.CDC.PerSecond), append(u, c.CPUSeconds/float64(changes)*1e6)
 		}
-		return median(r), median(u)
+		return midMedian(r), midMedian(u)
 	}
 	if err := run.readReplicas(ctx, lanes); err != nil {
 		return err
@@ -191,4 +192,18 @@ func printCluster(w io.Writer, c *clusterRun, read float64) {
 			x.name, x.ps, over(x.ps, read), strings.Join(rates, ", "), x.cpu, strings.Join(brokers, ", "))
 	}
 	fmt.Fprintf(w, "    cluster / single broker = %.2f\n", c.Ratio)
+}
+
+// midMedian is the median of v, the mean of the two middle values when v has an even count (two
+// runs each is the default).
+func midMedian(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }

@@ -54,3 +54,14 @@ func TestPrintCluster(t *testing.T) {
 		t.Errorf("nothing to print without -cluster, got %q", out.String())
 	}
 }
+
+func TestMidMedian(t *testing.T) {
+	for _, tt := range []struct {
+		v    []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{4, 2}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{9, 1, 3, 5}, 4}} {
+		if got := midMedian(tt.v); got != tt.want {
+			t.Errorf("midMedian(%v) = %v, want %v", tt.v, got, tt.want)
+		}
+	}
+}
