@@ -184,7 +184,7 @@ func startPair(t *testing.T, srv *testenv.Servers, db string, setup ...string) *
 	asPostgres(t, filepath.Join(pp.bin, "pg_basebackup"), "-D", pp.standbyData, "-R", "-X", "stream", "-c", "fast", "-C", "-S", "standby1",
 		"-d", fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=postgres", pp.primaryPort))
 	pp.standbyOpts = fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s", pp.standbyPort, pp.standbyData) +
-		" -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20 -c fsync=off -c synchronous_commit=off" +
+		" -c wal_level=logical -c max_replication_slots=40 -c max_wal_senders=40 -c fsync=off -c synchronous_commit=off" +
 		" -c hot_standby_feedback=on" // sync_replication_slots: off by default, and not set here, so that ALTER SYSTEM can turn it on (setSyncWorker)
 	pp.startStandby()
 	t.Cleanup(func() {

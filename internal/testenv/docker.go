@@ -58,8 +58,8 @@ func fromDocker(ctx context.Context) (*services, error) {
 		postgres.WithPassword("postgres"),
 		testcontainers.WithCmdArgs(
 			"-c", "wal_level=logical",
-			"-c", "max_replication_slots=20",
-			"-c", "max_wal_senders=20",
+			"-c", "max_replication_slots=40",
+			"-c", "max_wal_senders=40",
 			"-c", "fsync=off",
 			"-c", "synchronous_commit=off",
 			"-c", "full_page_writes=off",
