@@ -592,7 +592,9 @@ func (w chunkWiring) OpenWindow(id uint64, e change.ExportID, seq int) { w.repl.
 func (w chunkWiring) ChunkRead(id uint64, u *change.Unit)              { w.repl.ChunkRead(id, u) }
 func (w chunkWiring) AbandonWindow(id uint64)                          { w.repl.AbandonWindow(id) }
 func (w chunkWiring) CopyComplete(e change.ExportID, total int)        { w.repl.CopyComplete(e, total) }
-func (w chunkWiring) Streamed(ctx context.Context) ([]uint32, error)   { return w.repl.Streamed(ctx) }
+func (w chunkWiring) Streamed(ctx context.Context, from uint32) ([]uint32, error) {
+	return w.repl.Streamed(ctx, from)
+}
 
 // admission is a taking-in of tables (a poll's, a snapshot's) that failed.
 type admission struct {

@@ -1,9 +1,6 @@
 package replication
 
-import (
-	"context"
-	"slices"
-)
+import "context"
 
 // The transactions the stream delivered, for the start of a chunked copy. A transaction whose
 // commit record the stream delivered before an export's copy started (StartChunking) may still
@@ -36,13 +33,25 @@ func (r *xidRing) add(xid uint32) {
 	r.next = (r.next + 1) % streamedCap
 }
 
+// from returns the xids not below x, in a new slice.
+func (r *xidRing) from(x uint32) []uint32 {
+	var out []uint32
+	for _, xid := range r.xids {
+		if int32(xid-x) >= 0 {
+			out = append(out, xid)
+		}
+	}
+	return out
+}
+
 // Streamed returns the xids of the transactions the stream delivered so far (the last
-// streamedCap of them), once the commands posted before it are applied: called after
-// StartChunking, it holds every transaction delivered before the copy started that is recent
-// enough to matter.
-func (s *Stage) Streamed(ctx context.Context) ([]uint32, error) {
+// streamedCap of them) that are not below from (in the 32-bit xids' circular order), once the
+// commands posted before it are applied: called after StartChunking, with from a snapshot's
+// xmin, it holds every transaction delivered before the copy started that is recent enough to
+// matter and that the snapshot may not see (it sees every xid below its xmin), usually a few.
+func (s *Stage) Streamed(ctx context.Context, from uint32) ([]uint32, error) {
 	reply := make(chan []uint32, 1)
-	s.post(func(st *streamState) { reply <- slices.Clone(st.streamed.xids) })
+	s.post(func(st *streamState) { reply <- st.streamed.from(from) })
 	select {
 	case xids := <-reply:
 		return xids, nil

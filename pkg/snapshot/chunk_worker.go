@@ -272,17 +272,23 @@ func (w *chunkWorker) readChunk(ctx context.Context, t *chunkTable, ch *plannedC
 	return u, nil
 }
 
-// streamedOf returns the xids the stream delivered before t's copy started, asking the
-// replication stage once per copy.
+// streamedOf returns the xids the stream delivered before t's copy started that a snapshot
+// taken now does not see, asking the replication stage once per copy. Every chunk's snapshot is
+// taken later and sees what this one sees, so the others cannot matter: the list is the few
+// transactions still in the proc array, not the stage's last 65,536.
 func (w *chunkWorker) streamedOf(ctx context.Context, t *chunkTable) ([]uint32, error) {
 	t.planMu.Lock()
 	defer t.planMu.Unlock()
 	if !t.hasStreamed {
-		xids, err := w.c.hooks.Streamed(ctx)
+		snap, err := readXidSnapshot(ctx, w.conn)
+		if err != nil {
+			return nil, err
+		}
+		xids, err := w.c.hooks.Streamed(ctx, snap.Xmin)
 		if err != nil {
 			return nil, fmt.Errorf("transactions streamed before the copy of %s: %w", t.job.Export, err)
 		}
-		t.streamed, t.hasStreamed = xids, true
+		t.streamed, t.hasStreamed = unseen(xids, snap), true
 	}
 	return t.streamed, nil
 }

@@ -34,9 +34,10 @@ type ChunkHooks interface {
 	// CopyComplete says every chunk of e's copy was handed over, total of them.
 	CopyComplete(e change.ExportID, total int)
 	// Streamed returns the xids of the transactions the stream delivered so far (the recent
-	// ones), once the commands sent to it before are applied: a chunk of a copy is read again
-	// until its snapshot sees those of them that were delivered before the copy started.
-	Streamed(ctx context.Context) ([]uint32, error)
+	// ones) not below from (a snapshot's xmin, in the xids' circular order), once the commands
+	// sent to it before are applied: a chunk of a copy is read again until its snapshot sees
+	// those of them that were delivered before the copy started.
+	Streamed(ctx context.Context, from uint32) ([]uint32, error)
 	// Failed reports a permanent error of e alone.
 	Failed(e change.ExportID, err error)
 }

@@ -29,7 +29,15 @@ type chunkRecorder struct {
 	streamed []uint32
 }
 
-func (r *chunkRecorder) Streamed(context.Context) ([]uint32, error) { return r.streamed, nil }
+func (r *chunkRecorder) Streamed(_ context.Context, from uint32) ([]uint32, error) {
+	var out []uint32
+	for _, x := range r.streamed {
+		if int32(x-from) >= 0 {
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
 
 func newChunkRecorder(jobs int) *chunkRecorder {
 	return &chunkRecorder{units: map[change.ExportID][]*change.Unit{}, total: map[change.ExportID]int{},
