@@ -181,5 +181,21 @@ func (e *env) awaitMissingStandby() *pgx.Conn {
 			}
 		}
 	})
-	return admin
+	// pg_reload_conf only signals the postmaster: a session forked before it re-read the
+	// configuration keeps the old one. Wait until a new session sees the standby.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c := e.conn()
+		var names string
+		err := c.QueryRow(e.t.Context(), "SHOW synchronous_standby_names").Scan(&names)
+		c.Close(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if names == "tidemark_never" {
+			return admin
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("new sessions still see synchronous_standby_names %q 30s after pg_reload_conf", names)
+		}
+	}
 }

@@ -328,6 +328,7 @@ func holdUpdate(t *testing.T, url string, conn *pgx.Conn, schema string) (int32,
 		execTest(t, conn, "ALTER SYSTEM RESET synchronous_standby_names")
 		execTest(t, conn, "SELECT pg_reload_conf()")
 	})
+	awaitReload(t, url)
 	held := connectTest(t, url)
 	var pid int32
 	if err := held.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
@@ -341,6 +342,31 @@ func holdUpdate(t *testing.T, url string, conn *pgx.Conn, schema string) (int32,
 	}()
 	xid, commitEnd := waitSyncRep(t, conn, pid)
 	return pid, done, xid, commitEnd
+}
+
+// awaitReload waits until a new session sees the missing standby: pg_reload_conf only signals
+// the postmaster, and a session forked before it re-read the configuration keeps the old one
+// (under load the held update then committed without waiting).
+func awaitReload(t *testing.T, url string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names string
+		err = c.QueryRow(t.Context(), "SHOW synchronous_standby_names").Scan(&names)
+		c.Close(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if names == "tidemark_never" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new sessions still see synchronous_standby_names %q 30s after pg_reload_conf", names)
+		}
+	}
 }
 
 // waitSyncRep waits until backend pid waits for synchronous replication and returns its xid and
