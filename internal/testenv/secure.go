@@ -108,15 +108,7 @@ func runKafka(t testing.TB, lib, dir, props, clusterID string, scram ...string) 
 	}
 	log4j := filepath.Join(dir, "log4j2.properties")
 	logFile := filepath.Join(dir, "kafka.log")
-	if err := os.WriteFile(log4j, []byte(fmt.Sprintf(`status = warn
-appender.file.type = File
-appender.file.name = file
-appender.file.fileName = %s
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = [%%d] %%p %%m (%%c)%%n
-rootLogger.level = INFO
-rootLogger.appenderRef.file.ref = file
-`, logFile)), 0o600); err != nil {
+	if err := testsvc.WriteKafkaLog4j(log4j, logFile); err != nil {
 		t.Fatal(err)
 	}
 	cp := filepath.Join(lib, "*")

@@ -234,7 +234,13 @@ log.cleaner.dedupe.buffer.size=16777216
 	if err := os.WriteFile(filepath.Join(n.Dir, "server.properties"), []byte(props), 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(n.Dir, "log4j2.properties"), []byte(fmt.Sprintf(`status = warn
+	return WriteKafkaLog4j(filepath.Join(n.Dir, "log4j2.properties"), filepath.Join(n.Dir, "kafka.log"))
+}
+
+// WriteKafkaLog4j writes a log4j2 configuration at path that sends a Kafka JVM's log, INFO and
+// above, to logFile.
+func WriteKafkaLog4j(path, logFile string) error {
+	return os.WriteFile(path, []byte(fmt.Sprintf(`status = warn
 appender.file.type = File
 appender.file.name = file
 appender.file.fileName = %s
@@ -242,7 +248,7 @@ appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = [%%d] %%p %%m (%%c)%%n
 rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = file
-`, filepath.Join(n.Dir, "kafka.log"))), 0o600)
+`, logFile)), 0o600)
 }
 
 // Brokers are the nodes' client listeners, for seeds.
