@@ -144,6 +144,7 @@ func (st *streamState) startChunking(e change.ExportID, replayBelow change.LSN) 
 	}
 	st.dropWindows(r)
 	r.mode = routeMerge
+	st.watch[e] = struct{}{}
 	r.chunks = &chunking{total: -1, windows: make(map[int]*window), recent: make(map[string]uint32)}
 }
 
@@ -378,15 +379,3 @@ func (st *streamState) touchReplayed(rel *relation, r *route, encode encodeFunc,
 	st.replayed = recs[:0]
 }
 
-// chunkingCheck completes a chunked copy whose last chunk was published before CopyComplete
-// arrived (a yield point).
-func (st *streamState) chunkingCheck() error {
-	for e, r := range st.routes {
-		if r.mode == routeMerge && r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
-			if err := st.publishChunks(e, r); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}

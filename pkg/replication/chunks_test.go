@@ -2,6 +2,7 @@ package replication
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -358,5 +359,48 @@ func TestChunkResumeNotesReplayedKeys(t *testing.T) {
 				t.Fatalf("chunks published %v, want one with ids %v", chunks, tc.want)
 			}
 		})
+	}
+}
+
+// A yield point looks only at the exports being copied or removed: hydrated ones are not in its
+// watch set, and an export leaves it once its copy is published.
+func TestYieldWatchesOnlyCopiesInFlight(t *testing.T) {
+	st, out, enc := chunkStream(t)
+	many := make(map[change.ExportID]change.LSN)
+	for i := range 1000 {
+		many[change.ExportID{Schema: "public", Table: fmt.Sprintf("h%d", i)}] = 0
+	}
+	st.s.Resume(many)
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.watch) != 1 {
+		t.Fatalf("watch set of %d exports, want 1 (b, being copied): %v", len(st.watch), st.watch)
+	}
+	st.openWindow(1, tB, 0)
+	feed(t, st, markerMsg(0x100, change.ChunkMarker(testTag, 1, false)))
+	st.chunkRead(1, chunkUnit(t, enc, 0, 0x100, true, "1"))
+	feed(t, st, markerMsg(0x200, change.ChunkMarker(testTag, 1, true)))
+	st.copyComplete(tB, 1)
+	feed(t, st, begin(0x300, 1), update(1, "1", "x"), commit(0x300, 0x308))
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	hydrated := false
+	for _, u := range drain(out) {
+		hydrated = hydrated || u.Kind == change.KindHydrated && u.Export == tB
+	}
+	if !hydrated {
+		t.Fatal("b not hydrated")
+	}
+	if err := st.yield(); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.watch) != 0 {
+		t.Fatalf("watch set after b's copy: %v, want empty", st.watch)
+	}
+	st.remove(tA, 0x400)
+	if _, ok := st.watch[tA]; !ok {
+		t.Fatal("a removed export is not watched until it drains")
 	}
 }

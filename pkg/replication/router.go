@@ -93,6 +93,7 @@ func (st *streamState) setConsistentPoint(exports []change.ExportID, c change.LS
 func (st *streamState) copyDone(e change.ExportID) {
 	if r, ok := st.routes[e]; ok && r.mode == routeHold && r.hasC {
 		r.mode = routeRelease
+		st.watch[e] = struct{}{}
 	}
 }
 
@@ -111,6 +112,7 @@ func (st *streamState) remove(e change.ExportID, at change.LSN) {
 		r.hold = nil
 	}
 	r.mode, r.removeAt = routeDrain, at
+	st.watch[e] = struct{}{}
 }
 
 func (st *streamState) fail(e change.ExportID) {

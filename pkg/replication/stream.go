@@ -57,6 +57,10 @@ type streamState struct {
 	s      *Stage
 	log    *slog.Logger
 	routes map[change.ExportID]*route
+	// watch holds the exports whose route a yield point must look at (routeRelease,
+	// routeDrain, routeMerge); it is added to when a route enters one of those modes and
+	// pruned by yield, so a yield costs the copies in flight, not every export.
+	watch map[change.ExportID]struct{}
 	rels   map[uint32]*relation
 	tx     txn
 	// pos is the stream position S; emitted is the last position handed to the sink.
@@ -111,6 +115,7 @@ func newStreamState(s *Stage) *streamState {
 		s:      s,
 		log:    s.log,
 		routes: make(map[change.ExportID]*route),
+		watch:  make(map[change.ExportID]struct{}),
 		rels:   make(map[uint32]*relation),
 	}
 }
@@ -209,21 +214,36 @@ func (st *streamState) yield() error {
 	if st.tx.open {
 		return nil
 	}
-	for e, r := range st.routes {
-		switch {
-		case r.mode == routeRelease && st.pos >= r.c:
-			if err := st.release(e, r); err != nil {
-				return err
-			}
-		case r.mode == routeDrain && st.pos >= r.removeAt:
-			r.mode = routeDrop
-			if err := st.emit(&change.Unit{Kind: change.KindRemoved, Export: e, End: st.pos}); err != nil {
-				return err
-			}
+	for e := range st.watch {
+		r, ok := st.routes[e]
+		if !ok {
+			delete(st.watch, e)
+			continue
 		}
-	}
-	if err := st.chunkingCheck(); err != nil {
-		return err
+		switch r.mode {
+		case routeRelease:
+			if st.pos >= r.c {
+				if err := st.release(e, r); err != nil {
+					return err
+				}
+			}
+		case routeDrain:
+			if st.pos >= r.removeAt {
+				r.mode = routeDrop
+				if err := st.emit(&change.Unit{Kind: change.KindRemoved, Export: e, End: st.pos}); err != nil {
+					return err
+				}
+			}
+		case routeMerge:
+			// A chunked copy whose last chunk was published before CopyComplete arrived.
+			if r.chunks != nil && r.chunks.total >= 0 && r.chunks.next >= r.chunks.total {
+				if err := st.publishChunks(e, r); err != nil {
+					return err
+				}
+			}
+		default:
+			delete(st.watch, e)
+		}
 	}
 	if st.partial.Changes > 0 && st.pos > st.partial.Commit {
 		// The stream passed a transaction restored as partly published without the server
