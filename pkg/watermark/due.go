@@ -23,25 +23,24 @@ import (
 //
 // A removed or failed export gets its final record and then none until it is hydrated again.
 // offsets(topic) returns the current end offset per partition of topic: what a record's
-// Offsets says its watermark covers. It is called once per topic; nil offsets is allowed.
+// Offsets says its watermark covers. Due reads the maps it returns and keeps copies; nil
+// offsets is allowed.
 //
 // The records are in flight from now on: Published reports them durable. Their watermarks count
 // as published at once (a later record never carries less).
 func (t *Tracker) Due(now time.Time, offsets func(topic string) map[int32]int64) []Record {
 	g := t.global()
 	var out []Record
-	topicOffsets := make(map[string]map[int32]int64)
 	for _, x := range t.order {
 		x.quiet = false
 		if x.restored {
 			continue
 		}
-		offs, ok := topicOffsets[x.topic]
-		if !ok {
-			if offsets != nil && x.topic != "" {
-				offs = maps.Clone(offsets(x.topic))
-			}
-			topicOffsets[x.topic] = offs
+		// Read only: what a record keeps is copied below (most exports are quiet, and a copy
+		// per export and call made garbage in proportion to the tables).
+		var offs map[int32]int64
+		if offsets != nil && x.topic != "" {
+			offs = offsets(x.topic)
 		}
 		st := t.state(x)
 		if st == StateHydrated && !x.owed && x.hasRecord && x.lastState == StateHydrated && maps.Equal(x.lastOffsets, offs) {

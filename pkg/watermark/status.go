@@ -38,8 +38,21 @@ type ExportStatus struct {
 
 // Status returns one entry per known export, sorted by export name.
 func (t *Tracker) Status() []ExportStatus {
-	out := make([]ExportStatus, 0, len(t.order))
-	for _, x := range t.order {
+	// Sorted by name, the order kept until an export is added (sorting per call made two
+	// strings per comparison: 280,000 per call at 10,000 tables, and the owner calls it per
+	// commit).
+	if t.byName == nil {
+		t.byName = slices.Clone(t.order)
+		for _, x := range t.byName {
+			if x.name == "" {
+				x.name = x.id.String()
+			}
+		}
+		slices.SortFunc(t.byName, func(a, b *export) int { return strings.Compare(a.name, b.name) })
+	}
+	xs := t.byName
+	out := make([]ExportStatus, 0, len(xs))
+	for _, x := range xs {
 		s := ExportStatus{
 			Export:          x.id,
 			Topic:           x.topic,
@@ -64,8 +77,5 @@ func (t *Tracker) Status() []ExportStatus {
 		}
 		out = append(out, s)
 	}
-	slices.SortFunc(out, func(a, b ExportStatus) int {
-		return strings.Compare(a.Export.String(), b.Export.String())
-	})
 	return out
 }

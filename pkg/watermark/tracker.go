@@ -39,6 +39,8 @@ type Tracker struct {
 
 	exports map[change.ExportID]*export
 	order   []*export // in order of first appearance: Due and Status are deterministic
+	// byName is order sorted by name, for Status; nil when an export was added since.
+	byName []*export
 
 	// sd is the durable stream position S_d: every change of every hydrated export with commit
 	// LSN below it is durable. A hydrated export's own position is max(its pos, sd).
@@ -69,6 +71,8 @@ type Tracker struct {
 type export struct {
 	id    change.ExportID
 	topic string
+	// name is id.String(), made once (Status sorts by it).
+	name string
 	// restored: known only from the watermark topic (or from a life that ended: Holding), with
 	// no attempt in this process yet. Such an export gets no records and does not count
 	// anywhere until StartHydration (or Removed, or Failed).
@@ -167,6 +171,7 @@ func (t *Tracker) get(e change.ExportID) *export {
 		x = &export{id: e}
 		t.exports[e] = x
 		t.order = append(t.order, x)
+		t.byName = nil
 	}
 	return x
 }
