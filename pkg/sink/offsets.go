@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"maps"
 	"sync"
 
 	"github.com/tidemark/cdc/pkg/change"
@@ -8,12 +9,26 @@ import (
 
 // offsetTracker is written by produce promises and read by Run. Its methods only take a
 // short lock and never block on anything else.
+//
+// Snapshots share the per-topic maps of topics that did not move since the last one: a topic's
+// map is copied on its first write after a snapshot (copy on write), so a snapshot costs the
+// topics written since the last one, not every topic the sink knows (with 10,000 tables, a
+// deep copy per batch made garbage in proportion to the tables).
 type offsetTracker struct {
 	mu   sync.Mutex
 	next change.Offsets
+	// gen counts the snapshots taken; own[topic] == gen when next[topic] was made after the
+	// last one, so no snapshot shares it and it may be written in place.
+	gen uint64
+	own map[string]uint64
+	// last is the last snapshot, handed out again while nothing moved.
+	last  change.Offsets
+	moved bool
 }
 
-func newOffsetTracker() *offsetTracker { return &offsetTracker{next: change.Offsets{}} }
+func newOffsetTracker() *offsetTracker {
+	return &offsetTracker{next: change.Offsets{}, own: make(map[string]uint64), gen: 1}
+}
 
 // advance records that Kafka holds offset off of topic/partition.
 func (t *offsetTracker) advance(topic string, partition int32, off int64) {
@@ -33,33 +48,38 @@ func (t *offsetTracker) seed(topic string, ends map[int32]int64) {
 
 func (t *offsetTracker) raiseLocked(topic string, partition int32, next int64) {
 	parts := t.next[topic]
-	if parts == nil {
-		parts = make(map[int32]int64)
+	if cur, ok := parts[partition]; ok && next <= cur {
+		return
+	}
+	if t.own[topic] != t.gen {
+		// Shared with a snapshot (or new): write a copy.
+		parts = maps.Clone(parts)
+		if parts == nil {
+			parts = make(map[int32]int64)
+		}
 		t.next[topic] = parts
+		t.own[topic] = t.gen
 	}
-	if cur, ok := parts[partition]; !ok || next > cur {
-		parts[partition] = next
-	}
+	parts[partition] = next
+	t.moved = true
 }
 
-// snapshot returns a copy of every topic's next offsets.
+// snapshot returns every topic's next offsets. The snapshot is read-only: its maps may be
+// shared with earlier and later snapshots.
 func (t *offsetTracker) snapshot() change.Offsets {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.next.Clone()
+	if t.last == nil || t.moved {
+		t.last = maps.Clone(t.next)
+		t.gen++
+		t.moved = false
+	}
+	return t.last
 }
 
 // topic returns a copy of one topic's next offsets (nil when unknown).
 func (t *offsetTracker) topic(topic string) map[int32]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	parts, ok := t.next[topic]
-	if !ok {
-		return nil
-	}
-	c := make(map[int32]int64, len(parts))
-	for p, off := range parts {
-		c[p] = off
-	}
-	return c
+	return maps.Clone(t.next[topic])
 }

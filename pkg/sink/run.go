@@ -24,8 +24,8 @@ type Acker interface {
 	Produced(ctx context.Context, units []*change.Unit) ([]change.Record, error)
 	// Durable: every record of units is acknowledged by Kafka (in exactly-once mode: while
 	// their transaction is still open, after Flush). units may be empty (a tick with nothing
-	// new). offsets are the next offsets per topic and partition (a copy the receiver may
-	// keep). It returns the records to produce in the same batch or transaction, typically
+	// new). offsets are the next offsets per topic and partition (read-only: the receiver
+	// may keep it, and must not write it; later calls may share its maps). It returns the records to produce in the same batch or transaction, typically
 	// watermarks; they may target any topic.
 	Durable(ctx context.Context, units []*change.Unit, offsets change.Offsets) ([]change.Record, error)
 	// Committed: the records Durable returned are durable too (acknowledged, or the
