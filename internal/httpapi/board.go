@@ -339,27 +339,37 @@ func (b *StatusBoard) lagOf(s pipeline.ExportState, now time.Time) (bytes int64,
 	return bytes, max(0, now.Sub(passed).Seconds()), true
 }
 
-// ring is a fixed-size buffer that keeps the last len(buf) values pushed.
+// ring keeps the last size values pushed. Its buffer grows to size as values come (at 10,000
+// tables, rings made full at once held 29 MB from the start, when the copies need the memory).
 type ring[T any] struct {
-	buf  []T
-	next int
-	n    int
+	buf  []T // grows to size, then wraps
+	size int
+	next int // where the next value goes once buf is full
 }
 
-func newRing[T any](size int) ring[T] { return ring[T]{buf: make([]T, size)} }
+func newRing[T any](size int) ring[T] { return ring[T]{size: max(size, 1)} }
 
 func (r *ring[T]) push(v T) {
+	if len(r.buf) < r.size {
+		if len(r.buf) == cap(r.buf) {
+			buf := make([]T, len(r.buf), min(r.size, max(8, 2*cap(r.buf))))
+			copy(buf, r.buf)
+			r.buf = buf
+		}
+		r.buf = append(r.buf, v)
+		r.next = len(r.buf) % r.size
+		return
+	}
 	r.buf[r.next] = v
-	r.next = (r.next + 1) % len(r.buf)
-	r.n = min(r.n+1, len(r.buf))
+	r.next = (r.next + 1) % r.size
 }
 
 // all yields the values oldest first.
 func (r *ring[T]) all() func(yield func(T) bool) {
 	return func(yield func(T) bool) {
-		start := (r.next - r.n + len(r.buf)) % len(r.buf)
-		for i := range r.n {
-			if !yield(r.buf[(start+i)%len(r.buf)]) {
+		n := len(r.buf)
+		for i := range n {
+			if !yield(r.buf[(r.next+i)%n]) {
 				return
 			}
 		}
@@ -367,15 +377,15 @@ func (r *ring[T]) all() func(yield func(T) bool) {
 }
 
 func (r *ring[T]) first() (T, bool) {
-	if r.n == 0 {
+	if len(r.buf) == 0 {
 		var zero T
 		return zero, false
 	}
-	return r.buf[(r.next-r.n+len(r.buf))%len(r.buf)], true
+	return r.buf[r.next%len(r.buf)], true
 }
 
 func (r *ring[T]) last() (T, bool) {
-	if r.n == 0 {
+	if len(r.buf) == 0 {
 		var zero T
 		return zero, false
 	}

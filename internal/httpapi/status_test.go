@@ -204,13 +204,44 @@ func TestStatusCopyRate(t *testing.T) {
 	for i := range statusRing + 10 {
 		b.sampleExports(t0.Add(time.Duration(i) * statusEvery))
 	}
-	if n := b.lag["public.big"].n; n != statusRing {
+	if n := len(b.lag["public.big"].buf); n != statusRing {
 		t.Errorf("%d lag samples kept, want %d", n, statusRing)
 	}
 	src.exports = nil
 	b.sampleExports(t0)
 	if len(b.lag) != 0 || len(b.rate) != 0 {
 		t.Errorf("a removed export's history is kept: %d lag, %d rate", len(b.lag), len(b.rate))
+	}
+}
+
+// A ring grows as values come, keeps the last size of them, oldest first.
+func TestRing(t *testing.T) {
+	r := newRing[int](5)
+	if _, ok := r.first(); ok {
+		t.Fatal("an empty ring has a first value")
+	}
+	if got := slices.Collect(r.all()); len(got) != 0 {
+		t.Fatalf("empty ring yields %v", got)
+	}
+	for i := 1; i <= 12; i++ {
+		r.push(i)
+		lo := max(1, i-4)
+		want := make([]int, 0, 5)
+		for v := lo; v <= i; v++ {
+			want = append(want, v)
+		}
+		if got := slices.Collect(r.all()); !slices.Equal(got, want) {
+			t.Fatalf("after %d pushes: %v, want %v", i, got, want)
+		}
+		if f, _ := r.first(); f != lo {
+			t.Fatalf("after %d pushes: first %d, want %d", i, f, lo)
+		}
+		if l, _ := r.last(); l != i {
+			t.Fatalf("after %d pushes: last %d, want %d", i, l, i)
+		}
+		if cap(r.buf) > 5 {
+			t.Fatalf("after %d pushes: buffer of %d for a ring of 5", i, cap(r.buf))
+		}
 	}
 }
 
