@@ -66,8 +66,9 @@ func (s ExportState) RedactError(need string) ExportState {
 
 // states returns every export the tracker knows, sorted by name.
 func (o *owner) states() []ExportState {
-	var out []ExportState
-	for _, s := range o.tracker.Status() {
+	status := o.tracker.Status()
+	out := make([]ExportState, 0, len(status))
+	for _, s := range status {
 		st := ExportState{Export: s.Export, Topic: s.Topic, State: s.State, Attempt: s.Attempt,
 			Rows: s.RowsCopied, Estimated: s.RowsEstimated, Error: s.Err}
 		if s.Err != "" {
