@@ -378,4 +378,3 @@ func (st *streamState) touchReplayed(rel *relation, r *route, encode encodeFunc,
 	clear(recs)
 	st.replayed = recs[:0]
 }
-

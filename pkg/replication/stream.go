@@ -61,8 +61,8 @@ type streamState struct {
 	// routeDrain, routeMerge); it is added to when a route enters one of those modes and
 	// pruned by yield, so a yield costs the copies in flight, not every export.
 	watch map[change.ExportID]struct{}
-	rels   map[uint32]*relation
-	tx     txn
+	rels  map[uint32]*relation
+	tx    txn
 	// pos is the stream position S; emitted is the last position handed to the sink.
 	pos     change.LSN
 	emitted change.LSN
