@@ -34,6 +34,8 @@ func main() {
 type options struct {
 	quietTables     int
 	manyTables      int
+	manyProfile     int
+	manyProfileFrom int
 	tablesWindow    time.Duration
 	memoryRows      int64
 	memoryTxns      int
@@ -88,6 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.debeziumFormats, "debezium-formats", "json,avro", "value formats of the debezium scenario, each a run of its own: json (Tidemark's json, Debezium's JsonConverter), avro (Tidemark's avro, Apicurio Registry's AvroConverter, one registry)")
 	fs.IntVar(&o.quietTables, "quiet-tables", 990, "quiet tables (10 rows, never written) beside 10 busy ones in the tables scenario")
 	fs.IntVar(&o.manyTables, "many-tables", 10_000, "tables of 10 rows in the many scenario (FOR ALL TABLES, beside one busy table)")
+	fs.IntVar(&o.manyProfileFrom, "many-profile-from", 0, "seconds after cdc's start at which -many-profile begins")
+	fs.IntVar(&o.manyProfile, "many-profile", 0, "seconds of cdc CPU profile in the many scenario from its start (0: none; at most 120); kept in the work folder as many-cpu.pprof")
 	fs.DurationVar(&o.tablesWindow, "tables-window", 20*time.Second, "steady-state window of the tables scenario")
 	fs.Int64Var(&o.memoryRows, "memory-rows", 10_000_000, "rows of the big table copied in the memory scenario")
 	fs.IntVar(&o.memoryTxns, "memory-txns", 1_000_000, "pgbench transactions of the backlog caught up in the memory scenario")

@@ -251,6 +251,28 @@ func (pr *profiler) fetch(ctx context.Context) (*profile.Profile, error) {
 	return p, nil
 }
 
+// save writes cdc's pprof profile name (heap, allocs, goroutine...) to file.
+func (pr *profiler) save(ctx context.Context, name, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/%s", pr.addr, name), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+pr.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s profile: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s profile: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s profile: %s", name, resp.Status)
+	}
+	return os.WriteFile(file, body, 0o644)
+}
+
 // wait returns the profile once taken.
 func (pr *profiler) wait(ctx context.Context) (*profile.Profile, error) {
 	select {
