@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -276,7 +278,33 @@ func (s *scenario) vars(extra map[string]string) map[string]string {
 	for k, x := range extra {
 		v[k] = x
 	}
+	for k, x := range s.b.o.cdcEnv {
+		v[k] = x
+	}
 	return v
+}
+
+// cdcEnvFlag is -cdc-env: NAME=value pairs, repeatable.
+type cdcEnvFlag map[string]string
+
+func (f *cdcEnvFlag) String() string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(*f)) {
+		parts = append(parts, k+"="+(*f)[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *cdcEnvFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: want NAME=value", s)
+	}
+	if *f == nil {
+		*f = cdcEnvFlag{}
+	}
+	(*f)[k] = v
+	return nil
 }
 
 // startCDC starts cdc with the scenario's environment; its log goes to the work folder.
