@@ -312,7 +312,14 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 			// A slot still held by the walsender of a cut connection is free in a moment.
 			backoff = retryMin
 		}
-		s.log.Warn("replication connection lost; reconnecting", "err", err, "stream_lsn", s.state.pos.String(), "retry_in", backoff.String())
+		if pe, ok := errors.AsType[*prepareError](err); ok {
+			// Not the connection: the format could not prepare a table's encoder (with Avro,
+			// the schema registry unreachable or refusing). The stream starts again from its
+			// position all the same, so the transaction is encoded whole once it can be.
+			s.log.Warn("cannot encode a table's changes yet (the schema registry?); streaming again from the last position", "err", pe.err, "stream_lsn", s.state.pos.String(), "retry_in", backoff.String())
+		} else {
+			s.log.Warn("replication connection lost; reconnecting", "err", err, "stream_lsn", s.state.pos.String(), "retry_in", backoff.String())
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -321,6 +328,14 @@ func (s *Stage) Run(ctx context.Context, out chan<- *change.Unit) error {
 		backoff = min(2*backoff, retryMax)
 	}
 }
+
+// prepareError is a failure to prepare a table's encoder that is not the table's own (the schema
+// registry unreachable or refusing the credentials): Run streams again from the stream position,
+// as after a lost connection, and says what failed.
+type prepareError struct{ err error }
+
+func (e *prepareError) Error() string { return e.err.Error() }
+func (e *prepareError) Unwrap() error { return e.err }
 
 // removeStaleSpill removes hold-buffer spill files left in the slot's spill folder by a process
 // that died; this one has none yet.

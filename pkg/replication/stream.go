@@ -372,7 +372,7 @@ func (st *streamState) relation(m *pglogrepl.RelationMessage) error {
 		}
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("encoder for %s: %w", e, err)
+		return &prepareError{fmt.Errorf("encoder for %s: %w", e, err)}
 	}
 	enc, err := codec.NewEncoder(st.s.cfg.Codec, t)
 	if err != nil {
