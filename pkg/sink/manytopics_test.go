@@ -47,6 +47,27 @@ func TestEnsureManyTopics(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d of %d topics missing", missing, n)
 	}
+	// Their leaders answer for them already (waitLeading): a record produced now is not refused
+	// as sent to a partition its leader has not made yet.
+	ends, err := adm.ListEndOffsets(t.Context(), names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notLed := 0
+	for _, name := range names {
+		for _, lo := range ends[name] {
+			if lo.Err != nil {
+				notLed++
+				t.Logf("%s partition %d: %v", name, lo.Partition, lo.Err)
+			}
+		}
+		if len(ends[name]) == 0 {
+			notLed++
+		}
+	}
+	if notLed > 0 {
+		t.Fatalf("%d of %d new topics' partitions not led once EnsureTopics returned", notLed, n)
+	}
 	// Again: every topic exists now, and the second start finds them in bulk.
 	start = time.Now()
 	if err := s.EnsureTopics(t.Context(), specs); err != nil {

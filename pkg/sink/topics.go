@@ -112,6 +112,7 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	if err := s.loadPartitions(ctx, names); err != nil {
 		return err
 	}
+	s.waitLeading(ctx, slices.DeleteFunc(slices.Collect(maps.Keys(created)), func(name string) bool { return failed[name] != nil }))
 	if err := s.seedOffsets(ctx, names, created); err != nil {
 		return err
 	}
@@ -458,6 +459,57 @@ func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("wait for topic metadata: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+	}
+}
+
+// waitLeading waits until the leaders of topics created just now answer for their partitions
+// (ListOffsets), for at most topicMetadataWait. A broker names a new partition's leader in its
+// metadata before that leader has made the partition's log; a record produced meanwhile is
+// refused and retried by the producer after a metadata refresh (250 ms or more), and holds up its
+// whole transaction, with every other table's records in it: while 10,000 new tables hydrated,
+// such retries were most of the time a busy table's changes waited. Waiting here costs the new
+// tables' copies nothing they would not wait anyway. A topic still not led after the wait is left
+// to the producer's retries (logged), not failed.
+func (s *Sink) waitLeading(ctx context.Context, topics []string) {
+	if len(topics) == 0 {
+		return
+	}
+	start := time.Now()
+	pending := topics
+	var lastErr error
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		ends, err := s.admin.ListEndOffsets(ctx, pending...)
+		var next []string
+		for _, name := range pending {
+			parts, ok := ends[name]
+			ready := err == nil && ok && len(parts) > 0
+			for _, lo := range parts {
+				if lo.Err != nil {
+					ready, lastErr = false, fmt.Errorf("topic %s partition %d: %w", name, lo.Partition, lo.Err)
+				}
+			}
+			if !ready {
+				next = append(next, name)
+			}
+		}
+		if err != nil {
+			lastErr = err
+		}
+		if len(next) == 0 {
+			if waited := time.Since(start); waited > time.Second {
+				s.log.Info("new topics' partitions are led", "topics", len(topics), "waited", waited.Round(time.Millisecond).String())
+			}
+			return
+		}
+		if time.Since(start) > topicMetadataWait || ctx.Err() != nil {
+			s.log.Warn("new topics' partitions not led yet: their first records will wait for the broker", "topics", len(next), "of", len(topics), "waited", time.Since(start).Round(time.Millisecond).String(), "err", lastErr)
+			return
+		}
+		pending = next
+		select {
+		case <-ctx.Done():
 		case <-time.After(pause):
 		}
 	}
