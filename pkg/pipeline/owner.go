@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -136,6 +137,7 @@ type (
 	}
 	topicControl interface {
 		EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error
+		AwaitLeaders(ctx context.Context, topics []string)
 		EndOffsets(topic string) map[int32]int64
 	}
 	// catalog reads tables' schemas, all in one go, and the server's WAL position: at start-up
@@ -407,20 +409,42 @@ func (o *owner) served(a ack) {
 }
 
 // administer is the topic administrator: it makes the topics of each job in turn, beside the
-// loop (creating a topic and waiting for its metadata may take a minute), and hands the outcome
-// back as evTopics. It ends with ctx.
+// loop (creating a topic and waiting for its metadata may take a minute), waits for the new
+// topics' leaders beside the next jobs, and hands each outcome back as evTopics. It ends with
+// ctx, once its waits have.
 func (o *owner) administer(ctx context.Context) {
+	var awaiting sync.WaitGroup
+	defer awaiting.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case j := <-o.topicJobs:
 			err := o.topics.EnsureTopics(ctx, j.specs)
-			select {
-			case o.events <- evTopics{job: j, err: err}:
-			case <-ctx.Done():
-				return
+			// The new topics' copies wait until their partitions' leaders answer for them,
+			// beside the loop: the next job's topics are made meanwhile.
+			var refused sink.TopicErrors
+			if err != nil && !errors.As(err, &refused) {
+				select {
+				case o.events <- evTopics{job: j, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				continue
 			}
+			var names []string
+			for _, spec := range j.specs {
+				if refused[spec.Name] == nil {
+					names = append(names, spec.Name)
+				}
+			}
+			awaiting.Go(func() {
+				o.topics.AwaitLeaders(ctx, names)
+				select {
+				case o.events <- evTopics{job: j, err: err}:
+				case <-ctx.Done():
+				}
+			})
 		}
 	}
 }

@@ -99,6 +99,8 @@ func (f fakeChunks) Stop(e change.ExportID) { f.add("chunk-stop %s", e) }
 
 type fakeTopics struct{ *recorder }
 
+func (f fakeTopics) AwaitLeaders(ctx context.Context, topics []string) {}
+
 func (f fakeTopics) EnsureTopics(ctx context.Context, specs []sink.TopicSpec) error {
 	f.mu.Lock()
 	held, entered := f.topicsHeld, f.topicsEntered

@@ -47,8 +47,9 @@ func TestEnsureManyTopics(t *testing.T) {
 	if missing > 0 {
 		t.Fatalf("%d of %d topics missing", missing, n)
 	}
-	// Their leaders answer for them already (waitLeading): a record produced now is not refused
-	// as sent to a partition its leader has not made yet.
+	// Once AwaitLeaders returns, their leaders answer for them: a record produced now is not
+	// refused as sent to a partition its leader has not made yet.
+	s.AwaitLeaders(t.Context(), names)
 	ends, err := adm.ListEndOffsets(t.Context(), names...)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func TestEnsureManyTopics(t *testing.T) {
 		}
 	}
 	if notLed > 0 {
-		t.Fatalf("%d of %d new topics' partitions not led once EnsureTopics returned", notLed, n)
+		t.Fatalf("%d of %d new topics' partitions not led once AwaitLeaders returned", notLed, n)
 	}
 	// Again: every topic exists now, and the second start finds them in bulk.
 	start = time.Now()

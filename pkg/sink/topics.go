@@ -112,7 +112,6 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 	if err := s.loadPartitions(ctx, names); err != nil {
 		return err
 	}
-	s.waitLeading(ctx, slices.DeleteFunc(slices.Collect(maps.Keys(created)), func(name string) bool { return failed[name] != nil }))
 	if err := s.seedOffsets(ctx, names, created); err != nil {
 		return err
 	}
@@ -464,15 +463,16 @@ func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
 	}
 }
 
-// waitLeading waits until the leaders of topics created just now answer for their partitions
-// (ListOffsets), for at most topicMetadataWait. A broker names a new partition's leader in its
-// metadata before that leader has made the partition's log; a record produced meanwhile is
-// refused and retried by the producer after a metadata refresh (250 ms or more), and holds up its
-// whole transaction, with every other table's records in it: while 10,000 new tables hydrated,
-// such retries were most of the time a busy table's changes waited. Waiting here costs the new
-// tables' copies nothing they would not wait anyway. A topic still not led after the wait is left
-// to the producer's retries (logged), not failed.
-func (s *Sink) waitLeading(ctx context.Context, topics []string) {
+// AwaitLeaders waits until the leaders of topics answer for their partitions (ListOffsets), for
+// at most topicMetadataWait; call it for topics EnsureTopics created just now, before producing
+// to them. A broker names a new partition's leader in its metadata before that leader has made
+// the partition's log; a record produced meanwhile is refused and retried by the producer after
+// a metadata refresh (250 ms or more), and holds up its whole transaction, with every other
+// table's records in it: while 10,000 new tables hydrated, such retries were most of the time a
+// busy table's changes waited. A topic still not led after the wait is left to the producer's
+// retries (logged), not failed. It does not hold up EnsureTopics: the broker makes the next
+// topics meanwhile.
+func (s *Sink) AwaitLeaders(ctx context.Context, topics []string) {
 	if len(topics) == 0 {
 		return
 	}
