@@ -432,11 +432,10 @@ func (o *owner) administer(ctx context.Context) {
 				}
 				continue
 			}
-			var names []string
-			for _, spec := range j.specs {
-				if refused[spec.Name] == nil {
-					names = append(names, spec.Name)
-				}
+			// AwaitLeaders waits only for topics EnsureTopics created (not those it refused).
+			names := make([]string, len(j.specs))
+			for i, spec := range j.specs {
+				names[i] = spec.Name
 			}
 			awaiting.Go(func() {
 				o.topics.AwaitLeaders(ctx, names)

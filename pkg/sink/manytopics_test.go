@@ -49,7 +49,24 @@ func TestEnsureManyTopics(t *testing.T) {
 	}
 	// Once AwaitLeaders returns, their leaders answer for them: a record produced now is not
 	// refused as sent to a partition its leader has not made yet.
+	waiting := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		k := 0
+		for _, name := range names {
+			if s.fresh[name] {
+				k++
+			}
+		}
+		return k
+	}
+	if k := waiting(); k != n {
+		t.Fatalf("%d topics to wait for after creating %d", k, n)
+	}
 	s.AwaitLeaders(t.Context(), names)
+	if k := waiting(); k != 0 {
+		t.Fatalf("%d topics still to wait for once AwaitLeaders returned: the next call would ask again", k)
+	}
 	ends, err := adm.ListEndOffsets(t.Context(), names...)
 	if err != nil {
 		t.Fatal(err)

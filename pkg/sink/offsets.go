@@ -11,9 +11,10 @@ import (
 // short lock and never block on anything else.
 //
 // Snapshots share the per-topic maps of topics that did not move since the last one: a topic's
-// map is copied on its first write after a snapshot (copy on write), so a snapshot costs the
-// topics written since the last one, not every topic the sink knows (with 10,000 tables, a
-// deep copy per batch made garbage in proportion to the tables).
+// map is copied on its first write after a snapshot (copy on write), so a snapshot copies the
+// map of topics (one pointer per topic) and the per-topic maps of the topics written since the
+// last one, not every topic's map (with 10,000 tables, a deep copy per batch made garbage in
+// proportion to the tables).
 type offsetTracker struct {
 	mu   sync.Mutex
 	next change.Offsets

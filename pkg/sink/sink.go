@@ -53,6 +53,8 @@ type Sink struct {
 	mu         sync.Mutex
 	closeOnce  sync.Once
 	partitions map[string]int32 // real partition counts of known topics
+	// fresh: topics EnsureTopics created whose leaders AwaitLeaders has not seen answer yet.
+	fresh map[string]bool
 	// inFlight is when the batch in flight began (unix nanoseconds; 0 between batches).
 	inFlight atomic.Int64
 
@@ -147,6 +149,7 @@ func New(cfg Config) (*Sink, error) {
 		offsets:    newOffsetTracker(),
 		metrics:    m,
 		partitions: make(map[string]int32),
+		fresh:      make(map[string]bool),
 	}
 	s.promise = s.onProduced
 	if _, err := cfg.Security.ClientOpts(); err != nil {

@@ -294,6 +294,11 @@ func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs m
 			errs = append(errs, fmt.Errorf("create topic %s: no answer from the broker", name))
 		case r.Err == nil:
 			created[name] = true
+			if name != s.cfg.WatermarkTopic { // the owner's topic jobs never name it
+				s.mu.Lock()
+				s.fresh[name] = true
+				s.mu.Unlock()
+			}
 			n++
 			s.log.Debug("created topic", "topic", name, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor, "compacted", w.compact)
 		case errors.Is(r.Err, kerr.TopicAlreadyExists):
@@ -464,8 +469,8 @@ func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
 }
 
 // AwaitLeaders waits until the leaders of topics answer for their partitions (ListOffsets), for
-// at most topicMetadataWait; call it for topics EnsureTopics created just now, before producing
-// to them. A broker names a new partition's leader in its metadata before that leader has made
+// at most topicMetadataWait, before producing to them. Only topics EnsureTopics created and whose
+// leaders were not seen answering yet are waited for: any other topic returns at once. A broker names a new partition's leader in its metadata before that leader has made
 // the partition's log; a record produced meanwhile is refused and retried by the producer after
 // a metadata refresh (250 ms or more), and holds up its whole transaction, with every other
 // table's records in it: while 10,000 new tables hydrated, such retries were most of the time a
@@ -473,9 +478,19 @@ func (s *Sink) loadPartitions(ctx context.Context, names []string) error {
 // retries (logged), not failed. It does not hold up EnsureTopics: the broker makes the next
 // topics meanwhile.
 func (s *Sink) AwaitLeaders(ctx context.Context, topics []string) {
+	s.mu.Lock()
+	topics = slices.DeleteFunc(slices.Clone(topics), func(name string) bool { return !s.fresh[name] })
+	s.mu.Unlock()
 	if len(topics) == 0 {
 		return
 	}
+	defer func() {
+		s.mu.Lock()
+		for _, name := range topics {
+			delete(s.fresh, name)
+		}
+		s.mu.Unlock()
+	}()
 	start := time.Now()
 	pending := topics
 	var lastErr error

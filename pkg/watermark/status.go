@@ -43,11 +43,6 @@ func (t *Tracker) Status() []ExportStatus {
 	// commit).
 	if t.byName == nil {
 		t.byName = slices.Clone(t.order)
-		for _, x := range t.byName {
-			if x.name == "" {
-				x.name = x.id.String()
-			}
-		}
 		slices.SortFunc(t.byName, func(a, b *export) int { return strings.Compare(a.name, b.name) })
 	}
 	xs := t.byName

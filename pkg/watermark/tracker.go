@@ -168,7 +168,7 @@ func (t *Tracker) SetState(e change.ExportID, s State) { t.owned[e] = s }
 func (t *Tracker) get(e change.ExportID) *export {
 	x, ok := t.exports[e]
 	if !ok {
-		x = &export{id: e}
+		x = &export{id: e, name: e.String()}
 		t.exports[e] = x
 		t.order = append(t.order, x)
 		t.byName = nil
