@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on every Linux the
@@ -193,4 +195,14 @@ func (h hostCPU) stealPercent(before hostCPU) (float64, bool) {
 		return 0, false
 	}
 	return 100 * float64(h.steal-before.steal) / float64(h.total-before.total), true
+}
+
+// selfCPU returns the CPU seconds (user and system) the bench process has used so far, its
+// children not included.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

@@ -72,6 +72,7 @@ type options struct {
 	pin             bool
 	cluster         bool
 	codec           string
+	selfProfile     string
 	formatsRows     int64
 	formatsTxns     int
 	formatsRounds   int
@@ -125,6 +126,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.keep, "keep", false, "keep the services' state folder and the work folder (logs)")
 	fs.StringVar(&o.kafkaHeap, "kafka-heap", "", "JVM flags of the Kafka broker the bench starts (default $TIDEMARK_KAFKA_HEAP or "+defaultKafkaHeap+")")
 	fs.StringVar(&o.cdcLogLevel, "cdc-log-level", "info", "CDC_LOG_LEVEL of the cdc processes")
+	fs.StringVar(&o.selfProfile, "self-profile", "", "write a CPU profile of the bench process itself (its clients, watchers and writers, not cdc) to this file")
 	fs.Var(&o.cdcEnv, "cdc-env", "NAME=value set in every cdc's environment, over the scenario's own (repeatable; e.g. -cdc-env CDC_MEMORY_LIMIT=400MiB)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -39,6 +40,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	started := time.Now()
+	if o.selfProfile != "" {
+		f, err := os.Create(o.selfProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	logf := func(format string, a ...any) {
 		fmt.Fprintf(stderr, "bench %s  %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
 	}
