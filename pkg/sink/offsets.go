@@ -78,6 +78,18 @@ func (t *offsetTracker) snapshot() change.Offsets {
 	return t.last
 }
 
+// sweep calls fn for every topic the tracker knows, with whether it was written (or seeded)
+// since generation since: in a snapshot taken at or after it, or after the last snapshot. It
+// returns the generation now, the since of the next sweep.
+func (t *offsetTracker) sweep(since uint64, fn func(topic string, written bool)) uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for topic, g := range t.own {
+		fn(topic, g >= since)
+	}
+	return t.gen
+}
+
 // topic returns a copy of one topic's next offsets (nil when unknown).
 func (t *offsetTracker) topic(topic string) map[int32]int64 {
 	t.mu.Lock()

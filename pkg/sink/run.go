@@ -161,6 +161,9 @@ func (s *Sink) runBatch(ctx context.Context, first *change.Unit, in <-chan *chan
 			return closed, fmt.Errorf("commit kafka transaction: %w", s.classify(err))
 		}
 		b.txn = false
+		if !b.large {
+			s.committed(ctx)
+		}
 	}
 	// Every record of the batch was flushed: their promises ran, and the slabs can be reused.
 	s.recycleSlabs()

@@ -72,6 +72,10 @@ type Sink struct {
 	// franz-go keeps no record after its promise), so a record stays untouched until Kafka
 	// has it; see recycleSlabs.
 	slab slabs
+	// purge is what the sink knows of the topics the main producer may forget (purge.go);
+	// Run's goroutine writes it under purgeMu, which tests take to read it.
+	purgeMu sync.Mutex
+	purge   purgeState
 }
 
 // slabSize is the records of one slab.
