@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark/cdc/internal/burst"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/replication"
 	"github.com/tidemark/cdc/pkg/sink"
@@ -64,9 +65,11 @@ type owner struct {
 	// origin is the timeline this life reads, named in every checkpoint (promotion.go).
 	origin watermark.Origin
 
-	cfg   Config
-	log   *slog.Logger
-	topic func(change.ExportID) string
+	cfg Config
+	log *slog.Logger
+	// copyStarted logs "chunked copy started" one by one while few copies start at once.
+	copyStarted *burst.Logger
+	topic       func(change.ExportID) string
 	// The stages the owner commands, given at construction (targets), and its channels (the
 	// inbox the stages were built with).
 	targets
@@ -281,6 +284,7 @@ func (evResnapshot) isEvent() {}
 func newOwner(cfg Config, tracker *watermark.Tracker, log *slog.Logger, in *inbox, t targets) *owner {
 	o := &owner{
 		cfg: cfg, tracker: tracker, log: log, inbox: in, targets: t,
+		copyStarted:   burst.New(log, "chunked copy started", "chunked copies started"),
 		phases:        make(map[change.ExportID]phase),
 		failures:      make(map[change.ExportID]string),
 		topic:         func(e change.ExportID) string { return change.TopicName(cfg.TopicPrefix, e) },

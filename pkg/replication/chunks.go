@@ -306,7 +306,7 @@ func (st *streamState) publishChunks(e change.ExportID, r *route) error {
 	}
 	if c.total >= 0 && c.next >= c.total {
 		r.mode, r.chunks = routeDirect, nil
-		st.log.Info("export hydrated", "export", e.String(), "chunks", c.total, "stream_lsn", st.pos.String())
+		st.s.hydrated.NoteTo(st.log, e.String(), "export", e.String(), "chunks", c.total, "stream_lsn", st.pos.String())
 		return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
 	}
 	return nil

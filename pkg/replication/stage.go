@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tidemark/cdc/internal/burst"
 	"github.com/tidemark/cdc/pkg/change"
 	"github.com/tidemark/cdc/pkg/codec"
 	"github.com/tidemark/cdc/pkg/pgcat"
@@ -105,6 +106,8 @@ type Stage struct {
 	cfg  Config
 	keys Keys
 	log  *slog.Logger
+	// hydrated logs "export hydrated" one by one while few tables hydrate at once.
+	hydrated *burst.Logger
 	// facts (Facts) never blocks the stream: a fact that finds it full is dropped (each says
 	// "look at the publication", which the next one says again).
 	facts chan Fact
@@ -190,10 +193,12 @@ func New(cfg Config, keys Keys) *Stage {
 	if cfg.SpillDir != "" && cfg.Slot != "" {
 		cfg.SpillDir = filepath.Join(cfg.SpillDir, cfg.Slot)
 	}
+	log := cfg.Logger.With("stage", "replication")
 	s := &Stage{
 		cfg:      cfg,
 		keys:     keys,
-		log:      cfg.Logger.With("stage", "replication"),
+		log:      log,
+		hydrated: burst.New(log, "export hydrated", "exports hydrated"),
 		facts:    make(chan Fact, 16),
 		ctrlSig:  make(chan struct{}, 1),
 		inFlight: change.NewBudget(int64(cfg.PiecesInFlight) * int64(cfg.PieceBytes)),

@@ -270,7 +270,7 @@ func (st *streamState) release(e change.ExportID, r *route) error {
 	}
 	r.hold = nil
 	r.mode = routeDirect
-	st.log.Info("export hydrated", "export", e.String(), "held_transactions", n, "stream_lsn", st.pos.String())
+	st.s.hydrated.NoteTo(st.log, e.String(), "export", e.String(), "held_transactions", n, "stream_lsn", st.pos.String())
 	return st.emit(&change.Unit{Kind: change.KindHydrated, Export: e, End: st.pos})
 }
 

@@ -89,7 +89,7 @@ func (w *chunkWorker) setup(ctx context.Context, t *chunkTable) error {
 	t.estimated = st.estimated
 	w.c.mu.Lock()
 	if t.progress == nil {
-		t.progress = newProgress(e.String(), st.estimated, w.c.metrics,
+		t.progress = newProgress(e.String(), st.estimated, w.c.metrics, w.c.notices,
 			w.c.log.With(slog.Int("attempt", t.job.Attempt)), w.c.cfg.ProgressInterval, time.Now())
 		t.remaining = st.estimated
 	}

@@ -63,6 +63,7 @@ type Chunker struct {
 	primaryConfig *pgx.ConnConfig
 	log           *slog.Logger
 	metrics       *metrics
+	notices       *notices
 	tag           string
 	limiter       *rate.Limiter
 
@@ -97,10 +98,12 @@ func NewChunker(cfg Config, tag string, hooks ChunkHooks) (*Chunker, error) {
 			return nil, fmt.Errorf("snapshot config: primary: %w", err)
 		}
 	}
+	log := cfg.Logger.With(slog.String("stage", "snapshot"), slog.String("strategy", "chunked"))
 	return &Chunker{
 		cfg: cfg, hooks: hooks, connConfig: cc, primaryConfig: pc, tag: tag,
-		log:     cfg.Logger.With(slog.String("stage", "snapshot"), slog.String("strategy", "chunked")),
+		log:     log,
 		metrics: newMetrics(cfg.Registerer),
+		notices: newNotices(log),
 		limiter: cfg.Limiter,
 		wake:    make(chan struct{}, 1),
 		slots:   change.NewBudget(int64(2*cfg.Workers) * slotShares),
@@ -266,6 +269,7 @@ func (c *Chunker) ended(t *chunkTable, ch *plannedChunk, last []string, read int
 
 // Run runs the chunker's workers until ctx ends.
 func (c *Chunker) Run(ctx context.Context) error {
+	defer c.notices.flush()
 	var wg sync.WaitGroup
 	for i := range c.cfg.Workers {
 		wg.Go(func() { c.worker(ctx, i) })

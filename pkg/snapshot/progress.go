@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tidemark/cdc/internal/burst"
 )
 
 // metrics are the stage's Prometheus collectors, labelled by export.
@@ -61,6 +63,25 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	return c
 }
 
+// notices log the start and end of each table's copy: one by one while few tables start at
+// once, as summaries while many do (10,000 small tables at a start).
+type notices struct {
+	started, finished *burst.Logger
+}
+
+func newNotices(log *slog.Logger) *notices {
+	return &notices{
+		started:  burst.New(log, "snapshot of table started", "snapshots of tables started"),
+		finished: burst.New(log, "snapshot of table finished", "snapshots of tables finished"),
+	}
+}
+
+// flush logs what the notices hold back (the stage stops).
+func (n *notices) flush() {
+	n.started.Flush()
+	n.finished.Flush()
+}
+
 // progress tracks the copy of one export in one request.
 type progress struct {
 	mu        sync.Mutex
@@ -72,18 +93,19 @@ type progress struct {
 	finished  bool
 	ok        bool // finished with every row copied
 	m         *metrics
+	notices   *notices
 	log       *slog.Logger
 	interval  time.Duration
 }
 
-func newProgress(export string, estimated int64, m *metrics, log *slog.Logger, interval time.Duration, now time.Time) *progress {
-	p := &progress{export: export, estimated: estimated, start: now, m: m, log: log, interval: interval}
+func newProgress(export string, estimated int64, m *metrics, n *notices, log *slog.Logger, interval time.Duration, now time.Time) *progress {
+	p := &progress{export: export, estimated: estimated, start: now, m: m, notices: n, log: log, interval: interval}
 	m.estimated.WithLabelValues(export).Set(float64(estimated))
 	m.ratio.WithLabelValues(export).Set(0)
 	m.eta.WithLabelValues(export).Set(0)
 	m.rows.WithLabelValues(export).Add(0)
 	p.lastLog = now
-	p.log.Info("snapshot of table started", p.attrs(now)...)
+	n.started.NoteTo(p.log, export, p.attrs(now)...)
 	return p
 }
 
@@ -126,7 +148,7 @@ func (p *progress) finish(now time.Time, stopped string) {
 	}
 	p.m.ratio.WithLabelValues(p.export).Set(1)
 	p.m.eta.WithLabelValues(p.export).Set(0)
-	p.log.Info("snapshot of table finished", append(p.attrs(now), slog.Duration("took", now.Sub(p.start).Round(time.Millisecond)))...)
+	p.notices.finished.NoteTo(p.log, p.export, append(p.attrs(now), slog.Duration("took", now.Sub(p.start).Round(time.Millisecond)))...)
 }
 
 // stats computes rate, ratio and remaining time. Call with p.mu held.

@@ -51,6 +51,7 @@ type Stage struct {
 	connConfig *pgx.ConnConfig
 	log        *slog.Logger
 	metrics    *metrics
+	notices    *notices
 }
 
 // New checks cfg, fills its defaults and returns a stage that reports to hooks.
@@ -66,12 +67,14 @@ func New(cfg Config, hooks Hooks) (*Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot config: %w", err)
 	}
+	log := cfg.Logger.With(slog.String("stage", "snapshot"))
 	return &Stage{
 		cfg:        cfg,
 		hooks:      hooks,
 		connConfig: cc,
-		log:        cfg.Logger.With(slog.String("stage", "snapshot")),
+		log:        log,
 		metrics:    newMetrics(cfg.Registerer),
+		notices:    newNotices(log),
 	}, nil
 }
 
@@ -86,6 +89,7 @@ func New(cfg Config, hooks Hooks) (*Stage, error) {
 // sent whole is reported to Hooks.Restart, which asks for it again with a new consistent point.
 // The other exports, and the other stages, go on.
 func (s *Stage) Run(ctx context.Context, reqs <-chan Request, out chan<- *change.Unit) error {
+	defer s.notices.flush()
 	backoff := retryMin
 	for {
 		select {
@@ -293,7 +297,7 @@ func (s *Stage) serve(ctx context.Context, req Request, out chan<- *change.Unit)
 			return nil, fmt.Errorf("begin snapshot at %s: no attempt number for %s", x.c, e.id)
 		}
 		e.attempt = a
-		e.progress = newProgress(e.id.String(), info.EstimatedRows, s.metrics,
+		e.progress = newProgress(e.id.String(), info.EstimatedRows, s.metrics, s.notices,
 			log.With(slog.Int("attempt", a)), s.cfg.ProgressInterval, time.Now())
 	}
 	for _, t := range queue {

@@ -33,7 +33,7 @@ func newTestExport(tb testing.TB, batchRows, batchBytes int) (*worker, *exportSt
 	s := &Stage{cfg: Config{BatchRows: batchRows, BatchBytes: batchBytes}, log: log, metrics: newMetrics(nil)}
 	out := make(chan *change.Unit, 1000)
 	e := &exportState{id: table.Export, table: table, enc: enc, attempt: 3}
-	e.progress = newProgress(e.id.String(), 10, s.metrics, log, time.Hour, time.Now())
+	e.progress = newProgress(e.id.String(), 10, s.metrics, newNotices(log), log, time.Hour, time.Now())
 	r := &request{s: s, c: 0x1000, start: time.Unix(100, 0), out: out, exports: map[change.ExportID]*exportState{e.id: e}}
 	w := &worker{s: s, r: r, encs: map[*exportState]*codec.Encoder{}}
 	return w, e, out
