@@ -65,6 +65,12 @@ func (o *owner) resume(ctx context.Context, cat catalog, published map[change.Ex
 	if err := o.topics.EnsureTopics(ctx, specs); err != nil {
 		return err
 	}
+	// A topic made again now (deleted meanwhile) is produced to once its leaders answer.
+	names := make([]string, len(specs))
+	for i, spec := range specs {
+		names[i] = spec.Name
+	}
+	o.topics.AwaitLeaders(ctx, names)
 	o.repl.Resume(positions)
 	for _, j := range jobs {
 		o.chunks.Add(j)
@@ -330,7 +336,7 @@ func (o *owner) startChunks(r *pollRound, exports []change.ExportID, defs map[ch
 		o.chunks.Add(snapshot.ChunkJob{Export: e, Attempt: attempt})
 		o.recopyStarted(e)
 		r.started = append(r.started, e)
-		o.log.Info("chunked copy started", "export", e.String(), "attempt", attempt)
+		o.copyStarted.Note(e.String(), "export", e.String(), "attempt", attempt)
 	}
 }
 

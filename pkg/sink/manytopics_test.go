@@ -34,18 +34,12 @@ func TestEnsureManyTopics(t *testing.T) {
 		t.Fatalf("EnsureTopics of %d topics: %v", n, err)
 	}
 	t.Logf("%d topics created in %s", n, time.Since(start).Round(time.Millisecond))
-	td, err := adm.ListTopics(t.Context(), names...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	missing := 0
+	// Each created topic has its partition count from the controller's answer, though the
+	// broker may not serve its metadata yet (EnsureTopics does not wait: AwaitLeaders does).
 	for _, name := range names {
-		if d, ok := td[name]; !ok || d.Err != nil {
-			missing++
+		if p := s.Partitions(name); p != 1 {
+			t.Fatalf("topic %s: %d partitions known after EnsureTopics, want 1", name, p)
 		}
-	}
-	if missing > 0 {
-		t.Fatalf("%d of %d topics missing", missing, n)
 	}
 	// Once AwaitLeaders returns, their leaders answer for them: a record produced now is not
 	// refused as sent to a partition its leader has not made yet.
@@ -66,6 +60,19 @@ func TestEnsureManyTopics(t *testing.T) {
 	s.AwaitLeaders(t.Context(), names)
 	if k := waiting(); k != 0 {
 		t.Fatalf("%d topics still to wait for once AwaitLeaders returned: the next call would ask again", k)
+	}
+	td, err := adm.ListTopics(t.Context(), names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := 0
+	for _, name := range names {
+		if d, ok := td[name]; !ok || d.Err != nil {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d topics missing once AwaitLeaders returned", missing, n)
 	}
 	ends, err := adm.ListEndOffsets(t.Context(), names...)
 	if err != nil {

@@ -60,6 +60,11 @@ func watermarkSegmentConfigs() map[string]int64 {
 // watermark topic that inherits larger segment settings gets them (tuneSegments). Finally the
 // next offsets of every topic are seeded with the topic's current end offsets.
 //
+// It returns once the controller created the missing topics: a data topic created now may not
+// be served by its broker yet (its partition count is the controller's answer). Produce to
+// such topics after AwaitLeaders, which waits for their leaders. The watermark topic is
+// served when EnsureTopics returns.
+//
 // A data topic the broker refuses to create for good (an invalid or colliding name, a policy),
 // or an existing one that does not fit (compacted for a keyless table) is left out and named in
 // the TopicErrors returned, with the broker's reason; the other topics are ready then. Any other
@@ -109,7 +114,14 @@ func (s *Sink) EnsureTopics(ctx context.Context, specs []TopicSpec) error {
 		return err
 	}
 	names = slices.DeleteFunc(names, func(name string) bool { return failed[name] != nil })
-	if err := s.loadPartitions(ctx, names); err != nil {
+	// A data topic created just now has the partitions the controller answered with; the
+	// broker may not serve its metadata yet, but nothing produces to it before AwaitLeaders,
+	// which waits for its leaders. Not waiting here lets the next batch of topics be created
+	// while the broker makes this one's partitions.
+	load := slices.DeleteFunc(slices.Clone(names), func(name string) bool {
+		return created[name] && name != s.cfg.WatermarkTopic && s.Partitions(name) > 0
+	})
+	if err := s.loadPartitions(ctx, load); err != nil {
 		return err
 	}
 	if err := s.seedOffsets(ctx, names, created); err != nil {
@@ -298,6 +310,9 @@ func (s *Sink) createBatch(ctx context.Context, w topicWant, rf int16, configs m
 				s.mu.Lock()
 				s.fresh[name] = true
 				s.mu.Unlock()
+				if r.NumPartitions > 0 {
+					s.setPartitions(name, r.NumPartitions)
+				}
 			}
 			n++
 			s.log.Debug("created topic", "topic", name, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor, "compacted", w.compact)
