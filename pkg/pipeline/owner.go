@@ -413,20 +413,32 @@ func (o *owner) served(a ack) {
 }
 
 // administer is the topic administrator: it makes the topics of each job in turn, beside the
-// loop (creating a topic and waiting for its metadata may take a minute), waits for the new
-// topics' leaders beside the next jobs, and hands each outcome back as evTopics. It ends with
-// ctx, once its waits have.
+// loop (creating a topic and waiting for its metadata may take a minute), and hands each job to
+// a waiter that waits for its new topics' leaders, job after job, beside the next jobs'
+// creation, and hands each outcome back as evTopics. It ends with ctx, once its waits have.
 func (o *owner) administer(ctx context.Context) {
-	var awaiting sync.WaitGroup
-	defer awaiting.Wait()
+	// One waiter, in job order: the broker makes partitions in the order their topics were
+	// created, so a job's leaders answer after the previous job's, and its wait (at most
+	// topicMetadataWait) starts when that one's ended. 20 jobs of 500 topics made within
+	// seconds would otherwise each poll the broker at once, and the last would run out of
+	// time while the broker still made the first ones' partitions.
+	waits := make(chan func(), 64)
+	var waiter sync.WaitGroup
+	waiter.Go(func() {
+		for wait := range waits {
+			wait()
+		}
+	})
+	defer func() {
+		close(waits)
+		waiter.Wait()
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case j := <-o.topicJobs:
 			err := o.topics.EnsureTopics(ctx, j.specs)
-			// The new topics' copies wait until their partitions' leaders answer for them,
-			// beside the loop: the next job's topics are made meanwhile.
 			var refused sink.TopicErrors
 			if err != nil && !errors.As(err, &refused) {
 				select {
@@ -441,13 +453,18 @@ func (o *owner) administer(ctx context.Context) {
 			for i, spec := range j.specs {
 				names[i] = spec.Name
 			}
-			awaiting.Go(func() {
+			wait := func() {
 				o.topics.AwaitLeaders(ctx, names)
 				select {
 				case o.events <- evTopics{job: j, err: err}:
 				case <-ctx.Done():
 				}
-			})
+			}
+			select {
+			case waits <- wait:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}
 }
