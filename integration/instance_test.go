@@ -2,11 +2,12 @@ package integration
 
 import (
 	"context"
-	"github.com/tidemark/cdc/pkg/watermark"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemark/cdc/pkg/watermark"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
