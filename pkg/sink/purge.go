@@ -16,7 +16,7 @@ import (
 // cdc's CPU, and seconds of delay for every transaction committed meanwhile.
 //
 // So the sink tells the client to forget topics it has not produced to for a while
-// (purgeIdle): the refreshes then ask for the tables in use, not every table ever written.
+// (committed): the refreshes then ask for the tables in use, not every table ever written.
 // A topic forgotten and produced to again costs one refresh, as its first record did.
 //
 // Forgetting is safe only where it cannot change the sequence numbers the broker expects:
@@ -27,7 +27,9 @@ import (
 // bumps the producer epoch, and the client resets every partition's sequence to 0 for the
 // next one: a forgotten topic starts where a remembered one would. The sink checks that this
 // is what happens, by the epoch it sees after each commit, and forgets topics only between
-// two transactions of that kind, on the main producer, in exactly-once mode. Otherwise (an
+// two transactions of that kind, once minBumps commits in a row bumped it (an epoch bumped once
+// may be a producer id reloaded after an error, under version 1), on the main producer, in
+// exactly-once mode. Otherwise (an
 // older broker, at-least-once delivery, whose idempotent producer keeps its epoch) it
 // forgets nothing, and refreshes grow with the topics as before.
 
@@ -35,20 +37,24 @@ import (
 // no record was produced to it for between one and two of these.
 const purgeEvery = 5 * time.Second
 
-// purger is the part of *kgo.Client that purgeIdle uses.
+// minBumps is how many commits in a row must have bumped the producer epoch before topics
+// are forgotten.
+const minBumps = 3
+
+// purger is the part of *kgo.Client that committed uses.
 type purger interface {
 	ProducerID(ctx context.Context) (int64, int16, error)
 	PurgeTopicsFromProducing(topics ...string)
 }
 
-// purgeState is what purgeIdle remembers between calls (Run's goroutine only).
+// purgeState is what committed remembers between calls (Run's goroutine writes it).
 type purgeState struct {
 	// epoch is the producer epoch seen after the last commit (known says one was seen);
-	// bumps says the last commit changed it: transaction version 2.
+	// bumps counts the commits in a row that changed it: transaction version 2.
 	epoch int16
 	id    int64
 	known bool
-	bumps bool
+	bumps int
 	// at and gen are when the last look for idle topics was, and the offset tracker's
 	// generation then: a topic whose last write is older was idle since.
 	at  time.Time
@@ -76,10 +82,14 @@ func (s *Sink) committed(ctx context.Context) {
 	ps := &s.purge
 	id, epoch, err := p.ProducerID(ctx)
 	if err != nil {
-		ps.known, ps.bumps = false, false
+		ps.known, ps.bumps = false, 0
 		return
 	}
-	ps.bumps = ps.known && id == ps.id && epoch != ps.epoch
+	if ps.known && id == ps.id && epoch != ps.epoch {
+		ps.bumps++
+	} else {
+		ps.bumps = 0
+	}
 	ps.id, ps.epoch, ps.known = id, epoch, true
 	every, now := ps.every, time.Now()
 	if every <= 0 {
@@ -88,7 +98,7 @@ func (s *Sink) committed(ctx context.Context) {
 	if ps.now != nil {
 		now = ps.now()
 	}
-	if !ps.bumps || now.Sub(ps.at) < every {
+	if ps.bumps < minBumps || now.Sub(ps.at) < every {
 		return
 	}
 	if ps.live == nil {
@@ -120,7 +130,7 @@ func (s *Sink) purgeForgotten() int {
 	return s.purge.forgotten
 }
 
-func (s *Sink) purgeBumps() bool {
+func (s *Sink) purgeBumps() int {
 	s.purgeMu.Lock()
 	defer s.purgeMu.Unlock()
 	return s.purge.bumps

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,11 +16,13 @@ import (
 // epochProducer is a producer whose epoch moves (or not) at each commit, and which records
 // what it was told to forget.
 type epochProducer struct {
-	bump    bool
-	epoch   int16
-	purged  [][]string
-	inTxn   bool
-	offsets map[string]int64
+	bump     bool
+	bumpOnce bool
+	commits  int
+	epoch    int16
+	purged   [][]string
+	inTxn    bool
+	offsets  map[string]int64
 }
 
 func (p *epochProducer) Produce(_ context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -34,7 +37,8 @@ func (p *epochProducer) Flush(context.Context) error { return nil }
 func (p *epochProducer) BeginTransaction() error     { p.inTxn = true; return nil }
 func (p *epochProducer) EndTransaction(context.Context, kgo.TransactionEndTry) error {
 	p.inTxn = false
-	if p.bump {
+	p.commits++
+	if p.bump || p.bumpOnce && (p.commits == 4 || p.commits == 7) {
 		p.epoch++
 	}
 	return nil
@@ -63,6 +67,7 @@ func TestPurgeIdleTopicsPolicy(t *testing.T) {
 	}{
 		{"transaction version 2", true, ExactlyOnce, true},
 		{"epoch kept across commits (transaction version 1)", false, ExactlyOnce, false},
+		{"epoch bumped now and then (producer ids reloaded)", false, ExactlyOnce, false},
 		{"at least once", true, AtLeastOnce, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -70,6 +75,9 @@ func TestPurgeIdleTopicsPolicy(t *testing.T) {
 			cfg := env.config(t, tc.delivery)
 			s := env.newSink(t, cfg)
 			fp := &epochProducer{bump: tc.bump}
+			if strings.HasPrefix(tc.name, "epoch bumped now and then") {
+				fp.bumpOnce = true // two commits bump it, apart (the 4th and the 7th, when c is idle)
+			}
 			s.prod = fp
 			var clock time.Time
 			s.purge.every, s.purge.now = time.Hour, func() time.Time { return clock }
@@ -91,7 +99,9 @@ func TestPurgeIdleTopicsPolicy(t *testing.T) {
 			t0 := time.Now()
 			// A look counts a topic written in the batch it follows as written.
 			batch(t0, topics...)                        // no look: the first epoch seen
-			batch(t0.Add(2*time.Hour), topics...)       // first look: all live
+			batch(t0.Add(time.Minute), topics...)       // no look: one bump seen
+			batch(t0.Add(2*time.Minute), topics...)     // no look: two bumps seen
+			batch(t0.Add(2*time.Hour), topics...)       // first look (three bumps in a row): all live
 			batch(t0.Add(2*time.Hour+time.Minute), "a") // no look: too soon after the last
 			batch(t0.Add(5*time.Hour), "a", "b")        // look: c idle since the first look
 			batch(t0.Add(7*time.Hour), "a")             // look: b idle since the last look
@@ -159,7 +169,7 @@ func TestPurgedTopicsProducedAgain(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for s.purgeForgotten() < n-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("forgot %d topics, want %d (epoch bumps seen: %v)", s.purgeForgotten(), n-1, s.purgeBumps())
+			t.Fatalf("forgot %d topics, want %d (epoch bumps in a row: %d)", s.purgeForgotten(), n-1, s.purgeBumps())
 		}
 		send(topics[:1])
 		time.Sleep(50 * time.Millisecond)
