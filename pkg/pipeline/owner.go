@@ -426,7 +426,9 @@ func (o *owner) administer(ctx context.Context) {
 	var waiter sync.WaitGroup
 	waiter.Go(func() {
 		for wait := range waits {
-			wait()
+			if ctx.Err() == nil { // stopping: the waits queued behind are dropped, not logged as timed out
+				wait()
+			}
 		}
 	})
 	defer func() {
